@@ -78,6 +78,11 @@ def test_missing_binary_exits_2():
     check(v["reference_vs_hf"]["ratio"] < 1e-6, "reference still compared")
 
 
+def test_no_matching_variant_fails():
+    code, doc, _ = run_parity("nomatch", "--only", "no_such_variant")
+    check(code == 1 and doc["variants"] == [] and not doc["ok"], "exit %d" % code)
+
+
 def main():
     tests = [(n, f) for n, f in sorted(globals().items()) if n.startswith("test_")]
     failed = 0
