@@ -95,7 +95,8 @@ def hf_classes(arch):
 
 def make_config(config_cls, fields):
     """transformers 5 keeps rope_theta and the scaling dict in one rope_parameters dict;
-    4.x takes rope_theta and rope_scaling. Pick by the constructor's signature."""
+    4.x takes rope_theta and rope_scaling. Pick by the constructor's signature, or, for v5's
+    dataclass-style configs whose __init__ only shows **kwargs, by a default instance."""
     fields = dict(fields)
     theta = fields.pop("rope_theta", 10000.0)
     scaling = fields.pop("rope_scaling", None)
@@ -136,7 +137,10 @@ def build_model(arch, dtype_name, fields, seed):
         model = model_cls(cfg)
     model = model.to(dtype)
     if getattr(model.config, "_attn_implementation", "eager") != "eager":
-        model.set_attn_implementation("eager")
+        try:
+            model.set_attn_implementation("eager")
+        except AttributeError:  # before 4.56; the result records what was used
+            pass
     randomize(model, seed)
     if fields.get("tie_word_embeddings"):
         check_tied(model)
