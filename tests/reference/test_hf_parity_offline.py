@@ -5,6 +5,7 @@ script's plumbing and exit codes, not the maths. Run: /usr/bin/python3 <this fil
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -94,6 +95,7 @@ def main():
             failed += 1
             print("FAIL %s: %s: %s" % (name, type(e).__name__, e))
     print("%d passed, %d failed" % (len(tests) - failed, failed))
+    shutil.rmtree(TMP, ignore_errors=True)
     return 1 if failed else 0
 
 
