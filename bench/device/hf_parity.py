@@ -25,6 +25,7 @@ import inspect
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -410,6 +411,8 @@ def main(argv=None):
     doc, code = summarize(env, results, kvfleet_exe, True)
     with open(report_path, "w") as f:
         json.dump(doc, f, indent=1)
+    if not args.keep_models:
+        shutil.rmtree(work_dir, ignore_errors=True)
     print_table(results)
     print("wrote %s; exit %d" % (report_path, code))
     return code
