@@ -25,6 +25,7 @@ import inspect
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -95,7 +96,8 @@ def hf_classes(arch):
 
 def make_config(config_cls, fields):
     """transformers 5 keeps rope_theta and the scaling dict in one rope_parameters dict;
-    4.x takes rope_theta and rope_scaling. Pick by the constructor's signature."""
+    4.x takes rope_theta and rope_scaling. Pick by the constructor's signature, or, for v5's
+    dataclass-style configs whose __init__ only shows **kwargs, by a default instance."""
     fields = dict(fields)
     theta = fields.pop("rope_theta", 10000.0)
     scaling = fields.pop("rope_scaling", None)
@@ -136,7 +138,10 @@ def build_model(arch, dtype_name, fields, seed):
         model = model_cls(cfg)
     model = model.to(dtype)
     if getattr(model.config, "_attn_implementation", "eager") != "eager":
-        model.set_attn_implementation("eager")
+        try:
+            model.set_attn_implementation("eager")
+        except AttributeError:  # before 4.56; the result records what was used
+            pass
     randomize(model, seed)
     if fields.get("tie_word_embeddings"):
         check_tied(model)
@@ -346,49 +351,70 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def main(argv=None):
-    import traceback
+def summarize(env, results, kvfleet_exe, complete):
+    """The parity.json document and the exit code (see the module docstring)."""
+    gating = [r for r in results if r["gating"]]
+    ok = complete and bool(results) and bool(kvfleet_exe) and all(r["pass"] for r in gating)
+    ref_ok = all("reference_vs_hf" in r and r["reference_vs_hf"]["ratio"] < TOLERANCE
+                 for r in gating)
+    code = 0 if ok else (2 if complete and results and not kvfleet_exe and ref_ok else 1)
+    return {"env": env, "tolerance": TOLERANCE, "complete": complete, "ok": ok,
+            "exit_code": code, "variants": results}, code
+
+
+def environment(args, kvfleet_exe):
     import torch
     import transformers
-    args = parse_args(argv)
     try:  # fp32 truth must be real fp32 (only matters with --hf-device cuda)
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.set_float32_matmul_precision("highest")
     except (AttributeError, RuntimeError) as e:
         print("note: could not pin fp32 matmul precision: %s" % e)
-    os.makedirs(args.out, exist_ok=True)
-    work_dir = os.path.join(args.out, "models") if args.keep_models else tempfile.mkdtemp()
-    os.makedirs(work_dir, exist_ok=True)
-    exe = os.path.join(args.bin, "kvfleet")
-    kvfleet_exe = exe if os.access(exe, os.X_OK) else None
     env = {"torch": torch.__version__, "transformers": transformers.__version__,
            "cuda": torch.cuda.is_available(), "hf_device": args.hf_device,
            "kvfleet": kvfleet_exe, "kvfleet_args": args.kvfleet_args}
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(0)
+    return env
+
+
+def main(argv=None):
+    import traceback
+    args = parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    report_path = os.path.join(args.out, "parity.json")
+    work_dir = os.path.join(args.out, "models") if args.keep_models else tempfile.mkdtemp()
+    os.makedirs(work_dir, exist_ok=True)
+    exe = os.path.join(args.bin, "kvfleet")
+    kvfleet_exe = exe if os.access(exe, os.X_OK) else None
+    env = environment(args, kvfleet_exe)
     print(json.dumps(env))
     if not kvfleet_exe:
         print("WARNING: %s not found or not executable; only the reference is checked" % exe)
+    selected = [v for v in variant_list()
+                if not args.only or any(s in v["name"] for s in args.only)]
+    if not selected:
+        print("no variant matches --only %s" % args.only)
     results = []
-    for v in variant_list():
-        if args.only and not any(s in v["name"] for s in args.only):
-            continue
+    for v in selected:
         try:
             results.append(run_variant(v, args, work_dir, kvfleet_exe))
         except Exception:
             results.append({"name": v["name"], "dtype": v["dtype"], "gating": True,
                             "pass": False, "error": traceback.format_exc()})
             print(results[-1]["error"], file=sys.stderr)
-    gating = [r for r in results if r["gating"]]
-    ok = all(r["pass"] for r in gating)
-    ref_ok = all("reference_vs_hf" in r and r["reference_vs_hf"]["ratio"] < TOLERANCE
-                 for r in gating)
-    code = 0 if ok else (2 if not kvfleet_exe and ref_ok else 1)
-    with open(os.path.join(args.out, "parity.json"), "w") as f:
-        json.dump({"env": env, "tolerance": TOLERANCE, "ok": ok, "exit_code": code,
-                   "variants": results}, f, indent=1)
+        print("%s done (%s s)" % (v["name"], results[-1].get("seconds", "?")), flush=True)
+        # rewritten after every variant so that a run cut short still leaves its results
+        doc, code = summarize(env, results, kvfleet_exe, len(results) == len(selected))
+        with open(report_path, "w") as f:
+            json.dump(doc, f, indent=1)
+    doc, code = summarize(env, results, kvfleet_exe, True)
+    with open(report_path, "w") as f:
+        json.dump(doc, f, indent=1)
+    if not args.keep_models:
+        shutil.rmtree(work_dir, ignore_errors=True)
     print_table(results)
-    print("wrote %s; exit %d" % (os.path.join(args.out, "parity.json"), code))
+    print("wrote %s; exit %d" % (report_path, code))
     return code
 
 

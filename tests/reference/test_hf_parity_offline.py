@@ -5,6 +5,7 @@ script's plumbing and exit codes, not the maths. Run: /usr/bin/python3 <this fil
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -78,6 +79,11 @@ def test_missing_binary_exits_2():
     check(v["reference_vs_hf"]["ratio"] < 1e-6, "reference still compared")
 
 
+def test_no_matching_variant_fails():
+    code, doc, _ = run_parity("nomatch", "--only", "no_such_variant")
+    check(code == 1 and doc["variants"] == [] and not doc["ok"], "exit %d" % code)
+
+
 def main():
     tests = [(n, f) for n, f in sorted(globals().items()) if n.startswith("test_")]
     failed = 0
@@ -89,6 +95,7 @@ def main():
             failed += 1
             print("FAIL %s: %s: %s" % (name, type(e).__name__, e))
     print("%d passed, %d failed" % (len(tests) - failed, failed))
+    shutil.rmtree(TMP, ignore_errors=True)
     return 1 if failed else 0
 
 

@@ -5,6 +5,7 @@ Exits non-zero when any check fails. Needs numpy only."""
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -310,6 +311,7 @@ def main():
             failed += 1
             print("FAIL %s\n%s" % (name, traceback.format_exc()))
     print("%d passed, %d failed" % (len(tests) - failed, failed))
+    shutil.rmtree(TMP, ignore_errors=True)
     return 1 if failed else 0
 
 

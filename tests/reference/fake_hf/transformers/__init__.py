@@ -67,7 +67,8 @@ class _Model:
         self.config = config
         weights = tiny_model.random_weights(config.fields, 0, _bias_kinds(config.fields))
         self.params = {k: torch.Tensor(v) for k, v in weights.items()}
-        self.config_dir = tempfile.mkdtemp()
+        self._tmp = tempfile.TemporaryDirectory()  # removed with the model
+        self.config_dir = self._tmp.name
         self._write_config(self.config_dir)
         inv_freq = llama_ref.rope_inv_freq(llama_ref.load_config(self.config_dir))
         self.model = types.SimpleNamespace(rotary_emb=types.SimpleNamespace(
