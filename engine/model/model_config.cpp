@@ -63,12 +63,15 @@ std::vector<TokenId> parse_ids(const Reader& r, std::string_view key) {
   return ids;
 }
 
+// transformers < 5 writes `rope_scaling` (and a top-level rope_theta); transformers 5 writes
+// `rope_parameters` with rope_theta and rope_type inside. Both are read.
 RopeScaling parse_rope_scaling(const Reader& r) {
   RopeScaling s;
-  if (!r.has("rope_scaling")) return s;
-  const auto* o = r.at("rope_scaling").if_object();
-  if (!o) r.fail("rope_scaling", "must be an object or null");
-  Reader rs(*o, "config.json rope_scaling");
+  const char* key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  if (!r.has(key)) return s;
+  const auto* o = r.at(key).if_object();
+  if (!o) r.fail(key, "must be an object or null");
+  Reader rs(*o, std::string("config.json ") + key);
   const std::string type = rs.has("rope_type") ? rs.get<std::string>("rope_type") : rs.get_or<std::string>("type", "default");
   s.factor = rs.get_or<double>("factor", 1.0);
   if (type == "default") {
@@ -81,7 +84,7 @@ RopeScaling parse_rope_scaling(const Reader& r) {
     s.high_freq_factor = rs.get<double>("high_freq_factor");
     s.original_max_position_embeddings = rs.get<std::int64_t>("original_max_position_embeddings");
   } else {
-    r.fail("rope_scaling", "has rope_type '" + type + "' (supported: default, linear, llama3)");
+    r.fail(key, "has rope_type '" + type + "' (supported: default, linear, llama3)");
   }
   return s;
 }
@@ -115,6 +118,10 @@ ModelConfig ModelConfig::parse(const std::string& text, const std::string& sourc
   c.rms_norm_eps = r.get_or<double>("rms_norm_eps", 1e-6);
   c.rope_theta = r.get_or<double>("rope_theta", 10000.0);
   c.rope_scaling = parse_rope_scaling(r);
+  if (r.has("rope_parameters")) {
+    const auto* rp = r.at("rope_parameters").if_object();
+    if (rp && rp->contains("rope_theta")) c.rope_theta = Reader(*rp, source).get<double>("rope_theta");
+  }
   c.tie_word_embeddings = r.get_or<bool>("tie_word_embeddings", false);
   const bool attention_bias = r.get_or<bool>("attention_bias", false);
   c.qkv_bias = c.model_type == "qwen2" || attention_bias;

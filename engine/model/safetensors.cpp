@@ -144,7 +144,8 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir) {
   if (std::filesystem::exists(index_path)) {
     std::set<std::string> unique;
     try {
-      for (const auto& [name, file] : read_json_file(index_path).at("weight_map").as_object())
+      const json::value index = read_json_file(index_path);
+      for (const auto& [name, file] : index.at("weight_map").as_object())
         unique.insert(std::string(file.as_string()));
     } catch (const std::exception& e) {
       fail(index_path, std::string("bad index: ") + e.what());
