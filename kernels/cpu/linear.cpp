@@ -34,41 +34,68 @@ inline float dot_impl(const float* x, std::int64_t n, Load load) {
   return hsum(_mm256_add_ps(a0, a1));
 }
 
+// Loads 8 weights of row r at element k, widened to fp32.
+struct RowLoader {
+  const std::uint8_t* base;
+  std::size_t row_bytes;
+  DType dtype;
+  __m256 operator()(std::int64_t r, std::int64_t k) const {
+    const std::uint8_t* row = base + static_cast<std::size_t>(r) * row_bytes;
+    if (dtype == DType::f32) return load8(reinterpret_cast<const float*>(row) + k);
+    return load8(reinterpret_cast<const std::uint16_t*>(row) + k, dtype);
+  }
+};
+
+float tail(const float* x, const void* row, DType dt, std::int64_t from, std::int64_t n, float s) {
+  for (std::int64_t k = from; k < n; ++k) s += x[k] * load_as_f32(row, dt, static_cast<std::size_t>(k));
+  return s;
+}
+
+// Four weight rows against one x: x is loaded once per step and the four rows' FMA chains overlap. Each
+// row keeps exactly dot()'s accumulators and order, so results are bit-identical to four dot() calls.
+void dot4(const float* x, const RowLoader& w, std::int64_t r, std::int64_t n, float* out) {
+  const std::int64_t body = n & ~std::int64_t{15};
+  __m256 a[4][2];
+  for (auto& row : a) row[0] = row[1] = _mm256_setzero_ps();
+  for (std::int64_t k = 0; k < body; k += 16) {
+    const __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
+    for (int i = 0; i < 4; ++i) {
+      a[i][0] = _mm256_fmadd_ps(x0, w(r + i, k), a[i][0]);
+      a[i][1] = _mm256_fmadd_ps(x1, w(r + i, k + 8), a[i][1]);
+    }
+  }
+  for (int i = 0; i < 4; ++i)
+    out[i] = tail(x, w.base + static_cast<std::size_t>(r + i) * w.row_bytes, w.dtype, body, n,
+                  hsum(_mm256_add_ps(a[i][0], a[i][1])));
+}
+
 }  // namespace
 
 float dot(const float* x, WeightRef w, std::int64_t n) {
   const std::int64_t body = n & ~std::int64_t{15};
-  float s;
-  if (w.dtype == DType::f32) {
-    const auto* p = static_cast<const float*>(w.data);
-    s = dot_impl(x, body, [p](std::int64_t k) { return load8(p + k); });
-  } else {
-    const auto* p = static_cast<const std::uint16_t*>(w.data);
-    const DType t = w.dtype;
-    s = dot_impl(x, body, [p, t](std::int64_t k) { return load8(p + k, t); });
-  }
-  for (std::int64_t k = body; k < n; ++k) s += x[k] * load_as_f32(w.data, w.dtype, static_cast<std::size_t>(k));
-  return s;
+  const RowLoader load{static_cast<const std::uint8_t*>(w.data), 0, w.dtype};
+  const float s = dot_impl(x, body, [&](std::int64_t k) { return load(0, k); });
+  return tail(x, w.data, w.dtype, body, n, s);
 }
 
 void linear(ThreadPool& pool, const float* x, std::int64_t rows, std::int64_t in, WeightRef w, std::int64_t out,
             WeightRef bias, float* y) {
-  const std::size_t row_bytes = static_cast<std::size_t>(in) * dtype_size(w.dtype);
+  const RowLoader load{static_cast<const std::uint8_t*>(w.data), static_cast<std::size_t>(in) * dtype_size(w.dtype),
+                       w.dtype};
   // Output features are split across threads; within a thread, a tile of weight rows stays in cache while
   // every input row passes over it.
-  constexpr std::int64_t kTile = 8;
+  constexpr std::int64_t kTile = 16;
   pool.parallel_for(out, 16, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t n0 = begin; n0 < end; n0 += kTile) {
       const std::int64_t n1 = std::min(end, n0 + kTile);
       for (std::int64_t t = 0; t < rows; ++t) {
         const float* xt = x + t * in;
         float* yt = y + t * out;
-        for (std::int64_t n = n0; n < n1; ++n) {
-          const WeightRef row{static_cast<const std::uint8_t*>(w.data) + n * row_bytes, w.dtype};
-          float s = dot(xt, row, in);
-          if (bias.data) s += load_as_f32(bias.data, bias.dtype, static_cast<std::size_t>(n));
-          yt[n] = s;
-        }
+        std::int64_t n = n0;
+        for (; n + 4 <= n1; n += 4) dot4(xt, load, n, in, yt + n);
+        for (; n < n1; ++n) yt[n] = dot(xt, {load.base + static_cast<std::size_t>(n) * load.row_bytes, w.dtype}, in);
+        if (bias.data)
+          for (std::int64_t j = n0; j < n1; ++j) yt[j] += load_as_f32(bias.data, bias.dtype, static_cast<std::size_t>(j));
       }
     }
   });
