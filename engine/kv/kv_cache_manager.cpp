@@ -119,6 +119,32 @@ void KvCacheManager::reset_prefix_cache() {
   events_->publish(KvEvent::Type::cleared);
 }
 
+KvSnapshot KvCacheManager::snapshot() const {
+  // Depth of each cached block in its chain of cached ancestors, so parents sort first.
+  std::vector<std::int32_t> depth(static_cast<std::size_t>(pool_.num_blocks()), -1);
+  std::vector<BlockId> path;
+  const std::vector<BlockId> blocks = cache_.cached_blocks();
+  for (const BlockId start : blocks) {
+    BlockId b = start;
+    while (b != kNoBlock && depth[static_cast<std::size_t>(b)] < 0) {  // walk up to a known depth
+      path.push_back(b);
+      b = cache_.find(cache_.parent_of(b));
+    }
+    std::int32_t d = b == kNoBlock ? -1 : depth[static_cast<std::size_t>(b)];
+    for (auto it = path.rbegin(); it != path.rend(); ++it) depth[static_cast<std::size_t>(*it)] = ++d;
+    path.clear();
+  }
+  std::vector<BlockId> order = blocks;
+  std::stable_sort(order.begin(), order.end(), [&](BlockId a, BlockId b) {
+    return depth[static_cast<std::size_t>(a)] < depth[static_cast<std::size_t>(b)];
+  });
+  KvSnapshot snap;
+  snap.seq = events_->last_seq();
+  snap.blocks.reserve(order.size());
+  for (const BlockId b : order) snap.blocks.push_back({cache_.hash_of(b), cache_.parent_of(b)});
+  return snap;
+}
+
 KvCacheStats KvCacheManager::stats() const {
   KvCacheStats s;
   s.num_blocks = pool_.num_blocks();

@@ -190,3 +190,26 @@ TEST_CASE("reset_prefix_cache forgets every block and publishes cleared") {
   CHECK(kv.pool().free_list() == Ids{2, 1, 0, 3});
   CHECK(integrity(kv, {}) == "");
 }
+
+TEST_CASE("a snapshot lists every cached block, parents before children, as of the last event") {
+  KvCacheManager kv(config(4));
+  Sequence a = make_seq(1, iota_tokens(8));
+  REQUIRE(kv.allocate(a, 8));
+  compute_all(kv, a);
+  kv.free(a);
+  Sequence c = make_seq(2, iota_tokens(12, 100));
+  REQUIRE(kv.allocate(c, 12));
+  REQUIRE(c.block_table == Ids{2, 3, 1});  // the last block reuses a lower id than its parents
+  compute_all(kv, c);
+  const Hashes ha = block_hashes(kRoot, a.tokens, 4), hc = block_hashes(kRoot, c.tokens, 4);
+  const KvSnapshot snap = kv.snapshot();
+  CHECK(snap.seq == 3);  // stored a, removed ha[1], stored c
+  REQUIRE(snap.blocks.size() == 4);
+  CHECK(snap.blocks[0].hash == ha[0]);  // depth 0, block 0
+  CHECK(snap.blocks[1].hash == hc[0]);  // depth 0, block 2
+  CHECK(snap.blocks[1].parent == kRoot);
+  CHECK(snap.blocks[2].hash == hc[1]);  // block 3
+  CHECK(snap.blocks[3].hash == hc[2]);  // block 1
+  CHECK(snap.blocks[3].parent == hc[1]);
+  CHECK(integrity(kv, {&c}) == "");
+}

@@ -44,6 +44,17 @@ struct KvCacheStats {
   std::uint64_t evicted_blocks = 0;       // cached blocks reused for other content
 };
 
+// Everything the prefix cache holds, as of event `seq`: what a router that fell behind the event
+// ring gets after a `cleared` event, before the live events from seq + 1 on.
+struct KvSnapshot {
+  std::uint64_t seq = 0;
+  struct Entry {
+    BlockHash hash;
+    BlockHash parent;  // the root for a first block
+  };
+  std::vector<Entry> blocks;  // a parent that is cached comes before its children
+};
+
 class KvCacheManager {
  public:
   explicit KvCacheManager(const KvCacheConfig& config);
@@ -70,6 +81,7 @@ class KvCacheManager {
   void reset_prefix_cache();
 
   KvCacheStats stats() const;
+  KvSnapshot snapshot() const;
   const BlockPool& pool() const { return pool_; }
   const PrefixCache& cache() const { return cache_; }
   // For tests that forge cache states (collisions); keep the pool consistent.
