@@ -4,11 +4,11 @@
 // (max_tokens), finish() for the sequences that are done and add() of new requests, so the batch
 // stays at 256 running with an occasional 64-token prefill (48 of them shared: prefix hits).
 // Goal: under 50 us per step. Arg: 1 = prefix caching on, 0 = off.
+#include "kvfleet/scheduler.h"
+
 #include <benchmark/benchmark.h>
 
 #include <vector>
-
-#include "kvfleet/scheduler.h"
 
 namespace {
 
@@ -87,7 +87,9 @@ void BM_scheduler_step(benchmark::State& state) {
   state.counters["waiting"] = s.num_waiting;
   state.counters["kv_usage"] = s.kv.usage;
   state.counters["preemptions"] = static_cast<double>(s.num_preemptions);
-  state.counters["hit_ratio"] = s.kv.prefix_query_tokens ? static_cast<double>(s.kv.prefix_hit_tokens) / static_cast<double>(s.kv.prefix_query_tokens) : 0.0;
+  state.counters["hit_ratio"] = s.kv.prefix_query_tokens ? static_cast<double>(s.kv.prefix_hit_tokens) /
+                                                               static_cast<double>(s.kv.prefix_query_tokens)
+                                                         : 0.0;
 }
 BENCHMARK(BM_scheduler_step)->Arg(1)->Arg(0)->Unit(benchmark::kMicrosecond);
 

@@ -56,7 +56,9 @@ std::string BlockPool::check_integrity() const {
     prev = b;
   }
   if (prev != tail_) return "free list: tail does not match the last node";
-  if (count != num_free_) return "free count " + std::to_string(num_free_) + " but list length " + std::to_string(count);
+  if (count != num_free_) {
+    return "free count " + std::to_string(num_free_) + " but list length " + std::to_string(count);
+  }
   std::int32_t zero = 0;
   for (const Node& n : nodes_) {
     if (n.ref_count < 0) return "negative refcount";

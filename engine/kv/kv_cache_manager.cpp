@@ -31,7 +31,8 @@ std::vector<BlockId> KvCacheManager::find_cached_prefix(Sequence& seq) const {
 }
 
 std::int32_t KvCacheManager::num_free_among(std::span<const BlockId> blocks) const {
-  return static_cast<std::int32_t>(std::count_if(blocks.begin(), blocks.end(), [&](BlockId b) { return pool_.is_free(b); }));
+  return static_cast<std::int32_t>(
+      std::count_if(blocks.begin(), blocks.end(), [&](BlockId b) { return pool_.is_free(b); }));
 }
 
 bool KvCacheManager::can_allocate(const Sequence& seq, std::int32_t num_new_tokens,
@@ -80,7 +81,8 @@ BlockId KvCacheManager::take_free_block(std::vector<BlockHash>& evicted) {
 
 void KvCacheManager::commit(Sequence& seq) {
   if (!prefix_caching_) return;
-  const std::int32_t full = std::min(seq.num_computed_tokens / block_size_, static_cast<std::int32_t>(seq.block_table.size()));
+  const std::int32_t full =
+      std::min(seq.num_computed_tokens / block_size_, static_cast<std::int32_t>(seq.block_table.size()));
   if (full <= seq.num_cached_blocks) return;
   extend_hashes(seq, static_cast<std::size_t>(full));
   const auto bs = static_cast<std::size_t>(block_size_);
@@ -106,7 +108,9 @@ void KvCacheManager::commit(Sequence& seq) {
 }
 
 void KvCacheManager::free(Sequence& seq) {
-  for (auto it = seq.block_table.rbegin(); it != seq.block_table.rend(); ++it) pool_.release(*it, cache_.is_cached(*it));
+  for (auto it = seq.block_table.rbegin(); it != seq.block_table.rend(); ++it) {
+    pool_.release(*it, cache_.is_cached(*it));
+  }
   seq.block_table.clear();
   seq.num_cached_blocks = 0;
 }

@@ -32,7 +32,8 @@ std::string check_sequence(const Sequence& seq, const PrefixCache& cache, std::i
   for (std::int32_t i = 0; i < seq.num_cached_blocks; ++i) {
     const BlockId b = seq.block_table[static_cast<std::size_t>(i)];
     if (!cache.is_cached(b)) continue;  // private duplicate, or the cache was reset
-    if (static_cast<std::size_t>(i) >= seq.block_hashes.size() || cache.hash_of(b) != seq.block_hashes[static_cast<std::size_t>(i)]) {
+    if (static_cast<std::size_t>(i) >= seq.block_hashes.size() ||
+        cache.hash_of(b) != seq.block_hashes[static_cast<std::size_t>(i)]) {
       return who + block_str(b) + " is cached under another hash";
     }
     const auto want = std::span<const TokenId>(seq.tokens).subspan(static_cast<std::size_t>(i) * bs, bs);
@@ -61,7 +62,8 @@ std::string KvCacheManager::check_integrity(std::span<const Sequence* const> liv
   for (BlockId b = 0; b < pool_.num_blocks(); ++b) {
     const std::int32_t want = refs[static_cast<std::size_t>(b)];
     if (pool_.ref_count(b) != want) {
-      return block_str(b) + ": refcount " + std::to_string(pool_.ref_count(b)) + " but " + std::to_string(want) + " tables hold it";
+      return block_str(b) + ": refcount " + std::to_string(pool_.ref_count(b)) + " but " + std::to_string(want) +
+             " tables hold it";
     }
   }
   return {};

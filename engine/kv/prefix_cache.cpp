@@ -22,8 +22,7 @@ std::vector<BlockId> PrefixCache::match(std::span<const TokenId> tokens) const {
   return match(hashes, tokens, hashes.size());
 }
 
-std::vector<BlockId> PrefixCache::match(std::span<const BlockHash> hashes,
-                                        std::span<const TokenId> tokens,
+std::vector<BlockId> PrefixCache::match(std::span<const BlockHash> hashes, std::span<const TokenId> tokens,
                                         std::size_t max_blocks) const {
   std::vector<BlockId> out;
   const auto bs = static_cast<std::size_t>(block_size_);
@@ -38,8 +37,7 @@ std::vector<BlockId> PrefixCache::match(std::span<const BlockHash> hashes,
   return out;
 }
 
-bool PrefixCache::insert(BlockHash hash, BlockHash parent, BlockId block,
-                         std::span<const TokenId> tokens) {
+bool PrefixCache::insert(BlockHash hash, BlockHash parent, BlockId block, std::span<const TokenId> tokens) {
   if (tokens.size() != static_cast<std::size_t>(block_size_)) {
     throw std::invalid_argument("PrefixCache::insert: only full blocks are cached");
   }

@@ -5,8 +5,7 @@
 
 namespace kvfleet {
 
-Scheduler::Scheduler(const SchedulerConfig& config, const KvCacheConfig& kv_config)
-    : config_(config), kv_(kv_config) {
+Scheduler::Scheduler(const SchedulerConfig& config, const KvCacheConfig& kv_config) : config_(config), kv_(kv_config) {
   if (config.max_num_seqs <= 0 || config.max_num_batched_tokens <= 0) {
     throw std::invalid_argument("Scheduler: max_num_seqs and max_num_batched_tokens must be positive");
   }
@@ -118,7 +117,8 @@ Sequence* Scheduler::pick_victim() const {
 
 void Scheduler::preempt(Sequence* victim, std::int32_t& budget, SchedulerOutput& out) {
   // A victim already scheduled this step leaves the batch and gives its tokens back.
-  const auto it = std::find_if(out.chunks.begin(), out.chunks.end(), [&](const ScheduledChunk& c) { return c.seq_ == victim; });
+  const auto it =
+      std::find_if(out.chunks.begin(), out.chunks.end(), [&](const ScheduledChunk& c) { return c.seq_ == victim; });
   if (it != out.chunks.end()) {
     budget += static_cast<std::int32_t>(it->tokens.size());
     out.chunks.erase(it);
@@ -155,7 +155,9 @@ void Scheduler::update(const SchedulerOutput& out, std::span<const TokenId> samp
   if (out.step != step_ || applied_step_ == step_) {
     throw std::logic_error("Scheduler::update: not the latest schedule() output, or applied already");
   }
-  if (sampled.size() != out.num_samples()) throw std::invalid_argument("Scheduler::update: one sampled token per sampling chunk");
+  if (sampled.size() != out.num_samples()) {
+    throw std::invalid_argument("Scheduler::update: one sampled token per sampling chunk");
+  }
   applied_step_ = step_;
   std::size_t k = 0;
   for (const ScheduledChunk& c : out.chunks) {
@@ -191,15 +193,16 @@ const Sequence* Scheduler::get(SeqId id) const {
 }
 
 std::size_t SchedulerOutput::num_samples() const {
-  return static_cast<std::size_t>(std::count_if(chunks.begin(), chunks.end(), [](const ScheduledChunk& c) { return c.sample; }));
+  return static_cast<std::size_t>(
+      std::count_if(chunks.begin(), chunks.end(), [](const ScheduledChunk& c) { return c.sample; }));
 }
 
 ForwardBatch SchedulerOutput::to_forward_batch() const {
   ForwardBatch batch;
   batch.chunks.reserve(chunks.size());
   for (const ScheduledChunk& c : chunks) {
-    batch.chunks.push_back(SeqChunk{c.tokens, c.start_pos, c.block_table,
-                                    c.sample ? SeqChunk::Logits::last : SeqChunk::Logits::none});
+    batch.chunks.push_back(
+        SeqChunk{c.tokens, c.start_pos, c.block_table, c.sample ? SeqChunk::Logits::last : SeqChunk::Logits::none});
   }
   return batch;
 }
@@ -216,14 +219,20 @@ SchedulerStats Scheduler::stats() const {
 
 std::string Scheduler::check_integrity() const {
   if (running_.size() + waiting_.size() != seqs_.size()) return "queues do not hold every live sequence exactly once";
-  if (running_.size() > static_cast<std::size_t>(config_.max_num_seqs)) return "more running sequences than max_num_seqs";
+  if (running_.size() > static_cast<std::size_t>(config_.max_num_seqs)) {
+    return "more running sequences than max_num_seqs";
+  }
   for (const Sequence* s : running_) {
-    if (s->status != SeqStatus::running) return "sequence " + std::to_string(s->id) + " in running_ is " + to_string(s->status);
+    if (s->status != SeqStatus::running) {
+      return "sequence " + std::to_string(s->id) + " in running_ is " + to_string(s->status);
+    }
   }
   for (std::size_t i = 0; i < waiting_.size(); ++i) {
     const Sequence* s = waiting_[i];
     const std::string who = "waiting sequence " + std::to_string(s->id);
-    if (s->status != SeqStatus::waiting && s->status != SeqStatus::preempted) return who + " is " + to_string(s->status);
+    if (s->status != SeqStatus::waiting && s->status != SeqStatus::preempted) {
+      return who + " is " + to_string(s->status);
+    }
     if (!s->block_table.empty() || s->num_computed_tokens != 0) return who + " holds blocks or computed tokens";
     if (i > 0 && before(*s, *waiting_[i - 1])) return who + " is out of order";
   }

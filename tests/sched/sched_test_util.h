@@ -28,7 +28,9 @@ class FakeRunner {
   std::vector<TokenId> forward(const ForwardBatch& batch) {
     std::vector<TokenId> sampled;
     for (const SeqChunk& c : batch.chunks) {
-      for (std::size_t j = 0; j < c.tokens.size(); ++j) slot(c.block_table, c.start_pos + static_cast<std::int32_t>(j)) = c.tokens[j];
+      for (std::size_t j = 0; j < c.tokens.size(); ++j) {
+        slot(c.block_table, c.start_pos + static_cast<std::int32_t>(j)) = c.tokens[j];
+      }
     }
     for (const SeqChunk& c : batch.chunks) {
       if (c.logits == SeqChunk::Logits::none) continue;

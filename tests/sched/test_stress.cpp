@@ -42,8 +42,8 @@ struct RunResult {
 };
 
 // The engine loop: arrivals, step, stop checks (max_tokens), random aborts when abort_per_mille > 0.
-RunResult run(const std::vector<Request>& reqs, const SchedulerConfig& sc, const KvCacheConfig& kc,
-              std::mt19937& rng, unsigned abort_per_mille) {
+RunResult run(const std::vector<Request>& reqs, const SchedulerConfig& sc, const KvCacheConfig& kc, std::mt19937& rng,
+              unsigned abort_per_mille) {
   Harness h(sc, kc);
   std::map<SeqId, std::size_t> live;
   RunResult result;

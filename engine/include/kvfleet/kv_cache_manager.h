@@ -36,9 +36,9 @@ struct KvCacheConfig {
 
 struct KvCacheStats {
   std::int32_t num_blocks = 0;
-  std::int32_t num_free_blocks = 0;     // free, cached or not: all can be handed out
-  std::int32_t num_cached_blocks = 0;   // blocks the prefix cache maps, free or in use
-  double usage = 0.0;                   // 1 - free / total
+  std::int32_t num_free_blocks = 0;       // free, cached or not: all can be handed out
+  std::int32_t num_cached_blocks = 0;     // blocks the prefix cache maps, free or in use
+  double usage = 0.0;                     // 1 - free / total
   std::uint64_t prefix_query_tokens = 0;  // tokens of admitted sequences looked up
   std::uint64_t prefix_hit_tokens = 0;    // of those, found in the cache
   std::uint64_t evicted_blocks = 0;       // cached blocks reused for other content
@@ -71,7 +71,8 @@ class KvCacheManager {
   // its length in tokens. Returns false and changes nothing when too few blocks are free.
   bool allocate(Sequence& seq, std::int32_t num_new_tokens, std::span<const BlockId> cached_prefix = {});
   // Whether allocate(seq, num_new_tokens, cached_prefix) would succeed.
-  bool can_allocate(const Sequence& seq, std::int32_t num_new_tokens, std::span<const BlockId> cached_prefix = {}) const;
+  bool can_allocate(const Sequence& seq, std::int32_t num_new_tokens,
+                    std::span<const BlockId> cached_prefix = {}) const;
 
   // Puts seq's full, computed blocks into the prefix cache (call after num_computed_tokens grew).
   void commit(Sequence& seq);

@@ -60,7 +60,7 @@ class KvEventRing {
   const BlockHash root_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  std::deque<KvEvent> ring_;  // guarded by mu_
+  std::deque<KvEvent> ring_;    // guarded by mu_
   std::uint64_t last_seq_ = 0;  // guarded by mu_
 };
 

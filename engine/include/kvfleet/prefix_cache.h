@@ -62,7 +62,7 @@ class PrefixCache {
   std::vector<BlockHash> hash_;    // per block, valid when cached_
   std::vector<BlockHash> parent_;  // per block, valid when cached_
   std::vector<std::uint8_t> cached_;
-  std::vector<TokenId> tokens_;    // num_blocks * block_size: the collision guard
+  std::vector<TokenId> tokens_;  // num_blocks * block_size: the collision guard
 };
 
 }  // namespace kvfleet
