@@ -63,7 +63,7 @@ struct Workload {
     sched.update(out, sampled_);
     done_.clear();
     for (const ScheduledChunk& c : out.chunks) {
-      if (c.sample && sched.get(c.id)->num_output_tokens() >= max_tokens_[c.id]) done_.push_back(c.id);
+      if (c.sample && c.sequence().num_output_tokens() >= max_tokens_[c.id]) done_.push_back(c.id);
     }
     for (const SeqId id : done_) {
       sched.finish(id, FinishReason::length);

@@ -50,6 +50,7 @@ TEST_CASE("the output converts to the runner's ForwardBatch with spans into the 
   CHECK(fb.chunks[0].logits == SeqChunk::Logits::last);
   CHECK(fb.chunks[1].logits == SeqChunk::Logits::none);
   CHECK(fb.chunks[0].tokens.data() == h.sched.get(1)->tokens.data());
+  CHECK(&out.chunks[1].sequence() == h.sched.get(2));
 
   CHECK_THROWS_AS(h.sched.update(out, std::vector<TokenId>{}), std::invalid_argument);
   h.sched.update(out, std::vector<TokenId>{42});

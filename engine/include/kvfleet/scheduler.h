@@ -52,6 +52,9 @@ struct ScheduledChunk {
   std::span<const BlockId> block_table;  // the sequence's whole table
   bool sample = false;                   // reaches the end of the known tokens: logits, one token
 
+  // The sequence itself (sampling_id, outputs so far for penalties and stop checks), read-only.
+  const Sequence& sequence() const { return *seq_; }
+
  private:
   friend class Scheduler;
   Sequence* seq_ = nullptr;
@@ -96,7 +99,7 @@ class Scheduler {
   // nullptr once finished.
   const Sequence* get(SeqId id) const;
   bool has_unfinished() const { return !seqs_.empty(); }
-  std::span<Sequence* const> running() const { return running_; }
+  std::span<const Sequence* const> running() const { return running_; }
   const std::deque<Sequence*>& waiting() const { return waiting_; }
   SchedulerStats stats() const;
   KvCacheManager& kv() { return kv_; }
