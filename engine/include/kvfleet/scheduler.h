@@ -84,7 +84,9 @@ class Scheduler {
   Scheduler(const SchedulerConfig& config, const KvCacheConfig& kv_config);
 
   // Queues a request; returns its id (ids count up from 1 in arrival order). Throws
-  // std::invalid_argument for an empty prompt or one that could never be scheduled.
+  // std::invalid_argument for an empty prompt or one that could never be scheduled. The engine
+  // caps max_tokens so that prompt + outputs fit the whole cache (num_blocks * block_size tokens):
+  // a sequence that outgrows it is preempted and can never be admitted again.
   SeqId add(SequenceParams params);
 
   SchedulerOutput schedule();
