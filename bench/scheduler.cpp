@@ -56,8 +56,8 @@ struct Workload {
   }
 
   void step() {
-    const SchedulerOutput out = sched.schedule();
-    const ForwardBatch batch = out.to_forward_batch();
+    sched.schedule(out);
+    out.to_forward_batch(batch);
     benchmark::DoNotOptimize(batch.chunks.data());
     sampled_.assign(out.num_samples(), static_cast<TokenId>(out.step % 32000));
     sched.update(out, sampled_);
@@ -72,6 +72,8 @@ struct Workload {
   }
 
   Scheduler sched;
+  SchedulerOutput out;
+  ForwardBatch batch;
   std::vector<int> max_tokens_;
   std::vector<TokenId> sampled_;
   std::vector<SeqId> done_;

@@ -69,6 +69,8 @@ struct SchedulerOutput {
   bool empty() const { return chunks.empty(); }
   std::size_t num_samples() const;
   ForwardBatch to_forward_batch() const;
+  // Same, into `batch`, reusing its memory (the engine's hot path).
+  void to_forward_batch(ForwardBatch& batch) const;
 };
 
 struct SchedulerStats {
@@ -90,6 +92,8 @@ class Scheduler {
   SeqId add(SequenceParams params);
 
   SchedulerOutput schedule();
+  // Same, into `out` (cleared first), reusing its memory step after step.
+  void schedule(SchedulerOutput& out);
   // `sampled` holds one token per chunk with `sample` set, in chunk order. Sequences finished or
   // aborted since `out` was made are skipped.
   void update(const SchedulerOutput& out, std::span<const TokenId> sampled);
