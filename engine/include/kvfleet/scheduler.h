@@ -44,7 +44,8 @@ struct SchedulerConfig {
 };
 
 // One sequence's share of a step. The spans point into the scheduler's sequences and stay valid
-// until the next call of update(), finish(), abort() or schedule().
+// until the next call of update(), finish(), abort() or schedule(); sequence() until the next
+// schedule() (a sequence finished in between stays readable until then).
 struct ScheduledChunk {
   SeqId id = 0;
   std::int32_t start_pos = 0;
