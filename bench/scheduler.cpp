@@ -56,14 +56,14 @@ struct Workload {
   }
 
   void step() {
-    const SchedulerOutput out = sched.schedule();
-    const ForwardBatch batch = out.to_forward_batch();
+    sched.schedule(out);
+    out.to_forward_batch(batch);
     benchmark::DoNotOptimize(batch.chunks.data());
     sampled_.assign(out.num_samples(), static_cast<TokenId>(out.step % 32000));
     sched.update(out, sampled_);
     done_.clear();
     for (const ScheduledChunk& c : out.chunks) {
-      if (c.sample && sched.get(c.id)->num_output_tokens() >= max_tokens_[c.id]) done_.push_back(c.id);
+      if (c.sample && c.sequence().num_output_tokens() >= max_tokens_[c.id]) done_.push_back(c.id);
     }
     for (const SeqId id : done_) {
       sched.finish(id, FinishReason::length);
@@ -72,6 +72,8 @@ struct Workload {
   }
 
   Scheduler sched;
+  SchedulerOutput out;
+  ForwardBatch batch;
   std::vector<int> max_tokens_;
   std::vector<TokenId> sampled_;
   std::vector<SeqId> done_;

@@ -48,8 +48,16 @@ void Scheduler::insert_waiting(Sequence* seq) {
 }
 
 SchedulerOutput Scheduler::schedule() {
-  retired_.clear();  // the previous output is consumed by now
   SchedulerOutput out;
+  schedule(out);
+  return out;
+}
+
+void Scheduler::schedule(SchedulerOutput& out) {
+  retired_.clear();  // the previous output is consumed by now
+  out.chunks.clear();
+  out.preempted.clear();
+  out.num_batched_tokens = 0;
   out.step = ++step_;
   out.chunks.reserve(running_.size() + 8);
   std::int32_t budget = config_.max_num_batched_tokens;
@@ -82,7 +90,6 @@ SchedulerOutput Scheduler::schedule() {
     c.block_table = seq.block_table;
     out.num_batched_tokens += static_cast<std::int32_t>(c.tokens.size());
   }
-  return out;
 }
 
 // Records the chunk's position and size; schedule() points the spans at the sequence at the end,
@@ -199,12 +206,17 @@ std::size_t SchedulerOutput::num_samples() const {
 
 ForwardBatch SchedulerOutput::to_forward_batch() const {
   ForwardBatch batch;
+  to_forward_batch(batch);
+  return batch;
+}
+
+void SchedulerOutput::to_forward_batch(ForwardBatch& batch) const {
+  batch.chunks.clear();
   batch.chunks.reserve(chunks.size());
   for (const ScheduledChunk& c : chunks) {
     batch.chunks.push_back(
         SeqChunk{c.tokens, c.start_pos, c.block_table, c.sample ? SeqChunk::Logits::last : SeqChunk::Logits::none});
   }
-  return batch;
 }
 
 SchedulerStats Scheduler::stats() const {

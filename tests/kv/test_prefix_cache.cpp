@@ -1,23 +1,18 @@
 #include <doctest/doctest.h>
 
-#include <numeric>
 #include <stdexcept>
 #include <vector>
 
+#include "kv_test_util.h"
 #include "kvfleet/prefix_cache.h"
 
 using namespace kvfleet;
+using kvfleet::test::iota_tokens;
 using Ids = std::vector<BlockId>;
 using Tokens = std::vector<TokenId>;
 
 namespace {
 constexpr std::int32_t kB = 4;
-
-Tokens iota_tokens(int n, TokenId first = 0) {
-  Tokens t(static_cast<std::size_t>(n));
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
 
 std::span<const TokenId> block(const Tokens& t, std::size_t i) { return std::span(t).subspan(i * kB, kB); }
 }  // namespace

@@ -8,15 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "../kv/kv_test_util.h"  // iota_tokens
 #include "kvfleet/scheduler.h"
 
 namespace kvfleet::test {
-
-inline std::vector<TokenId> iota_tokens(int n, TokenId first = 0) {
-  std::vector<TokenId> t(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) t[static_cast<std::size_t>(i)] = first + i;
-  return t;
-}
 
 class FakeRunner {
  public:

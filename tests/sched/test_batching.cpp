@@ -50,6 +50,7 @@ TEST_CASE("the output converts to the runner's ForwardBatch with spans into the 
   CHECK(fb.chunks[0].logits == SeqChunk::Logits::last);
   CHECK(fb.chunks[1].logits == SeqChunk::Logits::none);
   CHECK(fb.chunks[0].tokens.data() == h.sched.get(1)->tokens.data());
+  CHECK(&out.chunks[1].sequence() == h.sched.get(2));
 
   CHECK_THROWS_AS(h.sched.update(out, std::vector<TokenId>{}), std::invalid_argument);
   h.sched.update(out, std::vector<TokenId>{42});
@@ -58,9 +59,16 @@ TEST_CASE("the output converts to the runner's ForwardBatch with spans into the 
   CHECK(h.sched.get(2)->num_computed_tokens == 4);
   CHECK(h.sched.get(2)->num_output_tokens() == 0);
   CHECK_THROWS_AS(h.sched.update(out, std::vector<TokenId>{42}), std::logic_error);  // not the latest output
-  const SchedulerOutput next = h.sched.schedule();
+  SchedulerOutput next;
+  next.preempted.push_back(99);  // stale content: schedule(out) starts from a clean slate
+  h.sched.schedule(next);
   CHECK_THROWS_AS(h.sched.update(out, std::vector<TokenId>{42}), std::logic_error);
   CHECK(describe(next) == "1:6+1* 2:4+3*");
+  CHECK(next.num_batched_tokens == 4);
+  ForwardBatch reused = out.to_forward_batch();
+  next.to_forward_batch(reused);
+  CHECK(reused.chunks.size() == 2);
+  CHECK(reused.num_tokens() == 4);
 }
 
 TEST_CASE("without chunked prefill a prompt that does not fit waits, and so does everyone behind it") {

@@ -44,13 +44,17 @@ struct SchedulerConfig {
 };
 
 // One sequence's share of a step. The spans point into the scheduler's sequences and stay valid
-// until the next call of update(), finish(), abort() or schedule().
+// until the next call of update(), finish(), abort() or schedule(); sequence() until the next
+// schedule() (a sequence finished in between stays readable until then).
 struct ScheduledChunk {
   SeqId id = 0;
   std::int32_t start_pos = 0;
   std::span<const TokenId> tokens;       // positions [start_pos, start_pos + tokens.size())
   std::span<const BlockId> block_table;  // the sequence's whole table
   bool sample = false;                   // reaches the end of the known tokens: logits, one token
+
+  // The sequence itself (sampling_id, outputs so far for penalties and stop checks), read-only.
+  const Sequence& sequence() const { return *seq_; }
 
  private:
   friend class Scheduler;
@@ -66,6 +70,8 @@ struct SchedulerOutput {
   bool empty() const { return chunks.empty(); }
   std::size_t num_samples() const;
   ForwardBatch to_forward_batch() const;
+  // Same, into `batch`, reusing its memory (the engine's hot path).
+  void to_forward_batch(ForwardBatch& batch) const;
 };
 
 struct SchedulerStats {
@@ -81,10 +87,14 @@ class Scheduler {
   Scheduler(const SchedulerConfig& config, const KvCacheConfig& kv_config);
 
   // Queues a request; returns its id (ids count up from 1 in arrival order). Throws
-  // std::invalid_argument for an empty prompt or one that could never be scheduled.
+  // std::invalid_argument for an empty prompt or one that could never be scheduled. The engine
+  // caps max_tokens so that prompt + outputs fit the whole cache (num_blocks * block_size tokens):
+  // a sequence that outgrows it is preempted and can never be admitted again.
   SeqId add(SequenceParams params);
 
   SchedulerOutput schedule();
+  // Same, into `out` (cleared first), reusing its memory step after step.
+  void schedule(SchedulerOutput& out);
   // `sampled` holds one token per chunk with `sample` set, in chunk order. Sequences finished or
   // aborted since `out` was made are skipped.
   void update(const SchedulerOutput& out, std::span<const TokenId> sampled);
@@ -96,7 +106,7 @@ class Scheduler {
   // nullptr once finished.
   const Sequence* get(SeqId id) const;
   bool has_unfinished() const { return !seqs_.empty(); }
-  std::span<Sequence* const> running() const { return running_; }
+  std::span<const Sequence* const> running() const { return running_; }
   const std::deque<Sequence*>& waiting() const { return waiting_; }
   SchedulerStats stats() const;
   KvCacheManager& kv() { return kv_; }
