@@ -168,7 +168,9 @@ void Engine::loop() {
       rules.stop_token_ids = s.request.stop_token_ids;
       rules.stop_strings = s.request.stop;
       rules.max_tokens = s.request.max_tokens;
-      rules.max_model_len = max_model_len_;
+      // A sequence can never outgrow the whole cache (it would be preempted forever): treat the cache's
+      // capacity as a context limit too.
+      rules.max_model_len = std::min<std::int64_t>(max_model_len_, std::int64_t{config_.num_blocks} * config_.block_size);
       const SeqId seq = sched.add(std::move(p));
       m.seq_of[s.id] = seq;
       m.active.emplace(seq, Active{s.id, std::move(s.request), std::move(s.callback), StopChecker(std::move(rules), m.tokenizer), false, 0});

@@ -210,3 +210,17 @@ TEST_CASE("stop conditions: eos, stop token ids, max_tokens, context length, bad
   bad.sampling.top_p = 2.0f;
   CHECK_THROWS_AS(engine.submit(bad, nullptr), std::invalid_argument);
 }
+
+TEST_CASE("a sequence stops with reason length when it would outgrow the whole KV cache") {
+  Fixture f;
+  Engine engine(f.model, config(4, 64, true));  // 64 tokens of cache
+  GenerationRequest r;
+  r.prompt = std::vector<TokenId>(20, 3);
+  r.max_tokens = 500;
+  r.ignore_eos = true;
+  test::Collector col;
+  engine.submit(r, col.callback(0));
+  engine.wait_idle();
+  CHECK(col.results()[0].tokens.size() == 44);
+  CHECK(col.results()[0].reason == FinishReason::length);
+}
