@@ -27,6 +27,7 @@ struct Active {
   StopChecker stops;
   bool admitted = false;
   std::int32_t cached_tokens = 0;
+  std::vector<float> pending_logits;  // raw logits of the token being sampled, when logprobs are wanted
 };
 
 void emit_final(Active& a, FinishReason reason, std::string stop_string = {}, std::string error = {}) {
@@ -173,7 +174,8 @@ void Engine::loop() {
       rules.max_model_len = std::min<std::int64_t>(max_model_len_, std::int64_t{config_.num_blocks} * config_.block_size);
       const SeqId seq = sched.add(std::move(p));
       m.seq_of[s.id] = seq;
-      m.active.emplace(seq, Active{s.id, std::move(s.request), std::move(s.callback), StopChecker(std::move(rules), m.tokenizer), false, 0});
+      m.active.emplace(seq, Active{s.id, std::move(s.request), std::move(s.callback),
+                                   StopChecker(std::move(rules), m.tokenizer), false, 0, {}});
     }
     for (RequestId id : aborts) {
       auto it = m.seq_of.find(id);
@@ -222,7 +224,9 @@ void Engine::step() {
     const auto end = c.start_pos + static_cast<std::int32_t>(c.tokens.size());
     prompt_tokens += static_cast<std::uint64_t>(std::max(0, std::min(end, seq->num_prompt_tokens) - c.start_pos));
     if (!c.sample) continue;
-    const std::span<const float> row_logits(logits.data() + row++ * vocab, vocab);
+    std::span<float> row_logits(logits.data() + row++ * vocab, vocab);
+    if (a.request.logprobs >= 0) a.pending_logits.assign(row_logits.begin(), row_logits.end());
+    if (a.request.penalties.active()) apply_penalties(row_logits, a.request.penalties, seq->prompt(), seq->outputs());
     sampled.push_back(sample(row_logits, a.request.sampling, static_cast<std::uint64_t>(seq->num_output_tokens())));
   }
   sched.update(out, sampled);
@@ -242,6 +246,11 @@ void Engine::step() {
     o.stop_string = r.stop_string;
     o.num_prompt_tokens = seq->num_prompt_tokens;
     o.num_cached_tokens = a.cached_tokens;
+    if (a.request.logprobs >= 0) {
+      RequestOutput::Logprobs lp;
+      lp.top = top_logprobs(a.pending_logits, token, a.request.logprobs, &lp.logprob);
+      o.logprobs.push_back(std::move(lp));
+    }
     if (a.callback) a.callback(o);
     if (o.finished) {
       count_finished(r.reason);

@@ -47,6 +47,8 @@ struct GenerationRequest {
   std::vector<TokenId> stop_token_ids;
   std::vector<std::string> stop;  // stop strings; need a tokenizer (Engine::set_tokenizer)
   std::int32_t priority = 0;
+  Penalties penalties;
+  std::int32_t logprobs = -1;  // >= 0: report each token's logprob and this many top alternatives
 };
 
 using RequestId = std::uint64_t;
@@ -61,6 +63,12 @@ struct RequestOutput {
   std::int32_t num_prompt_tokens = 0;
   std::int32_t num_cached_tokens = 0;  // prompt tokens found in the prefix cache at admission
   std::string error;                 // set when the request failed (finished with aborted)
+  // With GenerationRequest::logprobs >= 0: one entry per new token.
+  struct Logprobs {
+    float logprob = 0.0f;
+    std::vector<TokenLogprob> top;
+  };
+  std::vector<Logprobs> logprobs;
 };
 
 using OutputCallback = std::function<void(const RequestOutput&)>;
