@@ -153,6 +153,12 @@ Value do_float(const Value& v, const CallArgs& a) {
   return dflt;
 }
 
+Value do_default(const Value& v, const CallArgs& a) {
+  const Value* d = a.get(0, "default_value");
+  bool use = v.is_undefined() || (flag(a, 1, "boolean", false) && !v.truthy());
+  return use ? (d ? *d : Value("")) : v;
+}
+
 Value do_tojson(const Value& v, const CallArgs& a) {
   JsonOptions o;
   o.ensure_ascii = flag(a, 0, "ensure_ascii", false);
@@ -191,11 +197,8 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
       {"tojson", do_tojson},
       {"length", [](const Value& v, const CallArgs&) { return Value(py_len(v)); }},
       {"count", [](const Value& v, const CallArgs&) { return Value(py_len(v)); }},
-      {"default", [](const Value& v, const CallArgs& a) {
-         const Value* d = a.get(0, "default_value");
-         bool use = v.is_undefined() || (flag(a, 1, "boolean", false) && !v.truthy());
-         return use ? (d ? *d : Value("")) : v;
-       }},
+      {"default", do_default},
+      {"d", do_default},
       {"upper", [](const Value& v, const CallArgs&) { return Value(py_upper(v.str())); }},
       {"lower", [](const Value& v, const CallArgs&) { return Value(py_lower(v.str())); }},
       {"capitalize", [](const Value& v, const CallArgs&) { return Value(py_capitalize(v.str())); }},
