@@ -1,5 +1,6 @@
 // Arithmetic, comparison, attribute/item access and slicing with Python semantics.
 #include <cmath>
+#include <cstdio>
 
 #include "engine/core/chat_template/builtins.h"
 #include "engine/core/chat_template/text.h"
@@ -63,11 +64,55 @@ Value repeat(const Value& seq, std::int64_t n) {
   return Value::list(std::move(out), seq.as_list().is_tuple);
 }
 
+// Python's printf-style `fmt % args` for %s %r %d %i %f %x %% with flags, width and precision.
+Value percent_format(const std::string& fmt, const Value& args) {
+  std::vector<Value> items = args.is_list() && args.as_list().is_tuple ? args.as_list().items : std::vector<Value>{args};
+  size_t next = 0;
+  std::string out;
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    if (fmt[i] != '%') {
+      out.push_back(fmt[i]);
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < fmt.size() && std::string_view("-+ #0").find(fmt[j]) != std::string_view::npos) ++j;
+    while (j < fmt.size() && (std::isdigit(static_cast<unsigned char>(fmt[j])) || fmt[j] == '.')) ++j;
+    if (j >= fmt.size()) throw TemplateError("incomplete format");
+    const char conv = fmt[j];
+    std::string spec = fmt.substr(i, j - i);
+    i = j;
+    if (conv == '%') {
+      out.push_back('%');
+      continue;
+    }
+    if (next >= items.size()) throw TemplateError("not enough arguments for format string");
+    const Value& v = items[next++];
+    char buf[512];
+    if (conv == 's' || conv == 'r') {
+      std::string text = conv == 's' ? v.str() : v.repr();
+      std::snprintf(buf, sizeof buf, (spec + "s").c_str(), text.c_str());
+    } else if (conv == 'd' || conv == 'i' || conv == 'x' || conv == 'X') {
+      if (!v.is_number()) throw TemplateError("%" + std::string(1, conv) + " format: a real number is required, not " + v.type_name());
+      long long n = v.is_float() ? static_cast<long long>(v.as_double()) : static_cast<long long>(v.as_int());
+      std::snprintf(buf, sizeof buf, (spec + "ll" + (conv == 'i' ? 'd' : conv)).c_str(), n);
+    } else if (conv == 'f' || conv == 'F' || conv == 'e' || conv == 'g') {
+      if (!v.is_number()) throw TemplateError("must be real number, not " + v.type_name());
+      std::snprintf(buf, sizeof buf, (spec + conv).c_str(), v.as_double());
+    } else {
+      throw TemplateError("unsupported format character '" + std::string(1, conv) + "'");
+    }
+    out += buf;
+  }
+  if (next < items.size()) throw TemplateError("not all arguments converted during string formatting");
+  return Value(std::move(out));
+}
+
 }  // namespace
 
 Value binary_op(std::string_view op, const Value& a, const Value& b) {
   if (op == "~") return Value(a.str() + b.str());
   if (a.is_undefined()) throw_undefined(a);
+  if (op == "%" && a.is_string()) return percent_format(a.as_string(), b);
   if (b.is_undefined()) throw_undefined(b);
   if (a.is_number() && b.is_number()) return arithmetic(op, a, b);
   if (op == "+") {
@@ -86,7 +131,6 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
     if ((a.is_string() || a.is_list()) && (b.is_int() || b.is_bool())) return repeat(a, b.as_int());
     if ((b.is_string() || b.is_list()) && (a.is_int() || a.is_bool())) return repeat(b, a.as_int());
   }
-  if (op == "%" && a.is_string()) throw TemplateError("unsupported printf-style string formatting with '%'");
   type_error(op, a, b);
 }
 

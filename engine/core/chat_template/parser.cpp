@@ -71,9 +71,10 @@ Body StmtParser::parse_body(std::initializer_list<std::string_view> ends, std::s
       if (tag == end) return body;
     body.push_back(parse_statement(piece));
   }
-  if (ends.size() != 0) {
-    throw TemplateError("missing {% " + std::string(*(ends.end() - 1)) + " %} for the '" + std::string(opener) +
-                        "' tag at end of template");
+  for (auto end : ends) {
+    if (end.rfind("end", 0) == 0)
+      throw TemplateError("missing {% " + std::string(end) + " %} for the '" + std::string(opener) +
+                          "' tag at end of template");
   }
   return body;
 }
