@@ -122,6 +122,8 @@ TEST_CASE("errors name the construct and the line") {
                        "cannot assign attribute on non-namespace object 'x' at line 2", TemplateError);
   CHECK_THROWS_WITH_AS(render("{{ 1 + 'a' }}"), "unsupported operand type(s) for +: 'int' and 'str' at line 1",
                        TemplateError);
+  CHECK_THROWS_WITH_AS(render("{% macro f(x) %}{{ f(x) }}{% endmacro %}{{ f(1) }}"),
+                       "maximum recursion depth exceeded in macro 'f' at line 1", TemplateError);
   // raise_exception's message reaches the caller untouched
   CHECK_THROWS_WITH_AS(render("{% for i in [1] %}{{ raise_exception('bad ' ~ i) }}{% endfor %}"), "bad 1", TemplateError);
 }

@@ -23,7 +23,10 @@ const char* kTools = R"([
    "parameters": {"type": "object", "properties": {
       "city": {"type": "string", "description": "City name, e.g. Zürich"},
       "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-      "days": {"type": "integer", "minimum": 1, "maximum": 7.5}},
+      "days": {"type": "integer", "minimum": 1, "maximum": 7.5, "description": "  Forecast days  "},
+      "fields": {"type": "array", "items": {"type": "string"}, "description": "Which fields"},
+      "extra": {"type": "object", "additionalProperties": {"type": "number"}, "description": "Extras"},
+      "when": {"type": ["string", "integer"], "description": "ISO date or day offset"}},
     "required": ["city"]}}},
   {"type": "function", "function": {"name": "noop", "description": "Does nothing.", "parameters": {"type": "object", "properties": {}}}}
 ])";
@@ -113,10 +116,12 @@ std::vector<Model> load_models() {
   } else {
     FAIL_CHECK("missing fixture " << llama2.string() << ": run scripts/setup");
   }
-  for (const char* fixture : {"llama2_chat", "mistral_tools", "llama3_1_tools"}) {
+  for (const char* fixture : {"llama2_chat", "mistral_tools", "llama3_1_tools", "qwen2_5_tools", "hermes_tools"}) {
     std::string src = read_file(kSourceDir / "tests/chat_template/fixtures" / (std::string(fixture) + ".jinja"));
-    bool llama3 = std::string(fixture) == "llama3_1_tools";
-    std::string b = llama3 ? "<|begin_of_text|>" : bos, e = llama3 ? "<|eot_id|>" : eos;
+    // Each fixture gets its model family's tokens (Qwen has no bos token).
+    std::string name = fixture, b = bos, e = eos;
+    if (name == "llama3_1_tools") b = "<|begin_of_text|>", e = "<|eot_id|>";
+    if (name == "qwen2_5_tools" || name == "hermes_tools") b = "", e = "<|im_end|>";
     models.push_back({fixture, std::make_unique<ChatTemplate>(ChatTemplate::from_string(src, b, e)), b, e});
   }
   return models;
@@ -127,7 +132,7 @@ std::vector<Model> load_models() {
 TEST_CASE("real chat templates render byte for byte like transformers' jinja2") {
   if (!reference_available()) return;
   std::vector<Model> models = load_models();
-  REQUIRE(models.size() == 7);  // 4 npm configs + llama2, mistral and llama3.1-tools fixtures
+  REQUIRE(models.size() == 9);  // 4 npm configs + 5 fixtures (llama2, mistral, llama3.1, qwen2.5, hermes)
   std::vector<RefCase> cases;
   std::vector<const ChatTemplate*> templates;
   for (const auto& m : models) {

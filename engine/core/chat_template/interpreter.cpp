@@ -68,6 +68,10 @@ class Interpreter {
   Value define_macro(const Stmt& s, const Frame& f);
   Value eval_inner(const Expr& e, const Frame& f);
   CallArgs eval_args(const Expr& e, const Frame& f);
+
+  // Bounds macro recursion (a template bug, or a hostile template) well inside the thread's stack.
+  static constexpr int kMaxMacroDepth = 100;
+  int macro_depth_ = 0;
 };
 
 Flow Interpreter::exec_stmt(const Stmt& s, Frame& f, std::string& out) {
@@ -180,8 +184,17 @@ Value Interpreter::define_macro(const Stmt& s, const Frame& f) {
       for (const auto& p : s.params) known = known || p.first == k;
       if (!known) throw TemplateError("macro '" + s.text + "' takes no keyword argument '" + k + "'");
     }
+    if (macro_depth_ >= kMaxMacroDepth)
+      throw TemplateError("maximum recursion depth exceeded in macro '" + s.text + "'");
+    ++macro_depth_;
     std::string out;
-    exec(s.body, local, out);
+    try {
+      exec(s.body, local, out);
+    } catch (...) {
+      --macro_depth_;
+      throw;
+    }
+    --macro_depth_;
     return Value(std::move(out));
   });
 }
