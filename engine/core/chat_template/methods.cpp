@@ -143,6 +143,7 @@ Value string_method(const std::string& s, const std::string& name) {
         size_t pos = s.find(sub);
         return Value(pos == std::string::npos ? std::int64_t{-1} : static_cast<std::int64_t>(utf8_length(s.substr(0, pos))));
       }
+      if (sub.empty()) return Value(static_cast<std::int64_t>(utf8_length(s) + 1));  // Python counts the gaps
       return Value(static_cast<std::int64_t>(py_split(s, &sub, -1).size() - 1));
     };
   } else if (name == "removeprefix" || name == "removesuffix") {

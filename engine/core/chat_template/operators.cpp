@@ -53,6 +53,10 @@ Value arithmetic(std::string_view op, const Value& a, const Value& b) {
 }
 
 Value repeat(const Value& seq, std::int64_t n) {
+  // A bound against a template (or a number from a request) asking for gigabytes.
+  const size_t unit = seq.is_string() ? seq.as_string().size() : seq.as_list().items.size();
+  if (n > 0 && unit > 0 && static_cast<std::uint64_t>(n) > (std::uint64_t{1} << 26) / unit)
+    throw TemplateError("repetition result too large");
   if (seq.is_string()) {
     std::string out;
     for (std::int64_t i = 0; i < n; ++i) out += seq.as_string();

@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include "kvfleet/chat_template.h"
+
 namespace kvfleet::jinja {
 
 std::vector<char32_t> utf8_decode(std::string_view s) {
@@ -150,6 +152,7 @@ std::string py_replace(std::string_view s, std::string_view old, std::string_vie
 std::vector<std::string> py_split(std::string_view s, const std::string* sep, std::int64_t maxsplit) {
   std::vector<std::string> out;
   if (sep) {
+    if (sep->empty()) throw TemplateError("empty separator");
     size_t pos = 0;
     while (maxsplit < 0 || static_cast<std::int64_t>(out.size()) < maxsplit) {
       size_t hit = s.find(*sep, pos);

@@ -219,6 +219,7 @@ bool operator==(const Value& a, const Value& b) {
   if (a.is_undefined() || a.is_none()) return true;
   if (a.is_string()) return a.as_string() == b.as_string();
   if (a.is_list()) {
+    if (a.as_list().is_tuple != b.as_list().is_tuple) return false;  // Python: [1] != (1,)
     const auto &x = a.as_list().items, &y = b.as_list().items;
     if (x.size() != y.size()) return false;
     for (size_t i = 0; i < x.size(); ++i)
