@@ -68,6 +68,10 @@ class Interpreter {
   Value define_macro(const Stmt& s, const Frame& f);
   Value eval_inner(const Expr& e, const Frame& f);
   CallArgs eval_args(const Expr& e, const Frame& f);
+  Value eval_call(const Expr& e, const Frame& f);
+  Value eval_binary(const Expr& e, const Frame& f);
+  Value eval_compare(const Expr& e, const Frame& f);
+  Value eval_dict(const Expr& e, const Frame& f);
 
   // Bounds macro recursion (a template bug, or a hostile template) well inside the thread's stack.
   static constexpr int kMaxMacroDepth = 100;
@@ -199,6 +203,40 @@ Value Interpreter::define_macro(const Stmt& s, const Frame& f) {
   });
 }
 
+Value Interpreter::eval_call(const Expr& e, const Frame& f) {
+  Value callee = eval(*e.a, f);
+  if (callee.is_undefined()) throw_undefined(callee);
+  if (!callee.is_callable()) throw TemplateError("'" + callee.type_name() + "' object is not callable");
+  return callee.as_callable().fn(eval_args(e, f));
+}
+
+Value Interpreter::eval_binary(const Expr& e, const Frame& f) {
+  Value a = eval(*e.a, f);
+  if (e.name == "and") return a.truthy() ? eval(*e.b, f) : a;  // Python: the deciding operand itself
+  if (e.name == "or") return a.truthy() ? a : eval(*e.b, f);
+  return binary_op(e.name, a, eval(*e.b, f));
+}
+
+Value Interpreter::eval_compare(const Expr& e, const Frame& f) {
+  Value left = eval(*e.a, f);
+  for (size_t i = 0; i < e.ops.size(); ++i) {  // a < b < c is a < b and b < c
+    Value right = eval(*e.args[i], f);
+    if (!compare_op(e.ops[i], left, right)) return Value(false);
+    left = std::move(right);
+  }
+  return Value(true);
+}
+
+Value Interpreter::eval_dict(const Expr& e, const Frame& f) {
+  Value d = Value::dict();
+  for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
+    Value key = eval(*e.args[i], f);
+    if (!key.is_string()) throw TemplateError("unsupported dict key of type '" + key.type_name() + "'");
+    d.as_dict().set(key.as_string(), eval(*e.args[i + 1], f));
+  }
+  return d;
+}
+
 CallArgs Interpreter::eval_args(const Expr& e, const Frame& f) {
   CallArgs a;
   a.args.reserve(e.args.size());
@@ -219,12 +257,7 @@ Value Interpreter::eval_inner(const Expr& e, const Frame& f) {
     case K::Attr: return get_attr(eval(*e.a, f), e.name);
     case K::Item: return get_item(eval(*e.a, f), eval(*e.b, f));
     case K::Slice: return slice(eval(*e.a, f), opt(e.b), opt(e.c), opt(e.d));
-    case K::Call: {
-      Value callee = eval(*e.a, f);
-      if (callee.is_undefined()) throw_undefined(callee);
-      if (!callee.is_callable()) throw TemplateError("'" + callee.type_name() + "' object is not callable");
-      return callee.as_callable().fn(eval_args(e, f));
-    }
+    case K::Call: return eval_call(e, f);
     case K::Filter: {
       Value v = eval(*e.a, f);
       return apply_filter(e.name, v, eval_args(e, f));
@@ -240,21 +273,8 @@ Value Interpreter::eval_inner(const Expr& e, const Frame& f) {
       return v;
     }
     case K::Not: return Value(!eval(*e.a, f).truthy());
-    case K::Binary: {
-      Value a = eval(*e.a, f);
-      if (e.name == "and") return a.truthy() ? eval(*e.b, f) : a;
-      if (e.name == "or") return a.truthy() ? a : eval(*e.b, f);
-      return binary_op(e.name, a, eval(*e.b, f));
-    }
-    case K::Compare: {
-      Value left = eval(*e.a, f);
-      for (size_t i = 0; i < e.ops.size(); ++i) {
-        Value right = eval(*e.args[i], f);
-        if (!compare_op(e.ops[i], left, right)) return Value(false);
-        left = std::move(right);
-      }
-      return Value(true);
-    }
+    case K::Binary: return eval_binary(e, f);
+    case K::Compare: return eval_compare(e, f);
     case K::Cond: return eval(*e.a, f).truthy() ? eval(*e.b, f) : opt(e.c);
     case K::ListLit:
     case K::TupleLit: {
@@ -263,15 +283,7 @@ Value Interpreter::eval_inner(const Expr& e, const Frame& f) {
       for (const auto& x : e.args) items.push_back(eval(*x, f));
       return Value::list(std::move(items), e.kind == K::TupleLit);
     }
-    case K::DictLit: {
-      Value d = Value::dict();
-      for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
-        Value key = eval(*e.args[i], f);
-        if (!key.is_string()) throw TemplateError("unsupported dict key of type '" + key.type_name() + "'");
-        d.as_dict().set(key.as_string(), eval(*e.args[i + 1], f));
-      }
-      return d;
-    }
+    case K::DictLit: return eval_dict(e, f);
   }
   throw TemplateError("unknown expression");
 }

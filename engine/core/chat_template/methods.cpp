@@ -1,5 +1,7 @@
 // Bound methods of str and dict that templates call (message.content.strip(), tool.get('x')).
 // The sandbox transformers uses forbids mutating methods (list.append, dict.update), so none exist here.
+#include <map>
+
 #include "engine/core/chat_template/builtins.h"
 #include "engine/core/chat_template/text.h"
 #include "kvfleet/chat_template.h"
@@ -86,131 +88,144 @@ std::string py_format(const std::string& fmt, const CallArgs& a) {
   return out;
 }
 
-Value string_method(const std::string& s, const std::string& name) {
-  using F = std::function<Value(const CallArgs&)>;
-  F f;
-  if (name == "strip" || name == "lstrip" || name == "rstrip") {
-    bool left = name != "rstrip", right = name != "lstrip";
-    f = [s, left, right](const CallArgs& a) { return Value(py_strip(s, opt_string(a, 0, "chars"), left, right)); };
-  } else if (name == "startswith" || name == "endswith") {
-    bool prefix = name == "startswith";
-    f = [s, prefix](const CallArgs& a) {
-      const Value* arg = a.get(0, "prefix");
-      if (!arg) throw TemplateError("startswith/endswith needs an argument");
-      return Value(affix_match(s, *arg, prefix));
-    };
-  } else if (name == "split" || name == "rsplit") {
-    bool rsplit = name == "rsplit";
-    f = [s, rsplit](const CallArgs& a) {
-      const std::string* sep = opt_string(a, 0, "sep");
-      std::int64_t maxsplit = opt_int(a, 1, "maxsplit", -1);
-      if (rsplit && maxsplit >= 0) throw TemplateError("unsupported rsplit with maxsplit");
-      return string_list(py_split(s, sep, maxsplit));
-    };
-  } else if (name == "upper") {
-    f = [s](const CallArgs&) { return Value(py_upper(s)); };
-  } else if (name == "lower") {
-    f = [s](const CallArgs&) { return Value(py_lower(s)); };
-  } else if (name == "title") {
-    f = [s](const CallArgs&) { return Value(py_title(s)); };
-  } else if (name == "capitalize") {
-    f = [s](const CallArgs&) { return Value(py_capitalize(s)); };
-  } else if (name == "replace") {
-    f = [s](const CallArgs& a) {
-      return Value(py_replace(s, req_string(a, 0, "old"), req_string(a, 1, "new"), opt_int(a, 2, "count", -1)));
-    };
-  } else if (name == "format") {
-    f = [s](const CallArgs& a) { return Value(py_format(s, a)); };
-  } else if (name == "join") {
-    f = [s](const CallArgs& a) {
-      const Value* seq = a.get(0, "iterable");
-      if (!seq) throw TemplateError("join needs an argument");
-      std::string out;
-      bool first = true;
-      for (const auto& v : seq->iterate()) {
-        if (!v.is_string()) throw TemplateError("sequence item: expected str instance, " + v.type_name() + " found");
-        if (!first) out += s;
-        out += v.as_string();
-        first = false;
-      }
-      return Value(std::move(out));
-    };
-  } else if (name == "find" || name == "count") {
-    bool find = name == "find";
-    f = [s, find](const CallArgs& a) {
-      const std::string& sub = req_string(a, 0, "sub");
-      if (find) {
-        size_t pos = s.find(sub);
-        return Value(pos == std::string::npos ? std::int64_t{-1} : static_cast<std::int64_t>(utf8_length(s.substr(0, pos))));
-      }
-      if (sub.empty()) return Value(static_cast<std::int64_t>(utf8_length(s) + 1));  // Python counts the gaps
-      return Value(static_cast<std::int64_t>(py_split(s, &sub, -1).size() - 1));
-    };
-  } else if (name == "removeprefix" || name == "removesuffix") {
-    bool prefix = name == "removeprefix";
-    f = [s, prefix](const CallArgs& a) {
-      const std::string& x = req_string(a, 0, prefix ? "prefix" : "suffix");
-      if (!affix_match(s, Value(x), prefix)) return Value(s);
-      return Value(prefix ? s.substr(x.size()) : s.substr(0, s.size() - x.size()));
-    };
-  } else if (name == "isdigit" || name == "isspace") {
-    bool digit = name == "isdigit";
-    f = [s, digit](const CallArgs&) {
-      auto cps = utf8_decode(s);
-      if (cps.empty()) return Value(false);
-      for (char32_t c : cps)
-        if (digit ? !(c >= '0' && c <= '9') : !py_isspace(c)) return Value(false);
-      return Value(true);
-    };
-  } else {
-    return {};
-  }
-  return Value::function(name, std::move(f));
+// A method is a plain function of (self, args); get_method binds self into a callable Value.
+using Method = Value (*)(const Value& self, const CallArgs& a);
+
+template <bool Left, bool Right>
+Value str_strip(const Value& self, const CallArgs& a) {
+  return Value(py_strip(self.as_string(), opt_string(a, 0, "chars"), Left, Right));
 }
 
-Value dict_method(const Value& obj, const std::string& name) {
-  std::shared_ptr<Dict> d = std::get<std::shared_ptr<Dict>>(obj.storage());
-  using F = std::function<Value(const CallArgs&)>;
-  F f;
-  if (name == "items") {
-    f = [d](const CallArgs&) {
-      std::vector<Value> out;
-      for (const auto& [k, v] : d->items) out.push_back(Value::list({Value(k), v}, true));
-      return Value::list(std::move(out));
-    };
-  } else if (name == "keys") {
-    f = [d](const CallArgs&) {
-      std::vector<Value> out;
-      for (const auto& kv : d->items) out.emplace_back(kv.first);
-      return Value::list(std::move(out));
-    };
-  } else if (name == "values") {
-    f = [d](const CallArgs&) {
-      std::vector<Value> out;
-      for (const auto& kv : d->items) out.push_back(kv.second);
-      return Value::list(std::move(out));
-    };
-  } else if (name == "get") {
-    f = [d](const CallArgs& a) {
-      const Value* key = a.get(0, "key");
-      if (!key) throw TemplateError("get needs a key");
-      if (key->is_string())
-        if (const Value* v = d->find(key->as_string())) return *v;
-      const Value* dflt = a.get(1, "default");
-      return dflt ? *dflt : Value(None{});
-    };
-  } else {
-    return {};
+template <bool Prefix>
+Value str_affix(const Value& self, const CallArgs& a) {
+  const Value* arg = a.get(0, Prefix ? "prefix" : "suffix");
+  if (!arg) throw TemplateError("startswith/endswith needs an argument");
+  return Value(affix_match(self.as_string(), *arg, Prefix));
+}
+
+template <bool Reverse>
+Value str_split(const Value& self, const CallArgs& a) {
+  const std::string* sep = opt_string(a, 0, "sep");
+  std::int64_t maxsplit = opt_int(a, 1, "maxsplit", -1);
+  if (Reverse && maxsplit >= 0) throw TemplateError("unsupported rsplit with maxsplit");
+  return string_list(py_split(self.as_string(), sep, maxsplit));
+}
+
+template <std::string (*F)(std::string_view)>
+Value str_map(const Value& self, const CallArgs&) {
+  return Value(F(self.as_string()));
+}
+
+Value str_replace(const Value& self, const CallArgs& a) {
+  return Value(py_replace(self.as_string(), req_string(a, 0, "old"), req_string(a, 1, "new"), opt_int(a, 2, "count", -1)));
+}
+
+Value str_format(const Value& self, const CallArgs& a) { return Value(py_format(self.as_string(), a)); }
+
+Value str_join(const Value& self, const CallArgs& a) {
+  const Value* seq = a.get(0, "iterable");
+  if (!seq) throw TemplateError("join needs an argument");
+  std::string out;
+  bool first = true;
+  for (const auto& v : seq->iterate()) {
+    if (!v.is_string()) throw TemplateError("sequence item: expected str instance, " + v.type_name() + " found");
+    if (!first) out += self.as_string();
+    out += v.as_string();
+    first = false;
   }
-  return Value::function(name, std::move(f));
+  return Value(std::move(out));
+}
+
+Value str_find(const Value& self, const CallArgs& a) {
+  const std::string& s = self.as_string();
+  size_t pos = s.find(req_string(a, 0, "sub"));
+  return Value(pos == std::string::npos ? std::int64_t{-1} : static_cast<std::int64_t>(utf8_length(s.substr(0, pos))));
+}
+
+Value str_count(const Value& self, const CallArgs& a) {
+  const std::string& s = self.as_string();
+  const std::string& sub = req_string(a, 0, "sub");
+  if (sub.empty()) return Value(static_cast<std::int64_t>(utf8_length(s) + 1));  // Python counts the gaps
+  return Value(static_cast<std::int64_t>(py_split(s, &sub, -1).size() - 1));
+}
+
+template <bool Prefix>
+Value str_remove_affix(const Value& self, const CallArgs& a) {
+  const std::string& s = self.as_string();
+  const std::string& x = req_string(a, 0, Prefix ? "prefix" : "suffix");
+  if (!affix_match(s, Value(x), Prefix)) return self;
+  return Value(Prefix ? s.substr(x.size()) : s.substr(0, s.size() - x.size()));
+}
+
+template <bool Digit>
+Value str_is(const Value& self, const CallArgs&) {
+  auto cps = utf8_decode(self.as_string());
+  if (cps.empty()) return Value(false);
+  for (char32_t c : cps)
+    if (Digit ? !(c >= '0' && c <= '9') : !py_isspace(c)) return Value(false);
+  return Value(true);
+}
+
+const std::map<std::string, Method, std::less<>>& string_methods() {
+  static const std::map<std::string, Method, std::less<>> m = {
+      {"strip", str_strip<true, true>},     {"lstrip", str_strip<true, false>},
+      {"rstrip", str_strip<false, true>},   {"startswith", str_affix<true>},
+      {"endswith", str_affix<false>},       {"split", str_split<false>},
+      {"rsplit", str_split<true>},          {"upper", str_map<py_upper>},
+      {"lower", str_map<py_lower>},         {"title", str_map<py_title>},
+      {"capitalize", str_map<py_capitalize>}, {"replace", str_replace},
+      {"format", str_format},               {"join", str_join},
+      {"find", str_find},                   {"count", str_count},
+      {"removeprefix", str_remove_affix<true>}, {"removesuffix", str_remove_affix<false>},
+      {"isdigit", str_is<true>},            {"isspace", str_is<false>},
+  };
+  return m;
+}
+
+Value dict_items(const Value& self, const CallArgs&) {
+  std::vector<Value> out;
+  for (const auto& [k, v] : self.as_dict().items) out.push_back(Value::list({Value(k), v}, true));
+  return Value::list(std::move(out));
+}
+
+Value dict_keys(const Value& self, const CallArgs&) {
+  std::vector<Value> out;
+  for (const auto& kv : self.as_dict().items) out.emplace_back(kv.first);
+  return Value::list(std::move(out));
+}
+
+Value dict_values(const Value& self, const CallArgs&) {
+  std::vector<Value> out;
+  for (const auto& kv : self.as_dict().items) out.push_back(kv.second);
+  return Value::list(std::move(out));
+}
+
+Value dict_get(const Value& self, const CallArgs& a) {
+  const Value* key = a.get(0, "key");
+  if (!key) throw TemplateError("get needs a key");
+  if (key->is_string())
+    if (const Value* v = self.as_dict().find(key->as_string())) return *v;
+  const Value* dflt = a.get(1, "default");
+  return dflt ? *dflt : Value(None{});
+}
+
+const std::map<std::string, Method, std::less<>>& dict_methods() {
+  static const std::map<std::string, Method, std::less<>> m = {
+      {"items", dict_items}, {"keys", dict_keys}, {"values", dict_values}, {"get", dict_get}};
+  return m;
 }
 
 }  // namespace
 
 Value get_method(const Value& obj, const std::string& name) {
-  if (obj.is_string()) return string_method(obj.as_string(), name);
-  if (obj.is_dict() && !obj.as_dict().is_namespace) return dict_method(obj, name);
-  return {};
+  const std::map<std::string, Method, std::less<>>* table = nullptr;
+  if (obj.is_string()) table = &string_methods();
+  if (obj.is_dict() && !obj.as_dict().is_namespace) table = &dict_methods();
+  if (!table) return {};
+  auto it = table->find(name);
+  if (it == table->end()) return {};
+  Method m = it->second;
+  return Value::function(name, [self = obj, m](const CallArgs& a) { return m(self, a); });
 }
 
 }  // namespace kvfleet::jinja
