@@ -13,8 +13,11 @@ namespace kvfleet {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 struct Submission {
   RequestId id;
+  Clock::time_point at;
   GenerationRequest request;
   OutputCallback callback;
 };
@@ -27,6 +30,8 @@ struct Active {
   StopChecker stops;
   bool admitted = false;
   std::int32_t cached_tokens = 0;
+  Clock::time_point submitted;
+  double queue_time_s = 0.0;
   std::vector<float> pending_logits;  // raw logits of the token being sampled, when logprobs are wanted
 };
 
@@ -39,6 +44,7 @@ void emit_final(Active& a, FinishReason reason, std::string stop_string = {}, st
   out.num_prompt_tokens = static_cast<std::int32_t>(a.request.prompt.size());
   out.num_cached_tokens = a.cached_tokens;
   out.error = std::move(error);
+  out.queue_time_s = a.queue_time_s;
   if (a.callback) a.callback(out);
 }
 
@@ -55,6 +61,7 @@ struct Engine::Impl {
   std::condition_variable wake, idle;
   std::vector<Submission> submissions;
   std::vector<RequestId> aborts;
+  std::vector<std::promise<KvSnapshot>> snapshots;
   bool stop = false;
   bool busy = false;
   std::atomic<RequestId> next_id{1};
@@ -119,7 +126,7 @@ RequestId Engine::submit(GenerationRequest r, OutputCallback on_output) {
   const RequestId id = impl_->next_id++;
   {
     std::lock_guard lock(impl_->mu);
-    impl_->submissions.push_back({id, std::move(r), std::move(on_output)});
+    impl_->submissions.push_back({id, Clock::now(), std::move(r), std::move(on_output)});
   }
   impl_->wake.notify_one();
   return id;
@@ -138,6 +145,17 @@ EngineStats Engine::stats() const {
   return impl_->stats;
 }
 
+KvSnapshot Engine::kv_snapshot() {
+  std::future<KvSnapshot> f;
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->snapshots.emplace_back();
+    f = impl_->snapshots.back().get_future();
+  }
+  impl_->wake.notify_one();
+  return f.get();
+}
+
 void Engine::wait_idle() {
   std::unique_lock lock(impl_->mu);
   impl_->idle.wait(lock, [&] { return impl_->submissions.empty() && impl_->aborts.empty() && !impl_->busy; });
@@ -153,8 +171,12 @@ void Engine::loop() {
       std::unique_lock lock(m.mu);
       m.busy = sched.has_unfinished();
       if (!m.busy && m.submissions.empty() && m.aborts.empty()) m.idle.notify_all();
-      m.wake.wait(lock, [&] { return m.stop || !m.submissions.empty() || !m.aborts.empty() || sched.has_unfinished(); });
+      m.wake.wait(lock, [&] {
+        return m.stop || !m.submissions.empty() || !m.aborts.empty() || !m.snapshots.empty() || sched.has_unfinished();
+      });
       if (m.stop) break;
+      for (auto& p : m.snapshots) p.set_value(sched.kv().snapshot());
+      m.snapshots.clear();
       subs.swap(m.submissions);
       aborts.swap(m.aborts);
       m.busy = true;
@@ -175,7 +197,7 @@ void Engine::loop() {
       const SeqId seq = sched.add(std::move(p));
       m.seq_of[s.id] = seq;
       m.active.emplace(seq, Active{s.id, std::move(s.request), std::move(s.callback),
-                                   StopChecker(std::move(rules), m.tokenizer), false, 0, {}});
+                                   StopChecker(std::move(rules), m.tokenizer), false, 0, s.at, 0.0, {}});
     }
     for (RequestId id : aborts) {
       auto it = m.seq_of.find(id);
@@ -219,6 +241,7 @@ void Engine::step() {
     if (!a.admitted) {
       a.admitted = true;
       a.cached_tokens = c.start_pos;
+      a.queue_time_s = std::chrono::duration<double>(Clock::now() - a.submitted).count();
     }
     const Sequence* seq = sched.get(c.id);
     const auto end = c.start_pos + static_cast<std::int32_t>(c.tokens.size());
@@ -246,6 +269,7 @@ void Engine::step() {
     o.stop_string = r.stop_string;
     o.num_prompt_tokens = seq->num_prompt_tokens;
     o.num_cached_tokens = a.cached_tokens;
+    o.queue_time_s = a.queue_time_s;
     if (a.request.logprobs >= 0) {
       RequestOutput::Logprobs lp;
       lp.top = top_logprobs(a.pending_logits, token, a.request.logprobs, &lp.logprob);

@@ -12,6 +12,7 @@
 #include <array>
 #include <atomic>
 #include <condition_variable>
+#include <future>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -63,6 +64,7 @@ struct RequestOutput {
   std::int32_t num_prompt_tokens = 0;
   std::int32_t num_cached_tokens = 0;  // prompt tokens found in the prefix cache at admission
   std::string error;                 // set when the request failed (finished with aborted)
+  double queue_time_s = 0.0;         // from submit() to the first step that computed it
   // With GenerationRequest::logprobs >= 0: one entry per new token.
   struct Logprobs {
     float logprob = 0.0f;
@@ -104,6 +106,9 @@ class Engine {
   std::int64_t max_model_len() const { return max_model_len_; }
   // Blocks until no request is queued or running (tests, the offline tool).
   void wait_idle();
+  // Everything the prefix cache holds, taken on the engine thread (blocks until the next loop turn): what
+  // a KV-event reader that fell behind the ring starts from (Contract 2).
+  KvSnapshot kv_snapshot();
 
  private:
   struct Impl;
