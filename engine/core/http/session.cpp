@@ -42,6 +42,19 @@ void copy_headers(const Headers& from, Message& to) {
   for (const Headers::Field& f : from.fields()) to.insert(f.name, f.value);
 }
 
+// The status to answer a failed request read with; 0: just close (the peer closed or reset, the
+// read timed out and tcp_stream already closed the socket, or the server is stopping).
+int read_error_status(error_code ec) {
+  if (ec == bhttp::error::header_limit) return 431;
+  if (ec == bhttp::error::body_limit) return 413;
+  if (ec == bhttp::error::end_of_stream || ec == beast::error::timeout ||
+      ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
+      ec == asio::error::eof || ec == asio::error::bad_descriptor) {
+    return 0;
+  }
+  return 400;
+}
+
 }  // namespace
 
 // The ResponseWriter of one request; lives on the stack of Session::serve.
@@ -141,7 +154,9 @@ asio::awaitable<void> Session::run() {
     auto [ec, n] = co_await bhttp::async_read(stream_, buffer_, *parser_, tuple_awaitable);
     reading_ = false;
     if (ec) {
-      co_await answer_read_error(ec);
+      // Classified here, before the coroutine call (an error_code argument crashed GCC 12 code).
+      if (int status = read_error_status(ec)) co_await answer_read_error(status, ec.message());
+      stream_.close();
       co_return;
     }
     bool keep_alive = parser_->get().keep_alive();
@@ -207,19 +222,11 @@ void Session::mark_gone() {
   }
 }
 
-asio::awaitable<void> Session::answer_read_error(error_code ec) {
-  if (ec == bhttp::error::header_limit) {
-    if (co_await write_error(431, "request headers are too large")) co_await linger_close();
-  } else if (ec == bhttp::error::body_limit) {
-    if (co_await write_error(413, "request body is too large")) co_await linger_close();
-  } else if (ec == bhttp::error::end_of_stream || ec == beast::error::timeout ||
-             ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
-             ec == asio::error::eof) {
-    // Closed, timed out (tcp_stream has already closed the socket) or the server is stopping.
-  } else {
-    if (co_await write_error(400, "malformed HTTP request: " + ec.message())) co_await linger_close();
-  }
-  stream_.close();
+asio::awaitable<void> Session::answer_read_error(int status, std::string detail) {
+  std::string message = status == 431   ? "request headers are too large"
+                        : status == 413 ? "request body is too large"
+                                        : "malformed HTTP request: " + detail;
+  if (co_await write_error(status, message)) co_await linger_close();
 }
 
 asio::awaitable<bool> Session::write_error(int status, std::string_view message) {

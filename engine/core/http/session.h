@@ -35,7 +35,7 @@ class Session : public std::enable_shared_from_this<Session> {
   using RequestParser = boost::beast::http::request_parser<boost::beast::http::string_body>;
 
   boost::asio::awaitable<bool> serve(const Request& request, bool keep_alive);
-  boost::asio::awaitable<void> answer_read_error(boost::system::error_code ec);
+  boost::asio::awaitable<void> answer_read_error(int status, std::string detail);
   boost::asio::awaitable<void> watch_disconnect(uint64_t generation);
   boost::asio::awaitable<bool> write_error(int status, std::string_view message);
   boost::asio::awaitable<void> linger_close();

@@ -9,6 +9,10 @@
 // with. close() must run on that executor too (from a ResponseWriter::on_disconnect callback of a
 // handler that created the client with `co_await this_coro::executor`, it does); it aborts the
 // pending operation, which then throws operation_aborted.
+//
+// GCC 12 caveat (for every coroutine API here): a braced aggregate temporary inside a co_await
+// expression, e.g. `co_await client.send(Request{...})`, is destroyed twice (heap corruption).
+// Build the Request/Response as a named variable first; function results (json_error(...)) are fine.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
