@@ -173,3 +173,16 @@ TEST_CASE("TTL: expire drops the marks last used before the cutoff, for the chos
   ok(t);
   CHECK(t.stats().nodes == 0);
 }
+
+TEST_CASE("an edge longer than the index's 20-bit offsets continues in a child node") {
+  PrefixTree t;
+  Chain c((1u << 20) + 5);
+  for (std::size_t k = 0; k < c.size(); ++k) c[k] = 1000 + k;
+  t.insert(0, c, 1);
+  CHECK(t.stats().nodes == 2);
+  CHECK(t.stats().blocks == c.size());
+  CHECK(t.match(c).of(0) == c.size());
+  CHECK(t.remove(0, Chain{c[(1u << 20) - 1]}) == 1);  // the last block of the first edge
+  CHECK(t.match(c).of(0) == (1u << 20) - 1);
+  ok(t);
+}
