@@ -138,3 +138,46 @@ TEST_CASE("random operations match a brute-force model, integrity after each") {
   for (const auto& h : held) entries += h.size();
   CHECK(t.stats().entries == entries);
 }
+
+// Everything at once under a tight memory bound: no model, but the invariants must hold after
+// every step, the bound must hold after every insert, and insert_after must equal a full insert.
+TEST_CASE("random mixed operations under a memory bound keep every invariant") {
+  std::mt19937_64 rng(99);
+  PrefixTree t(PrefixTreeConfig{.max_bytes = 20000, .evict_to = 0.8});
+  std::vector<Chain> prompts;
+  Tick now = 0;
+  for (int step = 0; step < 1500; ++step) {
+    now += 1 + rng() % 3;
+    const auto r = static_cast<ReplicaId>(rng() % 6);
+    const int op = static_cast<int>(rng() % 12);
+    const Chain* p = prompts.empty() ? nullptr : &prompts[rng() % prompts.size()];
+    if (op < 5 || p == nullptr) {
+      Chain c;
+      if (p != nullptr && rng() % 2 == 0) c.assign(p->begin(), p->begin() + static_cast<std::ptrdiff_t>(rng() % (p->size() + 1)));
+      for (std::size_t k = 0, n = 1 + rng() % 20; k < n; ++k) c.push_back(rng());
+      t.insert(r, c, now);
+      CHECK(t.bytes() <= 20000);
+      prompts.push_back(std::move(c));
+    } else if (op < 7) {
+      // A stored event continuing p after block k: r must then hold all of p (if p is still there).
+      const std::size_t k = 1 + rng() % p->size();
+      const Chain tail(p->begin() + static_cast<std::ptrdiff_t>(k), p->end());
+      const bool parent_known = t.holders((*p)[k - 1]) != 0;
+      t.insert_after(r, (*p)[k - 1], tail, now);
+      CHECK(t.bytes() <= 20000);
+      if (parent_known && t.match(*p).longest == p->size()) CHECK(t.match(*p).of(r) == p->size());
+    } else if (op < 8) {
+      t.touch(r, *p, now);
+    } else if (op < 10) {
+      t.remove(r, Chain{(*p)[rng() % p->size()]});
+    } else if (op < 11) {
+      t.expire(ReplicaMask{1} << r | ReplicaMask{1} << ((r + 1) % 6), now > 40 ? now - 40 : 0);
+    } else {
+      t.clear_replica(r);
+    }
+    ok(t);
+    const MatchResult m = t.match(prompts[rng() % prompts.size()]);  // p may dangle after push_back
+    for (ReplicaId q = 0; q < 6; ++q) CHECK(m.of(q) <= m.longest);
+  }
+  CHECK(t.stats().nodes > 0);
+}
