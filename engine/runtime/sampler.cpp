@@ -78,4 +78,44 @@ TokenId sample(std::span<const float> logits, const SamplingParams& p, std::uint
   return ids[keep - 1];
 }
 
+void apply_penalties(std::span<float> logits, const Penalties& p, std::span<const TokenId> prompt,
+                     std::span<const TokenId> output) {
+  const auto vocab = static_cast<TokenId>(logits.size());
+  if (p.repetition != 1.0f) {
+    std::vector<bool> seen(logits.size(), false);
+    for (auto ids : {prompt, output})
+      for (TokenId t : ids)
+        if (t >= 0 && t < vocab) seen[static_cast<std::size_t>(t)] = true;
+    for (std::size_t i = 0; i < logits.size(); ++i)
+      if (seen[i]) logits[i] = logits[i] > 0 ? logits[i] / p.repetition : logits[i] * p.repetition;
+  }
+  if (p.frequency != 0.0f || p.presence != 0.0f) {
+    std::vector<std::int32_t> count(logits.size(), 0);
+    for (TokenId t : output)
+      if (t >= 0 && t < vocab) ++count[static_cast<std::size_t>(t)];
+    for (std::size_t i = 0; i < logits.size(); ++i)
+      if (count[i] > 0) logits[i] -= p.frequency * static_cast<float>(count[i]) + p.presence;
+  }
+}
+
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, TokenId chosen, int top, float* chosen_logprob) {
+  const float max_l = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max_l);
+  const double log_z = max_l + std::log(sum);
+  if (chosen_logprob) *chosen_logprob = static_cast<float>(logits[static_cast<std::size_t>(chosen)] - log_z);
+  std::vector<TokenLogprob> out;
+  if (top <= 0) return out;
+  std::vector<TokenId> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  const auto k = std::min<std::size_t>(static_cast<std::size_t>(top), ids.size());
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), [&](TokenId a, TokenId b) {
+    const float la = logits[static_cast<std::size_t>(a)], lb = logits[static_cast<std::size_t>(b)];
+    return la > lb || (la == lb && a < b);
+  });
+  for (std::size_t i = 0; i < k; ++i)
+    out.push_back({ids[i], static_cast<float>(logits[static_cast<std::size_t>(ids[i])] - log_z)});
+  return out;
+}
+
 }  // namespace kvfleet

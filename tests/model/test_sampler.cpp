@@ -73,3 +73,29 @@ TEST_CASE("out-of-range sampling values name the field") {
   p.min_p = 2.0f;
   CHECK_THROWS_AS(p.validate(), std::invalid_argument);
 }
+
+TEST_CASE("penalties: repetition divides positive and multiplies negative logits; presence and frequency subtract") {
+  std::vector<float> logits{2.0f, -2.0f, 1.0f, 1.0f};
+  const std::vector<TokenId> prompt{0}, output{1, 2, 2};
+  Penalties p;
+  p.repetition = 2.0f;
+  apply_penalties(logits, p, prompt, output);
+  CHECK(logits == std::vector<float>{1.0f, -4.0f, 0.5f, 1.0f});
+  logits = {2.0f, -2.0f, 1.0f, 1.0f};
+  p = {};
+  p.presence = 0.5f;
+  p.frequency = 0.25f;
+  apply_penalties(logits, p, prompt, output);  // the prompt does not count for these two
+  CHECK(logits == std::vector<float>{2.0f, -2.75f, 0.0f, 1.0f});
+}
+
+TEST_CASE("logprobs come from the raw logits") {
+  const std::vector<float> logits{std::log(0.5f), std::log(0.25f), std::log(0.25f)};
+  float chosen = 0;
+  const auto top = top_logprobs(logits, 2, 2, &chosen);
+  CHECK(chosen == doctest::Approx(std::log(0.25)));
+  REQUIRE(top.size() == 2);
+  CHECK(top[0].id == 0);
+  CHECK(top[0].logprob == doctest::Approx(std::log(0.5)));
+  CHECK(top[1].id == 1);  // ties go to the lower id
+}
