@@ -208,7 +208,11 @@ void Engine::loop() {
       m.active.erase(it->second);
       m.seq_of.erase(it);
     }
-    if (!sched.has_unfinished()) continue;
+    if (!sched.has_unfinished()) {
+      std::lock_guard lock(m.stats_mu);  // aborts changed the numbers without a step
+      m.stats.scheduler = sched.stats();
+      continue;
+    }
     step();
   }
   // Shutting down: every request still here ends as aborted.
