@@ -21,7 +21,7 @@ http::Response json_response(int status, const json::value& v) { return http::Re
 Replica::Replica(ReplicaConfig config)
     : config_(std::move(config)), model_(Model::load(config_.model)),
       name_(config_.served_model_name.empty() ? model_.name() : config_.served_model_name),
-      tokenizer_(Tokenizer::load(config_.model)) {
+      tokenizer_(Tokenizer::load(config_.model)), metrics_(config_.engine.block_size) {
   const auto tc = std::filesystem::path(config_.model) / "tokenizer_config.json";
   if (std::filesystem::exists(tc)) {
     try {

@@ -12,13 +12,15 @@ void advance(prometheus::Counter& c, std::uint64_t now, std::uint64_t before) {
 
 }  // namespace
 
-ReplicaMetrics::ReplicaMetrics() {
+ReplicaMetrics::ReplicaMetrics(std::int32_t block_size) : block_size_(block_size) {
   auto& r = registry_;
   running_ = &r.gauge("kvfleet_requests_running", "Requests in the running batch");
   waiting_ = &r.gauge("kvfleet_requests_waiting", "Requests waiting to be scheduled (preempted ones included)");
   kv_usage_ = &r.gauge("kvfleet_kv_cache_usage_ratio", "Fraction of KV cache blocks in use (0 to 1)");
   prefix_queries_ = &r.counter("kvfleet_prefix_cache_queries_tokens_total", "Prompt tokens looked up in the prefix cache");
   prefix_hits_ = &r.counter("kvfleet_prefix_cache_hits_tokens_total", "Prompt tokens found in the prefix cache");
+  evicted_tokens_ = &r.counter("kvfleet_prefix_cache_evictions_tokens_total",
+                               "Cached tokens evicted to make room (whole blocks)");
   preemptions_ = &r.counter("kvfleet_preemptions_total", "Sequences preempted (recomputed later)");
   prompt_tokens_ = &r.counter("kvfleet_prompt_tokens_total", "Prompt tokens computed (cache hits excluded)");
   generation_tokens_ = &r.counter("kvfleet_generation_tokens_total", "Tokens generated");
@@ -45,6 +47,8 @@ std::string ReplicaMetrics::render(const EngineStats& s) {
     kv_usage_->Set(s.scheduler.kv.usage);
     advance(*prefix_queries_, s.scheduler.kv.prefix_query_tokens, last_.scheduler.kv.prefix_query_tokens);
     advance(*prefix_hits_, s.scheduler.kv.prefix_hit_tokens, last_.scheduler.kv.prefix_hit_tokens);
+    advance(*evicted_tokens_, s.scheduler.kv.evicted_blocks * static_cast<std::uint64_t>(block_size_),
+            last_.scheduler.kv.evicted_blocks * static_cast<std::uint64_t>(block_size_));
     advance(*preemptions_, s.scheduler.num_preemptions, last_.scheduler.num_preemptions);
     advance(*prompt_tokens_, s.prompt_tokens, last_.prompt_tokens);
     advance(*generation_tokens_, s.generated_tokens, last_.generated_tokens);

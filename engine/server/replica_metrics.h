@@ -13,7 +13,7 @@ namespace kvfleet::server {
 
 class ReplicaMetrics {
  public:
-  ReplicaMetrics();
+  explicit ReplicaMetrics(std::int32_t block_size);
 
   void observe_ttft(double seconds) { ttft_->Observe(seconds); }
   void observe_itl(double seconds) { itl_->Observe(seconds); }
@@ -27,11 +27,12 @@ class ReplicaMetrics {
  private:
   http::MetricsRegistry registry_;
   prometheus::Gauge *running_, *waiting_, *kv_usage_;
-  prometheus::Counter *prefix_queries_, *prefix_hits_, *preemptions_, *prompt_tokens_, *generation_tokens_;
+  prometheus::Counter *prefix_queries_, *prefix_hits_, *evicted_tokens_, *preemptions_, *prompt_tokens_, *generation_tokens_;
   prometheus::Counter* finished_[4] = {};
   prometheus::Histogram *ttft_, *itl_, *e2e_, *queue_;
   std::mutex mu_;
   EngineStats last_;  // what the counters already include
+  std::int32_t block_size_;
 };
 
 }  // namespace kvfleet::server
