@@ -8,6 +8,7 @@
 #include <regex>
 
 #include "kvfleet/http/client.h"
+#include "kvfleet/http/sse.h"
 #include "support/tiny_qwen.h"
 #include "support/process.h"
 #include "support/temp_dir.h"

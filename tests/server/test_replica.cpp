@@ -137,3 +137,32 @@ TEST_CASE("SIGTERM drains: new requests get 503, the running stream finishes, th
   CHECK(streamed.body.ends_with("data: [DONE]\n\n"));
   CHECK(replica.process().wait(std::chrono::seconds(20)) == 0);
 }
+
+TEST_CASE("stop strings end the text before the stop string, across token boundaries, streamed or not") {
+  test::ReplicaProcess replica;
+  const std::string req = R"({"prompt":"The sea is","max_tokens":12,"temperature":0,"ignore_eos":true)";
+  const auto full = json::parse(replica.post("/v1/completions", req + "}").body);
+  const std::string text(full.at("choices").at(0).at("text").as_string());
+  REQUIRE(text.size() > 4);
+  // A two-character stop string from the middle of the text (whole UTF-8 characters).
+  std::size_t at = text.size() / 2;
+  while (at > 0 && (static_cast<unsigned char>(text[at]) & 0xC0) == 0x80) --at;
+  std::size_t end = at + 1;
+  for (int chars = 0; end < text.size(); ++end)
+    if ((static_cast<unsigned char>(text[end]) & 0xC0) != 0x80 && ++chars == 2) break;
+  const std::string stop = text.substr(at, end - at);
+  const std::string expected = text.substr(0, text.find(stop));
+  const std::string with_stop = req + R"(,"stop":[)" + json::serialize(json::value(stop)) + "]";
+  const auto cut = json::parse(replica.post("/v1/completions", with_stop + "}").body);
+  CHECK(cut.at("choices").at(0).at("finish_reason") == "stop");
+  CHECK(cut.at("choices").at(0).at("text").as_string() == expected);
+  // Streamed: the pieces add up to the same text, and no piece of the stop string leaks out.
+  const auto streamed = replica.post("/v1/completions", with_stop + R"(,"stream":true})");
+  std::string joined;
+  http::SseParser parser;
+  for (const auto& e : parser.feed(streamed.body)) {
+    if (e.data == "[DONE]") break;
+    joined += std::string(json::parse(e.data).at("choices").at(0).at("text").as_string());
+  }
+  CHECK(joined == expected);
+}
