@@ -44,7 +44,8 @@ TEST_CASE("echo round trip") {
 TEST_CASE("keep-alive: two requests on one connection") {
   TestServer t(echo_router());
   auto two_requests = [&]() -> asio::awaitable<std::pair<std::string, std::string>> {
-    HttpClient client(co_await asio::this_coro::executor);
+    auto executor = co_await asio::this_coro::executor;
+    HttpClient client(executor);
     co_await client.connect("127.0.0.1", t.port());
     // Named, not braced temporaries: GCC 12 destroys those twice inside a co_await expression.
     Request one{"POST", "/echo", {}, "one"};

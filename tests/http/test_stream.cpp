@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <mutex>
 #include <boost/asio/steady_timer.hpp>
 #include <thread>
 
@@ -21,7 +22,8 @@ namespace {
 const Headers kSseHeaders{{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}};
 
 asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
-  asio::steady_timer timer(co_await asio::this_coro::executor, d);
+  auto executor = co_await asio::this_coro::executor;
+  asio::steady_timer timer(executor, d);
   co_await timer.async_wait(asio::use_awaitable);
 }
 
@@ -53,7 +55,8 @@ HttpRouter stream_router(StreamStats& stats) {
 // Reads a whole SSE response piece by piece; returns the event data in order.
 asio::awaitable<std::vector<std::string>> read_events(uint16_t port, std::string target,
                                                       size_t* pieces = nullptr) {
-  HttpClient client(co_await asio::this_coro::executor);
+  auto executor = co_await asio::this_coro::executor;
+    HttpClient client(executor);
   co_await client.connect("127.0.0.1", port);
   Request request{"GET", std::move(target), {}, {}};  // named: see test_server.cpp
   co_await client.send(request);
@@ -110,7 +113,8 @@ TEST_CASE("a client that disconnects mid-stream stops the handler") {
   StreamStats stats;
   TestServer t(stream_router(stats));
   auto read_five_and_leave = [&]() -> asio::awaitable<int> {
-    HttpClient client(co_await asio::this_coro::executor);
+    auto executor = co_await asio::this_coro::executor;
+    HttpClient client(executor);
     co_await client.connect("127.0.0.1", t.port());
     Request request{"GET", "/events?n=1000&gap_ms=5", {}, {}};
     co_await client.send(request);
@@ -216,19 +220,25 @@ TEST_CASE("AsyncQueue carries items from another thread in order, then reports t
 TEST_CASE("a handler streams what an engine thread pushes, and a disconnect closes its queue") {
   std::atomic<int> queues_closed_by_disconnect{0};
   std::atomic<int> handler_done{0};
+  std::mutex producers_mutex;
+  std::vector<std::thread> producers;
   HttpRouter router;
   router.get("/tokens", [&](const Request& request, ResponseWriter& writer) -> asio::awaitable<void> {
-    auto queue = std::make_shared<AsyncQueue<std::string>>(co_await asio::this_coro::executor);
-    writer.on_disconnect([queue, &queues_closed_by_disconnect] {
-      ++queues_closed_by_disconnect;
+    auto executor = co_await asio::this_coro::executor;
+    auto queue = std::make_shared<AsyncQueue<std::string>>(executor);
+    int n = std::stoi(request.query_param("n").value_or("0"));
+    writer.on_disconnect([queue, n, &queues_closed_by_disconnect] {
+      // The n > 0 client may also leave before this handler returns; count only the silent one.
+      if (n == 0) ++queues_closed_by_disconnect;
       queue->close();
     });
-    int n = std::stoi(request.query_param("n").value_or("0"));
     // Stands in for the engine thread; n == 0 means "never produce" (a long prefill, say).
-    std::thread([queue, n] {
+    // Joined before the server goes: a queue must not outlive the io_context (async_queue.h).
+    std::lock_guard lock(producers_mutex);
+    producers.emplace_back([queue, n] {
       for (int i = 0; i < n; ++i) queue->push(std::to_string(i));
       if (n > 0) queue->close();
-    }).detach();
+    });
     co_await writer.begin_stream(200, kSseHeaders);
     while (std::optional<std::string> token = co_await queue->pop()) {
       if (!co_await writer.write(sse_format(*token))) break;
@@ -237,11 +247,20 @@ TEST_CASE("a handler streams what an engine thread pushes, and a disconnect clos
     ++handler_done;
   });
   TestServer t(std::move(router));
+  struct JoinFirst {  // destroyed before `t`, even when a check throws
+    std::vector<std::thread>& threads;
+    ~JoinFirst() {
+      for (std::thread& p : threads) {
+        if (p.joinable()) p.join();
+      }
+    }
+  } join_first{producers};
   CHECK(run_sync(read_events(t.port(), "/tokens?n=50")) == numbers(50));
-  CHECK(handler_done == 1);
+  CHECK(wait_until([&] { return handler_done == 1; }, 2000ms));  // it may still be leaving
 
   auto connect_and_leave = [&]() -> asio::awaitable<void> {
-    HttpClient client(co_await asio::this_coro::executor);
+    auto executor = co_await asio::this_coro::executor;
+    HttpClient client(executor);
     co_await client.connect("127.0.0.1", t.port());
     Request request{"GET", "/tokens?n=0", {}, {}};
     co_await client.send(request);

@@ -50,6 +50,8 @@ struct HttpClient::Impl {
   bool head_request = false;  // a HEAD response has no body whatever its headers say
 };
 
+HttpClient::HttpClient(asio::any_io_executor executor) : HttpClient(std::move(executor), HttpClientConfig()) {}
+
 HttpClient::HttpClient(asio::any_io_executor executor, HttpClientConfig config)
     : impl_(std::make_unique<Impl>(std::move(executor), std::move(config))) {}
 

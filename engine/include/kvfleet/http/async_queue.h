@@ -4,6 +4,12 @@
 //
 // Thread-safety: push(), close(), try_pop(), size() and closed() may be called from any thread.
 // pop() must have at most one waiter at a time; it may run on any executor.
+//
+// Lifetime: the wakeup is an Asio channel, which belongs to the io_context of the executor given
+// to the constructor. Every AsyncQueue must be destroyed, and every producer must be done
+// pushing, before that io_context is destroyed: a replica stops its engine thread (which holds
+// the per-request queues) before it destroys its HttpServer. HttpServer::stop() keeps the
+// io_context alive; only ~HttpServer destroys it.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>

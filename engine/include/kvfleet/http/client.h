@@ -10,9 +10,10 @@
 // handler that created the client with `co_await this_coro::executor`, it does); it aborts the
 // pending operation, which then throws operation_aborted.
 //
-// GCC 12 caveat (for every coroutine API here): a braced aggregate temporary inside a co_await
-// expression, e.g. `co_await client.send(Request{...})`, is destroyed twice (heap corruption).
-// Build the Request/Response as a named variable first; function results (json_error(...)) are fine.
+// GCC 12 caveat (for every coroutine API here): a braced aggregate temporary in a full expression
+// that contains co_await, e.g. `co_await client.send(Request{...})`, is destroyed twice or read
+// after its storage is reused. Build Request/Response/config objects as named variables first;
+// function results (json_error(...)) are fine.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
@@ -45,7 +46,10 @@ struct ResponseHead {
 
 class HttpClient {
  public:
-  explicit HttpClient(boost::asio::any_io_executor executor, HttpClientConfig config = {});
+  // Two constructors rather than a `config = {}` default: GCC 12 garbles that braced temporary when
+  // the call sits in a coroutine (e.g. HttpClient c(co_await this_coro::executor)).
+  explicit HttpClient(boost::asio::any_io_executor executor);
+  HttpClient(boost::asio::any_io_executor executor, HttpClientConfig config);
   ~HttpClient();
   HttpClient(const HttpClient&) = delete;
   HttpClient& operator=(const HttpClient&) = delete;
