@@ -38,6 +38,10 @@ Replica::Replica(ReplicaConfig config)
 
 Replica::~Replica() {
   if (server_) server_->stop(std::chrono::milliseconds(0));
+  // The engine's callbacks push to AsyncQueues bound to the server's io_context: end the engine (its last
+  // callbacks run now) before the io_context goes away with the server.
+  engine_.reset();
+  server_.reset();
 }
 
 void Replica::start() {
