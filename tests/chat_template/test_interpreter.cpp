@@ -124,6 +124,10 @@ TEST_CASE("errors name the construct and the line") {
                        TemplateError);
   CHECK_THROWS_WITH_AS(render("{% macro f(x) %}{{ f(x) }}{% endmacro %}{{ f(1) }}"),
                        "maximum recursion depth exceeded in macro 'f' at line 1", TemplateError);
+  CHECK_THROWS_WITH_AS(render("{{ 2 ** 63 }}"), "integer overflow (template integers are 64-bit) at line 1",
+                       TemplateError);
+  CHECK(render("{{ 2 ** 62 }} {{ (-2) ** 63 }} {{ 1 ** 1000000000000 }}") == "4611686018427387904 -9223372036854775808 1");
+  CHECK_THROWS_WITH_AS(render("{{ 99999999999999999999 }}"), "number literal out of range at line 1", TemplateError);
   // raise_exception's message reaches the caller untouched
   CHECK_THROWS_WITH_AS(render("{% for i in [1] %}{{ raise_exception('bad ' ~ i) }}{% endfor %}"), "bad 1", TemplateError);
 }

@@ -3,6 +3,8 @@
 // loop; namespace() objects are how state escapes), `if` opens no scope, macros get their own scope.
 #include "engine/core/chat_template/interpreter.h"
 
+#include <variant>
+
 #include "engine/core/chat_template/builtins.h"
 #include "kvfleet/chat_template.h"
 
@@ -58,6 +60,8 @@ class Interpreter {
       return eval_inner(e, f);
     } catch (const TemplateError& err) {
       rethrow_with_line(err, e.line);
+    } catch (const std::bad_variant_access&) {  // a builtin got an argument of a type it cannot use
+      throw TemplateError("invalid argument type at line " + std::to_string(e.line));
     }
   }
 
