@@ -40,10 +40,12 @@ class ChatTemplate {
  public:
   // Reads tokenizer_config.json (a file, or a model directory holding one). `chat_template` may be a
   // string or a list of {name, template}; `name` picks one ("default" when the file has a plain string).
-  // bos_token / eos_token may be strings or {"content": ...} objects.
+  // chat_template.jinja and additional_chat_templates/NAME.jinja beside the config, as newer
+  // transformers versions save them, take precedence. bos_token / eos_token may be strings or
+  // {"content": ...} objects.
   static ChatTemplate from_tokenizer_config(const std::filesystem::path& tokenizer_config_json_or_model_dir,
                                             std::string_view name = "default");
-  // Names of the templates in a tokenizer_config.json ({"default"} for a plain string).
+  // Names of the templates available there ({"default"} for a plain string).
   static std::vector<std::string> template_names(const std::filesystem::path& tokenizer_config_json_or_model_dir);
   // An empty bos/eos token leaves that variable undefined in the template (as transformers does for a
   // tokenizer without one).
