@@ -100,6 +100,17 @@ std::vector<std::pair<std::string, std::string>> templates_of(const boost::json:
   return out;
 }
 
+// Bytes of text in a JSON value: most of it reaches the prompt, so it sizes the output buffer.
+size_t text_bytes(const boost::json::value& v) {
+  if (v.is_string()) return v.get_string().size();
+  size_t n = 0;
+  if (v.is_array())
+    for (const auto& x : v.get_array()) n += text_bytes(x);
+  if (v.is_object())
+    for (const auto& kv : v.get_object()) n += kv.key().size() + text_bytes(kv.value());
+  return n;
+}
+
 }  // namespace
 
 ChatTemplate::ChatTemplate(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -150,7 +161,9 @@ std::string ChatTemplate::render(const boost::json::array& messages, const ChatT
   if (!impl_->bos_token.empty()) ctx.set("bos_token", jinja::Value(impl_->bos_token));
   if (!impl_->eos_token.empty()) ctx.set("eos_token", jinja::Value(impl_->eos_token));
   for (const auto& kv : opts.extra_context) ctx.set(std::string(kv.key()), jinja::Value::from_json(kv.value()));
-  return jinja::render_template(impl_->tree, ctx);
+  size_t hint = 0;
+  for (const auto& m : messages) hint += text_bytes(m) + 64;  // + role markers and the like
+  return jinja::render_template(impl_->tree, ctx, hint + text_bytes(opts.tools) + 1024);
 }
 
 const std::string& ChatTemplate::source() const { return impl_->source; }

@@ -294,13 +294,14 @@ Value Interpreter::eval_inner(const Expr& e, const Frame& f) {
 
 }  // namespace
 
-std::string render_template(const Template& t, const Dict& context) {
+std::string render_template(const Template& t, const Dict& context, size_t size_hint) {
   Frame globals;
   Dict g;
   add_globals(g);
   globals.vars = std::move(g.items);
   Frame root{&globals, context.items};
   std::string out;
+  out.reserve(size_hint);
   Interpreter interp;
   try {
     interp.exec(t.body, root, out);
