@@ -208,6 +208,14 @@ Value Interpreter::define_macro(const Stmt& s, const Frame& f) {
 }
 
 Value Interpreter::eval_call(const Expr& e, const Frame& f) {
+  if (e.a->kind == Expr::Kind::Attr) {  // obj.method(args): call it directly, without binding obj
+    Value obj = eval(*e.a->a, f);
+    if (Method m = find_method(obj, e.a->name)) return m(obj, eval_args(e, f));
+    Value callee = get_attr(obj, e.a->name);
+    if (callee.is_undefined()) throw_undefined(callee);
+    if (!callee.is_callable()) throw TemplateError("'" + callee.type_name() + "' object is not callable");
+    return callee.as_callable().fn(eval_args(e, f));
+  }
   Value callee = eval(*e.a, f);
   if (callee.is_undefined()) throw_undefined(callee);
   if (!callee.is_callable()) throw TemplateError("'" + callee.type_name() + "' object is not callable");
