@@ -60,6 +60,8 @@ TEST_CASE("scoping: set inside a loop stays there, namespace() carries state out
   CHECK(render("{% if true %}{% set x = 'if-scope' %}{% endif %}{{ x }}") == "if-scope");  // if opens no scope
   CHECK(render("{% set a, b = [1, 2] %}{{ b }}{{ a }}") == "21");
   CHECK(render("{% set blk | trim %}  inner  {% endset %}[{{ blk }}]") == "[inner]");
+  CHECK(render("{% filter upper|replace('B', 'b') %}ab{% endfilter %}") == "Ab");
+  CHECK(render("{% with x = 'w' %}{{ x }}{% set y = 1 %}{% endwith %}[{{ x }}{{ y }}]") == "w[]");
   CHECK(render("{% macro m(x, y='d') %}<{{ x }}{{ y }}>{% endmacro %}{{ m(1) }}{{ m(2, y='z') }}") == "<1d><2z>");
 }
 

@@ -104,6 +104,19 @@ Flow Interpreter::exec_stmt(const Stmt& s, Frame& f, std::string& out) {
       assign(s.target, std::move(v), f);
       return Flow::Normal;
     }
+    case Stmt::Kind::FilterBlock: {
+      std::string captured;
+      Flow flow = exec(s.body, f, captured);
+      Frame tmp{&f, {}};
+      tmp.set(" block", Value(std::move(captured)));
+      out += eval(*s.filter, tmp).str();
+      return flow;
+    }
+    case Stmt::Kind::With: {
+      Frame scope{&f, {}};
+      for (const auto& [name, expr] : s.params) scope.set(name, eval(*expr, f));  // evaluated outside
+      return exec(s.body, scope, out);
+    }
     case Stmt::Kind::Macro: f.set(s.text, define_macro(s, f)); return Flow::Normal;
     case Stmt::Kind::Break: return Flow::Break;
     case Stmt::Kind::Continue: return Flow::Continue;
