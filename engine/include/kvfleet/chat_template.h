@@ -3,8 +3,9 @@
 // loopcontrols, its own tojson, raise_exception and strftime_now).
 //
 // The interpreter covers the Jinja subset that real chat templates use. A template that uses anything
-// else fails when it is parsed (or, for filters/tests/methods, when that code runs) with a TemplateError
-// naming the construct and its line, e.g. "unsupported filter 'xmlattr' at line 3".
+// else fails with a TemplateError naming the construct and its line, e.g. "unsupported filter 'xmlattr'
+// at line 3": unknown tags, filters and tests when it is loaded, unknown methods or functions when that
+// code runs.
 //
 // Thread-safety: a ChatTemplate is immutable after construction. render() is const and may be called
 // concurrently from any number of threads on the same object; each call has its own state.
