@@ -60,6 +60,8 @@ TEST_CASE("scoping: set inside a loop stays there, namespace() carries state out
   CHECK(render("{% if true %}{% set x = 'if-scope' %}{% endif %}{{ x }}") == "if-scope");  // if opens no scope
   CHECK(render("{% set a, b = [1, 2] %}{{ b }}{{ a }}") == "21");
   CHECK(render("{% set blk | trim %}  inner  {% endset %}[{{ blk }}]") == "[inner]");
+  CHECK(render("{% filter upper|replace('B', 'b') %}ab{% endfilter %}") == "Ab");
+  CHECK(render("{% with x = 'w' %}{{ x }}{% set y = 1 %}{% endwith %}[{{ x }}{{ y }}]") == "w[]");
   CHECK(render("{% macro m(x, y='d') %}<{{ x }}{{ y }}>{% endmacro %}{{ m(1) }}{{ m(2, y='z') }}") == "<1d><2z>");
 }
 
@@ -124,6 +126,10 @@ TEST_CASE("errors name the construct and the line") {
                        TemplateError);
   CHECK_THROWS_WITH_AS(render("{% macro f(x) %}{{ f(x) }}{% endmacro %}{{ f(1) }}"),
                        "maximum recursion depth exceeded in macro 'f' at line 1", TemplateError);
+  CHECK_THROWS_WITH_AS(render("{{ 2 ** 63 }}"), "integer overflow (template integers are 64-bit) at line 1",
+                       TemplateError);
+  CHECK(render("{{ 2 ** 62 }} {{ (-2) ** 63 }} {{ 1 ** 1000000000000 }}") == "4611686018427387904 -9223372036854775808 1");
+  CHECK_THROWS_WITH_AS(render("{{ 99999999999999999999 }}"), "number literal out of range at line 1", TemplateError);
   // raise_exception's message reaches the caller untouched
   CHECK_THROWS_WITH_AS(render("{% for i in [1] %}{{ raise_exception('bad ' ~ i) }}{% endfor %}"), "bad 1", TemplateError);
 }

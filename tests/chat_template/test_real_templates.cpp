@@ -198,3 +198,17 @@ TEST_CASE("the reference comparison catches a difference (harness self-check)") 
   auto raising = ChatTemplate::from_string("{{ raise_exception('No') }}");
   CHECK(mismatches({c}, {&raising}).size() == 1);  // raised messages must match exactly
 }
+
+TEST_CASE("templates saved as files beside the config (chat_template.jinja, additional_chat_templates/)") {
+  const auto dir = std::filesystem::temp_directory_path() / ("kvfleet_ct_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "additional_chat_templates");
+  std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "</s>", "chat_template": "old {{ eos_token }}"})";
+  std::ofstream(dir / "chat_template.jinja") << "new {{ messages|length }}{{ eos_token }}\n";
+  std::ofstream(dir / "additional_chat_templates" / "tool_use.jinja") << "tools={{ tools|length }}";
+  CHECK(ChatTemplate::template_names(dir) == std::vector<std::string>{"default", "tool_use"});
+  CHECK(ChatTemplate::from_tokenizer_config(dir).render(boost::json::array{}) == "new 0</s>");
+  ChatTemplateOptions opts;
+  opts.tools = boost::json::array{1, 2};
+  CHECK(ChatTemplate::from_tokenizer_config(dir / "tokenizer_config.json", "tool_use").render({}, opts) == "tools=2");
+  std::filesystem::remove_all(dir);
+}

@@ -67,6 +67,9 @@ const char* kSnippets[] = {
     "{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('a') }} {{ greet('b', punct='?') }} "
     "{{ greet(name='c') }}",
     "{% macro show(m) %}{{ m.role }}:{{ s }}{% endmacro %}{% for m in messages %}{{ show(m) }};{% endfor %}",
+    "{% filter upper %}a{{ s }}{% endfilter %}|{% filter replace('l', 'L')|trim %}  hello {% endfilter %}|",
+    "{% set a = 1 %}{% with a = 2, b = a %}{{ a }}{{ b }}{% set c = 3 %}{% endwith %}{{ a }}[{{ b }}][{{ c }}]",
+    "{% for m in messages %}{% generation %}{{ m.role }}\n{% endgeneration %}{% endfor %}",
     // expressions
     "{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 ** 10 }} "
     "{{ 1.5 + 1 }} {{ 2 ** -1 }} {{ 7.5 // 2 }} {{ -7.5 % 2 }} {{ 'ab' * 2 }} {{ [0] * 3 }} {{ -f }} {{ +1 }}",

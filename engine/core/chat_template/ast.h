@@ -51,17 +51,17 @@ struct Target {
 };
 
 struct Stmt {
-  enum class Kind { Text, Output, If, For, Set, SetBlock, Macro, Break, Continue, Passthrough };
+  enum class Kind { Text, Output, If, For, Set, SetBlock, FilterBlock, With, Macro, Break, Continue, Passthrough };
   Kind kind;
   int line = 0;
   std::string text;                              // Text; Macro name
   ExprPtr expr;                                  // Output, Set value, For iterable
-  ExprPtr filter;                                // For `if` filter; SetBlock filter chain (applied to a placeholder)
+  ExprPtr filter;                                // For `if` filter; SetBlock/FilterBlock filter chain (on a placeholder)
   Target target;                                 // Set, SetBlock, For
   std::vector<std::pair<ExprPtr, Body>> branches;  // If: (condition, body) for if and each elif
-  Body body;                                     // For, SetBlock, Macro, Passthrough
+  Body body;                                     // For, SetBlock, FilterBlock, With, Macro, Passthrough
   Body else_body;                                // If, For
-  std::vector<std::pair<std::string, ExprPtr>> params;  // Macro parameters with optional defaults
+  std::vector<std::pair<std::string, ExprPtr>> params;  // Macro parameters (optional defaults); With assignments
 };
 
 struct Template {

@@ -26,7 +26,11 @@ Value get_attr(const Value& obj, const std::string& name);  // jinja2 getattr: a
 Value get_item(const Value& obj, const Value& key);         // jinja2 getitem: item, then attribute
 Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step);
 
-// methods.cpp: bound methods of str and dict (e.g. "abc".startswith); undefined when there is none.
+// methods.cpp: methods of str and dict (e.g. "abc".startswith). find_method gives the function
+// itself (the interpreter calls `obj.name(args)` through it without binding); get_method binds it
+// into a callable Value, undefined when there is none.
+using Method = Value (*)(const Value& self, const CallArgs& args);
+Method find_method(const Value& obj, std::string_view name);
 Value get_method(const Value& obj, const std::string& name);
 
 // filters.cpp / tests.cpp

@@ -43,6 +43,7 @@ Value select_or_reject(const Value& seq, const CallArgs& a, bool want, bool by_a
     test_args.kwargs = a.kwargs;
   }
   std::vector<Value> out;
+  if (!seq.truthy()) return Value::list();  // jinja2 skips falsy input (none, 0, '') without iterating
   for (const auto& item : seq.iterate()) {
     Value x = by_attr ? attr_path(item, attribute) : item;
     bool ok = test.empty() ? x.truthy() : apply_test(test, x, test_args);
@@ -53,6 +54,7 @@ Value select_or_reject(const Value& seq, const CallArgs& a, bool want, bool by_a
 
 Value do_map(const Value& seq, const CallArgs& a) {
   std::vector<Value> out;
+  if (!seq.truthy()) return Value::list();  // as jinja2: falsy input maps to nothing
   if (const Value* attribute = a.get(99, "attribute")) {
     const Value* dflt = a.get(99, "default");
     for (const auto& item : seq.iterate()) {
@@ -113,6 +115,8 @@ void add_sequence_filters(FilterTable& t) {
          std::vector<Value> out, seen;
          for (const auto& item : v.iterate()) {
            Value key = fold_case(attribute ? attr_path(item, *attribute) : item, cs);
+           if (key.is_dict() || (key.is_list() && !key.as_list().is_tuple))  // Python keeps them in a set
+             throw TemplateError("unhashable type: '" + key.type_name() + "'");
            if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
            seen.push_back(key);
            out.push_back(item);

@@ -1,5 +1,7 @@
 // String and number filters, tojson and default. tojson is transformers' version:
 // json.dumps(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False).
+#include <utf8proc.h>
+
 #include <cmath>
 
 #include "engine/core/chat_template/filter_util.h"
@@ -10,6 +12,8 @@ namespace kvfleet::jinja {
 namespace {
 
 Value do_indent(const Value& v, const CallArgs& a) {
+  if (v.is_undefined()) throw_undefined(v);
+  if (!v.is_string()) throw TemplateError("indent expects a string, got " + v.type_name());
   std::string ind = "    ";
   if (const Value* w = opt(a, 0, "width")) ind = w->is_string() ? w->as_string() : std::string(static_cast<size_t>(w->as_int()), ' ');
   bool first = flag(a, 1, "first", false), blank = flag(a, 2, "blank", false);
@@ -28,13 +32,14 @@ Value do_indent(const Value& v, const CallArgs& a) {
 Value do_round(const Value& v, const CallArgs& a) {
   std::int64_t precision = opt(a, 0, "precision") ? opt(a, 0, "precision")->as_int() : 0;
   std::string method = opt(a, 1, "method") ? opt(a, 1, "method")->str() : "common";
-  if (v.is_int() && method == "common") return v;
+  if ((v.is_int() || v.is_bool()) && method == "common") return Value(v.as_int());  // round(int) stays an int
   double scale = std::pow(10.0, static_cast<double>(precision)), x = v.as_double() * scale;
   double r = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::nearbyint(x);
   return Value(r / scale);
 }
 
 Value do_int(const Value& v, const CallArgs& a) {
+  if (v.is_undefined()) throw_undefined(v);  // int(Undefined) raises in jinja2
   Value dflt = opt(a, 0, "default") ? *opt(a, 0, "default") : Value(0);
   if (v.is_number()) return v.is_float() ? Value(static_cast<std::int64_t>(v.as_double())) : Value(v.as_int());
   if (!v.is_string()) return dflt;
@@ -51,6 +56,7 @@ Value do_int(const Value& v, const CallArgs& a) {
 }
 
 Value do_float(const Value& v, const CallArgs& a) {
+  if (v.is_undefined()) throw_undefined(v);
   Value dflt = opt(a, 0, "default") ? *opt(a, 0, "default") : Value(0.0);
   if (v.is_number()) return Value(v.as_double());
   if (!v.is_string()) return dflt;
@@ -98,6 +104,20 @@ std::string html_escape(const std::string& s) {
   return out;
 }
 
+// jinja2 counts matches of \w+ (letters, digits, underscore).
+std::int64_t count_words(const std::string& s) {
+  std::int64_t words = 0;
+  bool in_word = false;
+  for (char32_t c : utf8_decode(s)) {
+    auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+    bool word_char = c == '_' || (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) ||
+                     (cat >= UTF8PROC_CATEGORY_ND && cat <= UTF8PROC_CATEGORY_NO);
+    words += word_char && !in_word;
+    in_word = word_char;
+  }
+  return words;
+}
+
 }  // namespace
 
 void add_text_filters(FilterTable& t) {
@@ -122,7 +142,7 @@ void add_text_filters(FilterTable& t) {
          return Value(py_replace(v.str(), old->str(), repl->str(), count ? count->as_int() : -1));
        }},
       {"string", [](const Value& v, const CallArgs&) { return Value(v.str()); }},
-      {"safe", [](const Value& v, const CallArgs&) { return v; }},
+      {"safe", [](const Value& v, const CallArgs&) { return Value(v.str()); }},  // Markup(str(v))
       {"escape", [](const Value& v, const CallArgs&) { return Value(html_escape(v.str())); }},
       {"e", [](const Value& v, const CallArgs&) { return Value(html_escape(v.str())); }},
       {"int", do_int},
@@ -134,9 +154,7 @@ void add_text_filters(FilterTable& t) {
          throw TemplateError("bad operand type for abs(): '" + v.type_name() + "'");
        }},
       {"indent", do_indent},
-      {"wordcount", [](const Value& v, const CallArgs&) {
-         return Value(static_cast<std::int64_t>(py_split(v.str(), nullptr, -1).size()));
-       }},
+      {"wordcount", [](const Value& v, const CallArgs&) { return Value(count_words(v.str())); }},
   });
 }
 

@@ -3,6 +3,8 @@
 // loop; namespace() objects are how state escapes), `if` opens no scope, macros get their own scope.
 #include "engine/core/chat_template/interpreter.h"
 
+#include <variant>
+
 #include "engine/core/chat_template/builtins.h"
 #include "kvfleet/chat_template.h"
 
@@ -58,6 +60,8 @@ class Interpreter {
       return eval_inner(e, f);
     } catch (const TemplateError& err) {
       rethrow_with_line(err, e.line);
+    } catch (const std::bad_variant_access&) {  // a builtin got an argument of a type it cannot use
+      throw TemplateError("invalid argument type at line " + std::to_string(e.line));
     }
   }
 
@@ -99,6 +103,19 @@ Flow Interpreter::exec_stmt(const Stmt& s, Frame& f, std::string& out) {
       }
       assign(s.target, std::move(v), f);
       return Flow::Normal;
+    }
+    case Stmt::Kind::FilterBlock: {
+      std::string captured;
+      Flow flow = exec(s.body, f, captured);
+      Frame tmp{&f, {}};
+      tmp.set(" block", Value(std::move(captured)));
+      out += eval(*s.filter, tmp).str();
+      return flow;
+    }
+    case Stmt::Kind::With: {
+      Frame scope{&f, {}};
+      for (const auto& [name, expr] : s.params) scope.set(name, eval(*expr, f));  // evaluated outside
+      return exec(s.body, scope, out);
     }
     case Stmt::Kind::Macro: f.set(s.text, define_macro(s, f)); return Flow::Normal;
     case Stmt::Kind::Break: return Flow::Break;
@@ -204,6 +221,14 @@ Value Interpreter::define_macro(const Stmt& s, const Frame& f) {
 }
 
 Value Interpreter::eval_call(const Expr& e, const Frame& f) {
+  if (e.a->kind == Expr::Kind::Attr) {  // obj.method(args): call it directly, without binding obj
+    Value obj = eval(*e.a->a, f);
+    if (Method m = find_method(obj, e.a->name)) return m(obj, eval_args(e, f));
+    Value callee = get_attr(obj, e.a->name);
+    if (callee.is_undefined()) throw_undefined(callee);
+    if (!callee.is_callable()) throw TemplateError("'" + callee.type_name() + "' object is not callable");
+    return callee.as_callable().fn(eval_args(e, f));
+  }
   Value callee = eval(*e.a, f);
   if (callee.is_undefined()) throw_undefined(callee);
   if (!callee.is_callable()) throw TemplateError("'" + callee.type_name() + "' object is not callable");
@@ -290,13 +315,14 @@ Value Interpreter::eval_inner(const Expr& e, const Frame& f) {
 
 }  // namespace
 
-std::string render_template(const Template& t, const Dict& context) {
+std::string render_template(const Template& t, const Dict& context, size_t size_hint) {
   Frame globals;
   Dict g;
   add_globals(g);
   globals.vars = std::move(g.items);
   Frame root{&globals, context.items};
   std::string out;
+  out.reserve(size_hint);
   Interpreter interp;
   try {
     interp.exec(t.body, root, out);

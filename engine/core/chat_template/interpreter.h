@@ -13,7 +13,8 @@ namespace kvfleet::jinja {
 void validate_template(const Template& t);
 
 // `context` holds the template's variables; the globals (namespace, range, dict, raise_exception,
-// strftime_now) sit beneath it. Throws TemplateError.
-std::string render_template(const Template& t, const Dict& context);
+// strftime_now) sit beneath it. `size_hint` is the expected output size (reserved up front, so a
+// long conversation does not regrow the output string many times). Throws TemplateError.
+std::string render_template(const Template& t, const Dict& context, size_t size_hint = 0);
 
 }  // namespace kvfleet::jinja

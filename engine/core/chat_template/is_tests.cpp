@@ -17,9 +17,9 @@ const Value& arg0(const CallArgs& a) {
   return *v;
 }
 
+// jinja2's lower/upper tests are str(value).islower() / .isupper(), for any value.
 bool is_cased_as(const Value& v, bool upper) {
-  if (!v.is_string()) return false;
-  const std::string& s = v.as_string();
+  const std::string s = v.str();
   bool any_cased = false;
   for (char32_t c : utf8_decode(s)) {
     std::string one;
@@ -46,16 +46,16 @@ const std::map<std::string, TestFn, std::less<>>& tests() {
       {"mapping", [](const Value& v, const CallArgs&) { return v.is_dict() && !v.as_dict().is_namespace; }},
       // Python: anything with __iter__ (jinja2's Undefined has one); sequences also need len and []
       {"iterable", [](const Value& v, const CallArgs&) { return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined(); }},
-      {"sequence", [](const Value& v, const CallArgs&) { return v.is_string() || v.is_list() || v.is_dict(); }},
+      {"sequence", [](const Value& v, const CallArgs&) {
+         return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();  // Undefined has len and []
+       }},
       {"callable", [](const Value& v, const CallArgs&) { return v.is_callable(); }},
       {"lower", [](const Value& v, const CallArgs&) { return is_cased_as(v, false); }},
       {"upper", [](const Value& v, const CallArgs&) { return is_cased_as(v, true); }},
-      {"odd", [](const Value& v, const CallArgs&) { return v.is_number() && !v.is_float() && v.as_int() % 2 != 0; }},
-      {"even", [](const Value& v, const CallArgs&) { return v.is_number() && !v.is_float() && v.as_int() % 2 == 0; }},
-      {"divisibleby", [](const Value& v, const CallArgs& a) {
-         const Value& n = arg0(a);
-         return v.is_number() && n.is_number() && n.as_int() != 0 && v.as_int() % n.as_int() == 0;
-       }},
+      // jinja2 computes these with Python's %, so they fail (or format strings) the same way
+      {"odd", [](const Value& v, const CallArgs&) { return binary_op("%", v, Value(2)) == Value(1); }},
+      {"even", [](const Value& v, const CallArgs&) { return binary_op("%", v, Value(2)) == Value(0); }},
+      {"divisibleby", [](const Value& v, const CallArgs& a) { return binary_op("%", v, arg0(a)) == Value(0); }},
       {"eq", [](const Value& v, const CallArgs& a) { return compare_op("==", v, arg0(a)); }},
       {"equalto", [](const Value& v, const CallArgs& a) { return compare_op("==", v, arg0(a)); }},
       {"==", [](const Value& v, const CallArgs& a) { return compare_op("==", v, arg0(a)); }},

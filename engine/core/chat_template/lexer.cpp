@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 
 #include "engine/core/chat_template/text.h"
 #include "kvfleet/chat_template.h"
@@ -176,8 +177,12 @@ size_t Lexer::lex_token(size_t pos, std::vector<Token>& out) {
     for (size_t i = pos; i < p; ++i)
       if (src_[i] != '_') digits.push_back(src_[i]);
     tok.kind = is_float ? Token::Kind::Float : Token::Kind::Int;
-    if (is_float) tok.float_value = std::stod(digits);
-    else tok.int_value = std::stoll(digits);
+    try {
+      if (is_float) tok.float_value = std::stod(digits);
+      else tok.int_value = std::stoll(digits);
+    } catch (const std::out_of_range&) {
+      fail("number literal out of range", pos);
+    }
     tok.text = digits;
     pos = p;
   } else if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {

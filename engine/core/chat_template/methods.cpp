@@ -88,8 +88,6 @@ std::string py_format(const std::string& fmt, const CallArgs& a) {
   return out;
 }
 
-// A method is a plain function of (self, args); get_method binds self into a callable Value.
-using Method = Value (*)(const Value& self, const CallArgs& a);
 
 template <bool Left, bool Right>
 Value str_strip(const Value& self, const CallArgs& a) {
@@ -217,14 +215,18 @@ const std::map<std::string, Method, std::less<>>& dict_methods() {
 
 }  // namespace
 
-Value get_method(const Value& obj, const std::string& name) {
+Method find_method(const Value& obj, std::string_view name) {
   const std::map<std::string, Method, std::less<>>* table = nullptr;
   if (obj.is_string()) table = &string_methods();
   if (obj.is_dict() && !obj.as_dict().is_namespace) table = &dict_methods();
-  if (!table) return {};
+  if (!table) return nullptr;
   auto it = table->find(name);
-  if (it == table->end()) return {};
-  Method m = it->second;
+  return it == table->end() ? nullptr : it->second;
+}
+
+Value get_method(const Value& obj, const std::string& name) {
+  Method m = find_method(obj, name);
+  if (!m) return {};
   return Value::function(name, [self = obj, m](const CallArgs& a) { return m(self, a); });
 }
 

@@ -25,11 +25,23 @@ std::int64_t floor_div(std::int64_t a, std::int64_t b) {
   return q;
 }
 
+// Python ints are unbounded; ours are 64-bit, so an overflow is an error rather than a wrong number.
+std::int64_t int_op(char op, std::int64_t x, std::int64_t y) {
+  std::int64_t r = 0;
+  bool overflow = op == '+' ? __builtin_add_overflow(x, y, &r)
+                  : op == '-' ? __builtin_sub_overflow(x, y, &r)
+                              : __builtin_mul_overflow(x, y, &r);
+  if (overflow) throw TemplateError("integer overflow (template integers are 64-bit)");
+  return r;
+}
+
 Value arithmetic(std::string_view op, const Value& a, const Value& b) {
   const bool ints = !a.is_float() && !b.is_float();
-  if (op == "+") return ints ? Value(a.as_int() + b.as_int()) : Value(a.as_double() + b.as_double());
-  if (op == "-") return ints ? Value(a.as_int() - b.as_int()) : Value(a.as_double() - b.as_double());
-  if (op == "*") return ints ? Value(a.as_int() * b.as_int()) : Value(a.as_double() * b.as_double());
+  if (op == "+" || op == "-" || op == "*") {
+    if (ints) return Value(int_op(op[0], a.as_int(), b.as_int()));
+    double x = a.as_double(), y = b.as_double();
+    return Value(op == "+" ? x + y : op == "-" ? x - y : x * y);
+  }
   if (op == "/") {
     if (b.as_double() == 0) throw TemplateError("division by zero");
     return Value(a.as_double() / b.as_double());
@@ -37,6 +49,7 @@ Value arithmetic(std::string_view op, const Value& a, const Value& b) {
   if (op == "//" || op == "%") {
     if (b.as_double() == 0) throw TemplateError(op == "//" ? "integer division or modulo by zero" : "modulo by zero");
     if (ints) {
+      if (b.as_int() == -1) return op == "//" ? Value(int_op('-', 0, a.as_int())) : Value(0);  // INT64_MIN // -1
       std::int64_t q = floor_div(a.as_int(), b.as_int());
       return op == "//" ? Value(q) : Value(a.as_int() - q * b.as_int());
     }
@@ -44,12 +57,19 @@ Value arithmetic(std::string_view op, const Value& a, const Value& b) {
     return op == "//" ? Value(q) : Value(a.as_double() - q * b.as_double());
   }
   // "**"
-  if (ints && b.as_int() >= 0) {
-    std::int64_t r = 1, base = a.as_int();
-    for (std::int64_t e = b.as_int(); e > 0; --e) r *= base;
+  if (ints && b.as_int() >= 0) {  // by squaring; a squared base that overflows means the result does
+    std::int64_t base = a.as_int(), e = b.as_int(), r = 1;
+    while (e > 0) {
+      if (e & 1) r = int_op('*', r, base);
+      e >>= 1;
+      if (e > 0) base = int_op('*', base, base);
+    }
     return Value(r);
   }
-  return Value(std::pow(a.as_double(), b.as_double()));
+  double p = std::pow(a.as_double(), b.as_double());
+  if (std::isinf(p) && std::isfinite(a.as_double()) && std::isfinite(b.as_double()))
+    throw TemplateError("(34, 'Numerical result out of range')");  // Python's OverflowError
+  return Value(p);
 }
 
 Value repeat(const Value& seq, std::int64_t n) {
@@ -107,7 +127,10 @@ Value percent_format(const std::string& fmt, const Value& args) {
     }
     out += buf;
   }
-  if (next < items.size()) throw TemplateError("not all arguments converted during string formatting");
+  // Python only insists that every argument is used when the argument is a tuple or a scalar; a
+  // mapping-like right side (dict, list, undefined) may go unused.
+  const bool mapping_like = !(args.is_list() && args.as_list().is_tuple) && (args.is_list() || args.is_dict() || args.is_undefined());
+  if (next < items.size() && !mapping_like) throw TemplateError("not all arguments converted during string formatting");
   return Value(std::move(out));
 }
 
@@ -157,7 +180,11 @@ bool contains(const Value& container, const Value& item) {
       if (x == item) return true;
     return false;
   }
-  if (container.is_dict()) return item.is_string() && container.as_dict().find(item.as_string()) != nullptr;
+  if (container.is_dict()) {
+    if (item.is_dict() || (item.is_list() && !item.as_list().is_tuple))  // dict keys must be hashable
+      throw TemplateError("unhashable type: '" + item.type_name() + "'");
+    return item.is_string() && container.as_dict().find(item.as_string()) != nullptr;
+  }
   if (container.is_undefined()) return false;  // jinja2's Undefined iterates as empty
   throw TemplateError("argument of type '" + container.type_name() + "' is not iterable");
 }
@@ -231,7 +258,7 @@ Value slice(const Value& obj, const Value& start_v, const Value& stop_v, const V
     n = static_cast<std::int64_t>(cps.size());
   } else if (obj.is_list()) {
     n = static_cast<std::int64_t>(obj.as_list().items.size());
-  } else {
+  } else {  // jinja2 compiles slices to plain Python subscripts (not its getitem), so this raises
     throw TemplateError("'" + obj.type_name() + "' object is not subscriptable");
   }
   // CPython's PySlice_AdjustIndices

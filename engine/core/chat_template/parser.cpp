@@ -29,6 +29,10 @@ class StmtParser {
   void parse_for(ExprParser& p, Stmt& s);
   void parse_set(ExprParser& p, Stmt& s);
   void parse_macro(ExprParser& p, Stmt& s);
+  void parse_filter_block(ExprParser& p, Stmt& s);
+  void parse_with(ExprParser& p, Stmt& s);
+  void close_block();  // consumes the end tag that parse_body stopped at
+  static ExprPtr block_placeholder(const ExprParser& p);
   Target parse_target(ExprParser& p, bool allow_attribute);
   static void expect_end(ExprParser& p) {
     if (!p.at_end()) p.fail("expected end of statement, got " + ExprParser::describe(p.peek()));
@@ -93,6 +97,10 @@ std::unique_ptr<Stmt> StmtParser::parse_statement(const Piece& piece) {
     parse_set(p, *s);
   } else if (tag == "macro") {
     parse_macro(p, *s);
+  } else if (tag == "filter") {
+    parse_filter_block(p, *s);
+  } else if (tag == "with") {
+    parse_with(p, *s);
   } else if (tag == "break" || tag == "continue") {
     if (loop_depth_ == 0) p.fail("'" + tag + "' outside of a loop");
     expect_end(p);
@@ -191,19 +199,48 @@ void StmtParser::parse_set(ExprParser& p, Stmt& s) {
   }
   s.kind = Stmt::Kind::SetBlock;
   if (s.target.is_tuple || !s.target.attribute.empty()) p.fail("a block set needs a plain name");
-  if (p.at_op("|")) {  // the filters apply to the rendered body, bound to a name no template can write
-    auto placeholder = std::make_unique<Expr>();
-    placeholder->kind = Expr::Kind::Name;
-    placeholder->name = " block";
-    placeholder->line = p.peek().line;
-    s.filter = p.parse_filters_and_tests(std::move(placeholder));
-  }
+  if (p.at_op("|")) s.filter = p.parse_filters_and_tests(block_placeholder(p));
   expect_end(p);
   s.body = parse_body({"endset"}, "set");
+  close_block();
+}
+
+// Filters that apply to a rendered block are parsed on a placeholder name that no template can
+// write; the interpreter binds it to the block's text.
+ExprPtr StmtParser::block_placeholder(const ExprParser& p) {
+  auto placeholder = std::make_unique<Expr>();
+  placeholder->kind = Expr::Kind::Name;
+  placeholder->name = " block";
+  placeholder->line = p.peek().line;
+  return placeholder;
+}
+
+void StmtParser::close_block() {
   ExprParser r(pieces_[idx_].tokens);
   r.expect_name();
   expect_end(r);
   ++idx_;
+}
+
+void StmtParser::parse_filter_block(ExprParser& p, Stmt& s) {
+  s.kind = Stmt::Kind::FilterBlock;
+  // {% filter a(x) | b %}: the first filter comes without a '|'
+  s.filter = p.parse_filters_and_tests(p.parse_filter_call(block_placeholder(p)));
+  expect_end(p);
+  s.body = parse_body({"endfilter"}, "filter");
+  close_block();
+}
+
+void StmtParser::parse_with(ExprParser& p, Stmt& s) {
+  s.kind = Stmt::Kind::With;
+  while (!p.at_end()) {
+    if (!s.params.empty()) p.expect_op(",");
+    std::string name = p.expect_name();
+    p.expect_op("=");
+    s.params.emplace_back(std::move(name), p.parse_expression());
+  }
+  s.body = parse_body({"endwith"}, "with");
+  close_block();
 }
 
 void StmtParser::parse_macro(ExprParser& p, Stmt& s) {

@@ -1,5 +1,5 @@
 // Parses template source into a Template tree, with jinja2's operator precedence. Tags outside the
-// supported subset (extends, include, block, call, filter, with, ...) fail here, naming the tag and line.
+// supported subset (extends, include, import, block, call, do, ...) fail here, naming the tag and line.
 #pragma once
 
 #include <string_view>

@@ -313,15 +313,19 @@ void ExprParser::parse_call_args(Expr& call) {
   }
 }
 
+ExprPtr ExprParser::parse_filter_call(ExprPtr node) {
+  auto e = make(Expr::Kind::Filter, peek().line);
+  e->a = std::move(node);
+  e->name = expect_name();
+  if (at_op("(")) parse_call_args(*e);
+  return e;
+}
+
 ExprPtr ExprParser::parse_filters_and_tests(ExprPtr node) {
   while (true) {
     int line = peek().line;
     if (skip_op("|")) {
-      auto e = make(Expr::Kind::Filter, line);
-      e->a = std::move(node);
-      e->name = expect_name();
-      if (at_op("(")) parse_call_args(*e);
-      node = std::move(e);
+      node = parse_filter_call(std::move(node));
     } else if (skip_name("is")) {
       auto e = make(Expr::Kind::Test, line);
       e->a = std::move(node);

@@ -18,6 +18,7 @@ class ExprParser {
   ExprPtr parse_expression();               // with `x if c else y`
   ExprPtr parse_or();                       // without the conditional (for-loop iterables)
   ExprPtr parse_filters_and_tests(ExprPtr node);
+  ExprPtr parse_filter_call(ExprPtr node);  // `name` or `name(args)` applied to node (after the '|')
 
   const Token& peek() const { return tokens_[pos_]; }
   bool at_end() const { return tokens_[pos_].kind == Token::Kind::End; }

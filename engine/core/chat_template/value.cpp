@@ -144,7 +144,7 @@ std::string Value::str() const {
 
 std::string Value::repr() const {
   struct V {
-    std::string operator()(const Undefined&) const { return ""; }
+    std::string operator()(const Undefined&) const { return "Undefined"; }  // str() is "", repr() is not
     std::string operator()(const None&) const { return "None"; }
     std::string operator()(bool b) const { return b ? "True" : "False"; }
     std::string operator()(std::int64_t i) const { return std::to_string(i); }
@@ -244,7 +244,7 @@ bool less_than(const Value& a, const Value& b) {
     return a.as_int() < b.as_int();
   }
   if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();  // UTF-8 order == code point order
-  if (a.is_list() && b.is_list()) {
+  if (a.is_list() && b.is_list() && a.as_list().is_tuple == b.as_list().is_tuple) {
     const auto &x = a.as_list().items, &y = b.as_list().items;
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
       if (!(x[i] == y[i])) return less_than(x[i], y[i]);

@@ -3,8 +3,9 @@
 // loopcontrols, its own tojson, raise_exception and strftime_now).
 //
 // The interpreter covers the Jinja subset that real chat templates use. A template that uses anything
-// else fails when it is parsed (or, for filters/tests/methods, when that code runs) with a TemplateError
-// naming the construct and its line, e.g. "unsupported filter 'xmlattr' at line 3".
+// else fails with a TemplateError naming the construct and its line, e.g. "unsupported filter 'xmlattr'
+// at line 3": unknown tags, filters and tests when it is loaded, unknown methods or functions when that
+// code runs.
 //
 // Thread-safety: a ChatTemplate is immutable after construction. render() is const and may be called
 // concurrently from any number of threads on the same object; each call has its own state.
@@ -40,10 +41,12 @@ class ChatTemplate {
  public:
   // Reads tokenizer_config.json (a file, or a model directory holding one). `chat_template` may be a
   // string or a list of {name, template}; `name` picks one ("default" when the file has a plain string).
-  // bos_token / eos_token may be strings or {"content": ...} objects.
+  // chat_template.jinja and additional_chat_templates/NAME.jinja beside the config, as newer
+  // transformers versions save them, take precedence. bos_token / eos_token may be strings or
+  // {"content": ...} objects.
   static ChatTemplate from_tokenizer_config(const std::filesystem::path& tokenizer_config_json_or_model_dir,
                                             std::string_view name = "default");
-  // Names of the templates in a tokenizer_config.json ({"default"} for a plain string).
+  // Names of the templates available there ({"default"} for a plain string).
   static std::vector<std::string> template_names(const std::filesystem::path& tokenizer_config_json_or_model_dir);
   // An empty bos/eos token leaves that variable undefined in the template (as transformers does for a
   // tokenizer without one).
