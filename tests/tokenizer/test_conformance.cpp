@@ -22,11 +22,12 @@ std::string printable(std::string_view s) {
 }
 
 void check_against_reference(const std::string& model, bool round_trip) {
+  start_references();
+  const Tokenizer& tokenizer = shared_tokenizer(model);  // loads while node runs
   const Reference& ref = reference(model);
   REQUIRE_MESSAGE(ref.error.empty(), ref.error);
   REQUIRE(ref.texts.size() == ref.ids.size());
   REQUIRE(ref.texts.size() >= kMinCases);
-  const Tokenizer& tokenizer = shared_tokenizer(model);
   const std::vector<TokenId> prefix = [&] {
     // What add_special_tokens adds in front, judged from an empty text.
     return tokenizer.encode("", true);

@@ -49,6 +49,10 @@ BpeModel::BpeModel(const std::vector<std::pair<std::string, TokenId>>& vocab,
     if (!key.empty() || token.empty()) vocab_.emplace(std::move(key), id);
   }
   byte_ids_.fill(-1);
+  ascii_ids_.fill(-1);
+  for (int c = 0; c < 128; ++c) {
+    if (auto id = lookup(std::string(1, static_cast<char>(c))); id && !options_.byte_level) ascii_ids_[c] = *id;
+  }
   for (int b = 0; b < 256; ++b) {
     if (options_.byte_level) {
       const std::string key(1, static_cast<char>(b));
@@ -101,8 +105,10 @@ std::optional<BpeModel::Merge> BpeModel::merge_of(TokenId left, TokenId right) c
 
 namespace {
 
+// byte_ids: per byte when byte level, else per ASCII character (-1: look the character up).
 void initial_symbols(std::string_view word, bool byte_level, const std::array<TokenId, 256>& byte_ids,
-                     const StringMap& vocab, std::vector<Symbol>& symbols) {
+                     const std::array<TokenId, 128>& ascii_ids, const StringMap& vocab,
+                     std::vector<Symbol>& symbols) {
   symbols.clear();
   symbols.reserve(word.size());
   for (std::uint32_t i = 0; i < word.size();) {
@@ -110,6 +116,8 @@ void initial_symbols(std::string_view word, bool byte_level, const std::array<To
     TokenId id;
     if (byte_level) {
       id = byte_ids[static_cast<unsigned char>(word[i])];
+    } else if (static_cast<unsigned char>(word[i]) < 0x80) {
+      id = ascii_ids[static_cast<unsigned char>(word[i])];
     } else {
       utf8_decode(word, i, len);
       const auto it = vocab.find(word.substr(i, len));
@@ -226,7 +234,7 @@ void BpeModel::encode_word(std::string_view word, std::vector<TokenId>& out) con
     }
   }
   std::vector<Symbol> symbols;
-  initial_symbols(word, options_.byte_level, byte_ids_, vocab_, symbols);
+  initial_symbols(word, options_.byte_level, byte_ids_, ascii_ids_, vocab_, symbols);
   if (symbols.size() > kHeapThreshold) {
     merge_large(symbols);
   } else if (symbols.size() > 1) {

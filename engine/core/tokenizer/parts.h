@@ -134,6 +134,7 @@ class BpeModel {
   StringMap vocab_;  // model-space key (raw bytes when byte level)
   std::unordered_map<std::uint64_t, Merge> merges_;
   std::array<TokenId, 256> byte_ids_{};  // byte level: byte -> id; byte_fallback: byte -> <0xNN>
+  std::array<TokenId, 128> ascii_ids_{};  // not byte level: ASCII character -> id, -1 if absent
   std::unique_ptr<Cache> cache_;
 };
 
