@@ -23,8 +23,14 @@ constexpr std::size_t kCacheEntriesPerShard = 8192;
 
 using Symbol = BpeModel::Symbol;
 
-std::uint64_t pair_key(TokenId left, TokenId right) {
-  return (std::uint64_t(std::uint32_t(left)) << 32) | std::uint32_t(right);
+constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+
+// Where the next SentencePiece word starts: a U+2581 that follows something else.
+std::size_t next_word_start(std::string_view s, std::size_t from) {
+  for (std::size_t p = s.find(kMetaspace, from); p != std::string_view::npos; p = s.find(kMetaspace, p + 3)) {
+    if (p > 0 && (p < 3 || s.substr(p - 3, 3) != kMetaspace)) return p;
+  }
+  return std::string_view::npos;
 }
 
 }  // namespace
@@ -42,7 +48,7 @@ struct BpeModel::Cache {
 
 BpeModel::BpeModel(const std::vector<std::pair<std::string, TokenId>>& vocab,
                    const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options)
-    : options_(options), cache_(std::make_unique<Cache>()) {
+    : options_(options), split_words_(!options.byte_level), cache_(std::make_unique<Cache>()) {
   vocab_.reserve(vocab.size());
   for (const auto& [token, id] : vocab) {
     std::string key = model_key(token);
@@ -63,18 +69,26 @@ BpeModel::BpeModel(const std::vector<std::pair<std::string, TokenId>>& vocab,
       if (auto id = lookup(name)) byte_ids_[b] = *id;
     }
   }
-  merges_.reserve(merges.size());
+  merges_ = MergeTable(merges.size());
   for (std::uint32_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [a, b] = merges[rank];
     const auto left = lookup(model_key(a));
     const auto right = lookup(model_key(b));
     const auto merged = lookup(model_key(a + b));
     if (!left || !right || !merged) continue;  // a merge that cannot produce a vocab token
-    merges_.try_emplace(pair_key(*left, *right), Merge{rank, *merged});
+    merges_.insert(*left, *right, Merge{rank, *merged});
+    if (!options_.byte_level && crosses_word_start(a + b)) split_words_ = false;
   }
 }
 
 BpeModel::~BpeModel() = default;
+
+// SentencePiece models often come without a pre-tokenizer, so a whole line is one BPE word. When no
+// merge can build a token with U+2581 after another character, no merge ever crosses such a point,
+// and cutting the word there gives the same ids while letting the per-word cache work.
+bool BpeModel::crosses_word_start(std::string_view merged) {
+  return next_word_start(merged, 0) != std::string_view::npos;
+}
 
 // Byte-level vocab strings are GPT-2 characters standing for bytes; the model keys them by those
 // bytes. A string with a character outside the mapping cannot come out of a word: key "" (dropped).
@@ -93,13 +107,6 @@ std::string BpeModel::model_key(std::string_view vocab_string) const {
 std::optional<TokenId> BpeModel::lookup(std::string_view key) const {
   const auto it = vocab_.find(key);
   if (it == vocab_.end()) return std::nullopt;
-  return it->second;
-}
-
-std::optional<BpeModel::Merge> BpeModel::merge_of(TokenId left, TokenId right) const {
-  if (left < 0 || right < 0) return std::nullopt;
-  const auto it = merges_.find(pair_key(left, right));
-  if (it == merges_.end()) return std::nullopt;
   return it->second;
 }
 
@@ -136,7 +143,7 @@ void BpeModel::merge_small(std::vector<Symbol>& symbols) const {
   std::vector<std::uint32_t> ranks(symbols.size() - 1);
   std::vector<TokenId> merged(symbols.size() - 1);
   auto rank_at = [&](std::size_t i) {
-    const auto m = merge_of(symbols[i].id, symbols[i + 1].id);
+    const Merge* m = merge_of(symbols[i].id, symbols[i + 1].id);
     ranks[i] = m ? m->rank : kNoRank;
     merged[i] = m ? m->merged : -1;
   };
@@ -161,6 +168,7 @@ void BpeModel::merge_large(std::vector<Symbol>& symbols) const {
     std::int32_t pos;
     TokenId left;
     TokenId right;
+    TokenId merged;
     bool operator>(const Candidate& o) const {
       return rank != o.rank ? rank > o.rank : pos > o.pos;
     }
@@ -170,7 +178,7 @@ void BpeModel::merge_large(std::vector<Symbol>& symbols) const {
     if (pos < 0 || symbols[pos].next < 0) return;
     const Symbol& a = symbols[pos];
     const Symbol& b = symbols[a.next];
-    if (const auto m = merge_of(a.id, b.id)) heap.push({m->rank, pos, a.id, b.id});
+    if (const Merge* m = merge_of(a.id, b.id)) heap.push({m->rank, pos, a.id, b.id, m->merged});
   };
   for (std::int32_t i = 0; i + 1 < static_cast<std::int32_t>(symbols.size()); ++i) consider(i);
   while (!heap.empty()) {
@@ -180,7 +188,7 @@ void BpeModel::merge_large(std::vector<Symbol>& symbols) const {
     // Stale when either side was merged away or changed since the candidate was queued.
     if (a.len == 0 || a.id != c.left || a.next < 0 || symbols[a.next].id != c.right) continue;
     Symbol& b = symbols[a.next];
-    a.id = merge_of(c.left, c.right)->merged;
+    a.id = c.merged;
     a.len += b.len;
     a.next = b.next;
     if (b.next >= 0) symbols[b.next].prev = c.pos;
@@ -218,6 +226,17 @@ void BpeModel::emit(std::string_view word, const std::vector<Symbol>& symbols,
 
 void BpeModel::encode_word(std::string_view word, std::vector<TokenId>& out) const {
   if (word.empty()) return;
+  if (split_words_ && !options_.ignore_merges) {
+    std::size_t begin = 0;
+    for (std::size_t p; (p = next_word_start(word, begin + 1)) != std::string_view::npos; begin = p) {
+      encode_piece(word.substr(begin, p - begin), out);
+    }
+    return encode_piece(word.substr(begin), out);
+  }
+  encode_piece(word, out);
+}
+
+void BpeModel::encode_piece(std::string_view word, std::vector<TokenId>& out) const {
   if (options_.ignore_merges) {
     if (const auto id = lookup(word)) {
       out.push_back(*id);
