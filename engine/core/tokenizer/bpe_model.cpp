@@ -25,12 +25,12 @@ using Symbol = BpeModel::Symbol;
 
 constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
-// Where the next SentencePiece word starts: a U+2581 that follows something else.
-std::size_t next_word_start(std::string_view s, std::size_t from) {
-  for (std::size_t p = s.find(kMetaspace, from); p != std::string_view::npos; p = s.find(kMetaspace, p + 3)) {
-    if (p > 0 && (p < 3 || s.substr(p - 3, 3) != kMetaspace)) return p;
-  }
-  return std::string_view::npos;
+// Code point of the character that ends right before byte `p` of s.
+char32_t char_before(std::string_view s, std::size_t p) {
+  std::size_t start = p - 1;
+  while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+  std::size_t len;
+  return utf8_decode(s, start, len);
 }
 
 }  // namespace
@@ -77,21 +77,37 @@ BpeModel::BpeModel(const std::vector<std::pair<std::string, TokenId>>& vocab,
     const auto merged = lookup(model_key(a + b));
     if (!left || !right || !merged) continue;  // a merge that cannot produce a vocab token
     merges_.insert(*left, *right, Merge{rank, *merged});
-    if (!options_.byte_level && crosses_word_start(a + b)) split_words_ = false;
+    if (!options_.byte_level) note_word_crossing(a + b);
   }
+  if (no_cut_after_.size() > 16) split_words_ = false;  // not worth checking
 }
 
 BpeModel::~BpeModel() = default;
 
-// SentencePiece models often come without a pre-tokenizer, so a whole line is one BPE word. When no
-// merge can build a token with U+2581 after another character, no merge ever crosses such a point,
-// and cutting the word there gives the same ids while letting the per-word cache work.
-bool BpeModel::crosses_word_start(std::string_view merged) {
-  return next_word_start(merged, 0) != std::string_view::npos;
+// SentencePiece models often come without a pre-tokenizer, so a whole line is one BPE word. A merge
+// can only join across a U+2581 that follows character c if some merge builds a token containing
+// "c" + U+2581 (Gemma has one: ">▁</"). Cutting the word before every other U+2581 therefore gives
+// the same ids, and lets the per-word cache work.
+void BpeModel::note_word_crossing(std::string_view merged) {
+  for (std::size_t p = merged.find(kMetaspace, 1); p != std::string_view::npos; p = merged.find(kMetaspace, p + 1)) {
+    const char32_t before = char_before(merged, p);
+    if (before == 0x2581) continue;
+    if (std::find(no_cut_after_.begin(), no_cut_after_.end(), before) == no_cut_after_.end()) {
+      no_cut_after_.push_back(before);
+    }
+  }
 }
 
-// Byte-level vocab strings are GPT-2 characters standing for bytes; the model keys them by those
-// bytes. A string with a character outside the mapping cannot come out of a word: key "" (dropped).
+std::size_t BpeModel::next_word_start(std::string_view word, std::size_t from) const {
+  for (std::size_t p = word.find(kMetaspace, from); p != std::string_view::npos; p = word.find(kMetaspace, p + 1)) {
+    if (p == 0) continue;
+    const char32_t before = char_before(word, p);
+    if (before == 0x2581) continue;
+    if (std::find(no_cut_after_.begin(), no_cut_after_.end(), before) == no_cut_after_.end()) return p;
+  }
+  return std::string_view::npos;
+}
+
 std::string BpeModel::model_key(std::string_view vocab_string) const {
   if (!options_.byte_level) return std::string(vocab_string);
   std::string key;
@@ -226,7 +242,7 @@ void BpeModel::emit(std::string_view word, const std::vector<Symbol>& symbols,
 
 void BpeModel::encode_word(std::string_view word, std::vector<TokenId>& out) const {
   if (word.empty()) return;
-  if (split_words_ && !options_.ignore_merges) {
+  if (split_words_ && !options_.ignore_merges && word.size() > kMetaspace.size()) {
     std::size_t begin = 0;
     for (std::size_t p; (p = next_word_start(word, begin + 1)) != std::string_view::npos; begin = p) {
       encode_piece(word.substr(begin, p - begin), out);

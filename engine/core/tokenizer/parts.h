@@ -164,7 +164,8 @@ class BpeModel {
   struct Cache;
   std::optional<TokenId> lookup(std::string_view model_key) const;
   const Merge* merge_of(TokenId left, TokenId right) const { return merges_.find(left, right); }
-  static bool crosses_word_start(std::string_view merged);
+  void note_word_crossing(std::string_view merged);
+  std::size_t next_word_start(std::string_view word, std::size_t from) const;
   void encode_piece(std::string_view word, std::vector<TokenId>& out) const;
   void merge_small(std::vector<Symbol>& symbols) const;
   void merge_large(std::vector<Symbol>& symbols) const;
@@ -175,6 +176,7 @@ class BpeModel {
   StringMap vocab_;  // model-space key (raw bytes when byte level)
   MergeTable merges_;
   bool split_words_ = true;  // SentencePiece: words may be cut before U+2581 (see bpe_model.cpp)
+  std::vector<char32_t> no_cut_after_;  // ... except after these characters
   std::array<TokenId, 256> byte_ids_{};  // byte level: byte -> id; byte_fallback: byte -> <0xNN>
   std::array<TokenId, 128> ascii_ids_{};  // not byte level: ASCII character -> id, -1 if absent
   std::unique_ptr<Cache> cache_;
