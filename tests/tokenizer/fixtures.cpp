@@ -46,6 +46,11 @@ Reference run_reference(const std::string& model) {
       for (const auto& id : row.as_array()) ids.push_back(static_cast<TokenId>(id.to_number<std::int64_t>()));
       ref.ids.push_back(std::move(ids));
     }
+    const auto& obj = v.as_object();
+    if (obj.contains("decoded")) {
+      for (const auto& t : obj.at("decoded").as_array()) ref.decoded.emplace_back(t.as_string());
+      for (const auto& t : obj.at("decoded_skip").as_array()) ref.decoded_skip.emplace_back(t.as_string());
+    }
   } catch (const std::exception& e) {
     ref.error = std::string("cannot parse the reference output: ") + e.what() + ": " + out.substr(0, 500);
   }

@@ -224,9 +224,7 @@ struct DecoderTable {
   std::vector<std::string> bytes;
   std::size_t strip_leading_spaces = 0;
 };
-DecoderTable make_decoder_table(const boost::json::value& config,
-                                const std::vector<std::string>& id_to_token,
-                                const std::vector<std::uint8_t>& is_added);
+DecoderTable make_decoder_table(const boost::json::value& config, const std::vector<std::string>& id_to_token);
 
 // ---- everything, as loaded (tokenizer.cpp runs the pipeline) --------------------------------------
 struct TokenizerData {
