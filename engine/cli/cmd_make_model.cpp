@@ -1,0 +1,40 @@
+// kvfleet make-model: a tiny random-weight model in the Hugging Face format.
+#include <cstdio>
+
+#include "engine/cli/common.h"
+#include "kvfleet/make_model.h"
+
+namespace kvfleet::cli {
+
+void register_make_model(CLI::App& app) {
+  auto o = std::make_shared<MakeModelOptions>();
+  auto out = std::make_shared<std::string>();
+  auto dtype = std::make_shared<std::string>("float32");
+  auto* cmd = app.add_subcommand("make-model", "Write a tiny random-weight model in the Hugging Face format");
+  cmd->add_option("--out", *out, "Output directory")->required();
+  cmd->add_option("--arch", o->arch, "llama, qwen2 or mistral")->check(CLI::IsMember({"llama", "qwen2", "mistral"}));
+  cmd->add_option("--layers", o->layers)->check(CLI::PositiveNumber);
+  cmd->add_option("--hidden", o->hidden)->check(CLI::PositiveNumber);
+  cmd->add_option("--intermediate", o->intermediate)->check(CLI::PositiveNumber);
+  cmd->add_option("--heads", o->heads)->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-heads", o->kv_heads)->check(CLI::PositiveNumber);
+  cmd->add_option("--head-dim", o->head_dim, "0: hidden / heads");
+  cmd->add_option("--vocab", o->vocab, "Raised to the tokenizer's size when --tokenizer is given");
+  cmd->add_option("--max-position", o->max_position);
+  cmd->add_option("--rope-theta", o->rope_theta);
+  cmd->add_option("--rope-scaling", o->rope_scaling)->check(CLI::IsMember({"none", "linear", "llama3"}));
+  cmd->add_option("--rope-factor", o->rope_factor);
+  cmd->add_flag("--tie", o->tie_embeddings, "Tie lm_head to the embeddings");
+  cmd->add_flag("--attention-bias", o->attention_bias, "llama: biases on q/k/v/o");
+  cmd->add_option("--dtype", *dtype)->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
+  cmd->add_option("--seed", o->seed);
+  cmd->add_option("--shards", o->shards, "Write this many safetensors shards plus an index");
+  cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json or a directory with tokenizer files to copy");
+  cmd->callback([o, out, dtype] {
+    o->dtype = *dtype == "bfloat16" ? DType::bf16 : *dtype == "float16" ? DType::f16 : DType::f32;
+    make_model(*o, *out);
+    std::printf("wrote %s model to %s\n", o->arch.c_str(), out->c_str());
+  });
+}
+
+}  // namespace kvfleet::cli

@@ -1,0 +1,180 @@
+#include "kvfleet/http/client.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+#include <vector>
+
+namespace kvfleet::http {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using asio::ip::tcp;
+using boost::system::error_code;
+using boost::system::system_error;
+constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
+
+struct HttpClient::Impl {
+  Impl(asio::any_io_executor executor, HttpClientConfig c)
+      : config(std::move(c)), stream(std::move(executor)), piece(config.piece_size) {}
+
+  // Closes the connection and throws: a half-read response leaves the stream unusable.
+  [[noreturn]] void fail(error_code ec) {
+    close();
+    throw system_error(ec);
+  }
+  void close() {
+    error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream.close();
+    parser.reset();
+  }
+
+  HttpClientConfig config;
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;
+  std::optional<bhttp::response_parser<bhttp::buffer_body>> parser;
+  std::vector<char> piece;
+  std::string host_header;
+  bool head_request = false;  // a HEAD response has no body whatever its headers say
+};
+
+HttpClient::HttpClient(asio::any_io_executor executor, HttpClientConfig config)
+    : impl_(std::make_unique<Impl>(std::move(executor), std::move(config))) {}
+
+HttpClient::~HttpClient() = default;
+
+asio::awaitable<void> HttpClient::connect(std::string host, uint16_t port) {
+  Impl& s = *impl_;
+  error_code ec;
+  asio::ip::address address = asio::ip::make_address(host, ec);
+  std::vector<tcp::endpoint> endpoints;
+  if (!ec) {
+    endpoints.emplace_back(address, port);
+  } else {
+    tcp::resolver resolver(s.stream.get_executor());
+    auto [resolve_ec, results] = co_await resolver.async_resolve(host, std::to_string(port), tuple_awaitable);
+    if (resolve_ec) throw system_error(resolve_ec, "resolve " + host);
+    for (const auto& entry : results) endpoints.push_back(entry.endpoint());
+  }
+  s.stream.expires_after(s.config.connect_timeout);
+  auto [connect_ec, endpoint] = co_await s.stream.async_connect(endpoints, tuple_awaitable);
+  if (connect_ec) s.fail(connect_ec);
+  s.stream.socket().set_option(tcp::no_delay(true), ec);
+  s.host_header = host + ":" + std::to_string(port);
+  s.buffer.clear();
+}
+
+asio::awaitable<void> HttpClient::send(const Request& request) {
+  Impl& s = *impl_;
+  bhttp::request<bhttp::string_body> message;
+  message.method_string(request.method);
+  message.target(request.target);
+  message.version(11);
+  for (const Headers::Field& f : request.headers.fields()) message.insert(f.name, f.value);
+  if (message.find(bhttp::field::host) == message.end()) message.set(bhttp::field::host, s.host_header);
+  message.body() = request.body;
+  message.prepare_payload();
+  s.head_request = request.method == "HEAD";
+  s.stream.expires_after(s.config.io_timeout);
+  auto [ec, n] = co_await bhttp::async_write(s.stream, message, tuple_awaitable);
+  if (ec) s.fail(ec);
+}
+
+asio::awaitable<ResponseHead> HttpClient::read_head() {
+  Impl& s = *impl_;
+  s.parser.emplace();
+  s.parser->header_limit(static_cast<uint32_t>(std::min<size_t>(s.config.header_limit, UINT32_MAX)));
+  s.parser->body_limit(std::numeric_limits<std::uint64_t>::max());
+  if (s.head_request) s.parser->skip(true);
+  s.stream.expires_after(s.config.io_timeout);
+  auto [ec, n] = co_await bhttp::async_read_header(s.stream, s.buffer, *s.parser, tuple_awaitable);
+  if (ec) s.fail(ec);
+  const auto& message = s.parser->get();
+  ResponseHead head;
+  head.status = static_cast<int>(message.result_int());
+  for (const auto& field : message) head.headers.add(field.name_string(), field.value());
+  head.chunked = message.chunked();
+  if (auto length = s.parser->content_length()) head.content_length = *length;
+  head.keep_alive = message.keep_alive();
+  co_return head;
+}
+
+asio::awaitable<std::optional<std::string>> HttpClient::read_some() {
+  Impl& s = *impl_;
+  if (!s.parser) throw std::logic_error("HttpClient::read_some before read_head");
+  while (!s.parser->is_done()) {
+    auto& body = s.parser->get().body();
+    body.data = s.piece.data();
+    body.size = s.piece.size();
+    s.stream.expires_after(s.config.io_timeout);
+    auto [ec, n] = co_await bhttp::async_read_some(s.stream, s.buffer, *s.parser, tuple_awaitable);
+    if (ec && ec != bhttp::error::need_buffer) s.fail(ec);
+    size_t got = s.piece.size() - body.size;
+    // Some reads only consume chunk framing; keep reading until body bytes appear.
+    if (got > 0) co_return std::string(s.piece.data(), got);
+  }
+  co_return std::nullopt;
+}
+
+asio::awaitable<std::string> HttpClient::read_body() {
+  std::string body;
+  while (std::optional<std::string> piece = co_await read_some()) {
+    if (body.size() + piece->size() > impl_->config.body_limit) impl_->fail(bhttp::error::body_limit);
+    body += *piece;
+  }
+  co_return body;
+}
+
+asio::awaitable<Response> HttpClient::request(const Request& request) {
+  co_await send(request);
+  ResponseHead head = co_await read_head();
+  Response response;
+  response.status = head.status;
+  response.headers = std::move(head.headers);
+  response.body = co_await read_body();
+  co_return response;
+}
+
+void HttpClient::close() { impl_->close(); }
+
+bool HttpClient::is_open() const { return impl_->stream.socket().is_open(); }
+
+namespace {
+
+asio::awaitable<Response> one_request(HttpClient& client, const std::string& host, uint16_t port,
+                                      const Request& request) {
+  co_await client.connect(host, port);
+  co_return co_await client.request(request);
+}
+
+}  // namespace
+
+Response http_request(const std::string& host, uint16_t port, std::string method, std::string target,
+                      std::string body, Headers headers, std::chrono::milliseconds timeout) {
+  asio::io_context ioc;
+  HttpClient client(ioc.get_executor(), HttpClientConfig{.connect_timeout = timeout, .io_timeout = timeout});
+  Request request{std::move(method), std::move(target), std::move(headers), std::move(body)};
+  std::exception_ptr error;
+  Response response;
+  asio::co_spawn(ioc, one_request(client, host, port, request), [&](std::exception_ptr e, Response r) {
+    error = e;
+    response = std::move(r);
+  });
+  ioc.run();
+  if (error) std::rethrow_exception(error);
+  return response;
+}
+
+}  // namespace kvfleet::http

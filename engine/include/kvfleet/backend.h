@@ -1,0 +1,80 @@
+// The narrow interface between the model runner and a device (DESIGN.md Contract 5). The runner owns the
+// order of operations; a backend owns memory and kernels. Pointers named d_* are device memory of this
+// backend (host memory for the CPU backend). Activations are fp32; weights keep the checkpoint dtype.
+// Thread-safety: a backend is used by one thread at a time (the engine thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "kvfleet/dtype.h"
+#include "kvfleet/safetensors.h"
+
+namespace kvfleet {
+
+struct DeviceWeight {
+  const void* data = nullptr;  // null: absent (an optional bias)
+  DType dtype = DType::f32;
+};
+
+// Where each row of a step reads and writes the paged cache. All arrays are device memory.
+struct AttentionMeta {
+  std::int64_t rows = 0;
+  const std::int32_t* d_positions = nullptr;     // [rows] position of the row in its sequence
+  const std::int64_t* d_slots = nullptr;         // [rows] cache slot: block * block_size + offset
+  const std::int32_t* d_table_offsets = nullptr; // [rows] start of the row's block table in d_tables
+  const std::int32_t* d_tables = nullptr;        // block tables of all sequences, concatenated
+};
+
+struct KvCacheShape {
+  std::int64_t num_layers = 0, num_blocks = 0, block_size = 16, num_kv_heads = 0, head_dim = 0;
+  std::int64_t block_elems() const { return 2 * num_kv_heads * block_size * head_dim; }  // one layer, K+V
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void deallocate(void* d_ptr) = 0;
+  virtual void to_device(void* d_dst, const void* src, std::size_t bytes) = 0;
+  virtual void to_host(void* dst, const void* d_src, std::size_t bytes) = 0;
+  // Makes a weight usable by the kernels. The CPU backend reads the mapped checkpoint in place.
+  virtual DeviceWeight upload_weight(const TensorView& t) = 0;
+
+  // The paged KV cache: one buffer, per layer, per block, K then V, each [kv_heads][block_size][head_dim].
+  virtual void allocate_kv_cache(const KvCacheShape& shape) = 0;
+  virtual const KvCacheShape& kv_cache_shape() const = 0;
+  // Copies one block of one layer (K then V, fp32) to or from host memory, for tests and KV transfer.
+  virtual void read_kv_block(std::int64_t layer, std::int64_t block, float* host) = 0;
+
+  virtual void embedding(DeviceWeight table, std::int64_t dim, const std::int32_t* d_ids, std::int64_t n,
+                         float* d_out) = 0;
+  virtual void rms_norm(const float* d_x, std::int64_t rows, std::int64_t dim, DeviceWeight w, float eps,
+                        float* d_out) = 0;
+  virtual void add_rms_norm(float* d_residual, const float* d_delta, std::int64_t rows, std::int64_t dim,
+                            DeviceWeight w, float eps, float* d_out) = 0;
+  virtual void linear(const float* d_x, std::int64_t rows, std::int64_t in, DeviceWeight w, std::int64_t out,
+                      DeviceWeight bias, float* d_y) = 0;
+  virtual void silu_mul(float* d_gate, const float* d_up, std::int64_t n) = 0;
+  // Rotates q in place and k, and writes k and v of every row into the layer's cache slots.
+  virtual void rope_store_kv(std::int64_t layer, const float* d_inv_freq, float* d_q, const float* d_k,
+                             const float* d_v, std::int64_t num_heads, const AttentionMeta& meta) = 0;
+  virtual void paged_attention(std::int64_t layer, const float* d_q, std::int64_t num_heads,
+                               const AttentionMeta& meta, float scale, float* d_out) = 0;
+  virtual void synchronize() {}
+};
+
+struct BackendOptions {
+  std::string kind = "auto";  // cpu | cuda | auto
+  unsigned threads = 0;       // CPU threads; 0 = all cores
+};
+
+// Makes the backend `options.kind` names; "auto" picks CUDA when a GPU is present, else the CPU.
+std::unique_ptr<Backend> make_backend(const BackendOptions& options);
+std::unique_ptr<Backend> make_cpu_backend(unsigned threads);
+
+}  // namespace kvfleet

@@ -1,0 +1,128 @@
+// Engine: one thread owns the scheduler, the KV cache, the model runner and the backend; any thread
+// submits requests, aborts them, and receives their tokens through a per-request callback.
+//
+// Each engine step: drain the inbox (submits, aborts) -> Scheduler::schedule -> ModelRunner::forward ->
+// sample one token per finished chunk -> Scheduler::update -> stop checks -> callbacks.
+//
+// Thread-safety: submit(), abort(), stats() and kv_events() may be called from any thread. Callbacks run on
+// the engine thread: they must be quick and must not call back into the engine synchronously (post the
+// output to your own executor instead).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <future>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kvfleet/backend.h"
+#include "kvfleet/model.h"
+#include "kvfleet/sampler.h"
+#include "kvfleet/scheduler.h"
+
+namespace kvfleet {
+
+class Tokenizer;
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  std::int32_t num_blocks = 512;
+  std::int32_t block_size = 16;
+  bool enable_prefix_caching = true;
+  std::string served_model_name;  // the block-hash namespace (Contract 1); default: the model's name
+  std::int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
+  BackendOptions backend;
+};
+
+struct GenerationRequest {
+  std::vector<TokenId> prompt;
+  SamplingParams sampling;   // seed: set one for reproducible sampling (greedy ignores it)
+  std::int32_t max_tokens = 16;
+  bool ignore_eos = false;
+  std::vector<TokenId> stop_token_ids;
+  std::vector<std::string> stop;  // stop strings; need a tokenizer (Engine::set_tokenizer)
+  std::int32_t priority = 0;
+  Penalties penalties;
+  std::int32_t logprobs = -1;  // >= 0: report each token's logprob and this many top alternatives
+};
+
+using RequestId = std::uint64_t;
+
+// What a request's callback receives: the tokens produced since the last call, and at the end the reason.
+struct RequestOutput {
+  RequestId id = 0;
+  std::vector<TokenId> new_tokens;
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::none;
+  std::string stop_string;           // the stop string that ended it, if any
+  std::int32_t num_prompt_tokens = 0;
+  std::int32_t num_cached_tokens = 0;  // prompt tokens found in the prefix cache at admission
+  std::string error;                 // set when the request failed (finished with aborted)
+  double queue_time_s = 0.0;         // from submit() to the first step that computed it
+  // With GenerationRequest::logprobs >= 0: one entry per new token.
+  struct Logprobs {
+    float logprob = 0.0f;
+    std::vector<TokenLogprob> top;
+  };
+  std::vector<Logprobs> logprobs;
+};
+
+using OutputCallback = std::function<void(const RequestOutput&)>;
+
+struct EngineStats {
+  SchedulerStats scheduler;
+  std::uint64_t prompt_tokens = 0;      // prompt tokens computed (prefix-cache hits excluded)
+  std::uint64_t generated_tokens = 0;
+  std::uint64_t steps = 0;
+  std::array<std::uint64_t, 4> finished{};  // by FinishReason (none unused)
+};
+
+class Engine {
+ public:
+  Engine(const Model& model, const EngineConfig& config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Optional: enables stop strings (decoded incrementally). Call before the first submit.
+  void set_tokenizer(const Tokenizer* tokenizer);
+
+  // Queues a request. Throws std::invalid_argument for a request that can never run (empty prompt, bad
+  // sampling values, prompt + max_tokens beyond max_model_len, a prompt longer than the whole cache).
+  RequestId submit(GenerationRequest request, OutputCallback on_output);
+  // Ends a request in any state; its callback gets a final output with FinishReason::aborted. Unknown or
+  // finished ids are ignored.
+  void abort(RequestId id);
+
+  EngineStats stats() const;
+  std::shared_ptr<KvEventRing> kv_events() const { return kv_events_; }
+  const EngineConfig& config() const { return config_; }
+  std::int64_t max_model_len() const { return max_model_len_; }
+  // Blocks until no request is queued or running (tests, the offline tool).
+  void wait_idle();
+  // Everything the prefix cache holds, taken on the engine thread (blocks until the next loop turn): what
+  // a KV-event reader that fell behind the ring starts from (Contract 2).
+  KvSnapshot kv_snapshot();
+
+ private:
+  struct Impl;
+  void loop();
+  void step();
+  void fail(SeqId seq, const std::string& error);
+  void count_finished(FinishReason reason);
+
+  const Model& model_;
+  EngineConfig config_;
+  std::int64_t max_model_len_ = 0;
+  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<KvEventRing> kv_events_;
+  std::thread thread_;
+};
+
+}  // namespace kvfleet

@@ -1,0 +1,82 @@
+// HttpClient: one HTTP/1.1 connection driven by coroutines, for the router's upstream forwarding
+// and for tests and the bench. A response body can be read whole, or piece by piece as it arrives
+// (read_some), so an SSE stream can be relayed without buffering.
+//
+// Every operation has a deadline (connect_timeout, then io_timeout for each read or write); a
+// failure or timeout throws boost::system::system_error and leaves the client closed.
+//
+// Threading: one HttpClient is used from one coroutine at a time, on the executor it was made
+// with. close() must run on that executor too (from a ResponseWriter::on_disconnect callback of a
+// handler that created the client with `co_await this_coro::executor`, it does); it aborts the
+// pending operation, which then throws operation_aborted.
+//
+// GCC 12 caveat (for every coroutine API here): a braced aggregate temporary inside a co_await
+// expression, e.g. `co_await client.send(Request{...})`, is destroyed twice (heap corruption).
+// Build the Request/Response as a named variable first; function results (json_error(...)) are fine.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "kvfleet/http/message.h"
+
+namespace kvfleet::http {
+
+struct HttpClientConfig {
+  std::chrono::milliseconds connect_timeout{5'000};
+  std::chrono::milliseconds io_timeout{30'000};  // each read or write
+  size_t header_limit = 64 * 1024;
+  size_t body_limit = 64 * 1024 * 1024;          // what read_body() may buffer; read_some: no limit
+  size_t piece_size = 16 * 1024;                 // most bytes one read_some() returns
+};
+
+struct ResponseHead {
+  int status = 0;
+  Headers headers;
+  bool chunked = false;
+  std::optional<uint64_t> content_length;
+  bool keep_alive = true;
+};
+
+class HttpClient {
+ public:
+  explicit HttpClient(boost::asio::any_io_executor executor, HttpClientConfig config = {});
+  ~HttpClient();
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
+
+  // `host` is an IP address or a name to resolve.
+  boost::asio::awaitable<void> connect(std::string host, uint16_t port);
+
+  // Writes the request; Host and Content-Length are filled in when absent.
+  boost::asio::awaitable<void> send(const Request& request);
+  // Reads the status line and headers of the response to the last request sent.
+  boost::asio::awaitable<ResponseHead> read_head();
+  // The next body bytes as soon as some arrive (chunk framing removed); nullopt at the end.
+  boost::asio::awaitable<std::optional<std::string>> read_some();
+  // The rest of the body; throws when it exceeds config.body_limit.
+  boost::asio::awaitable<std::string> read_body();
+  // send + read_head + read_body.
+  boost::asio::awaitable<Response> request(const Request& request);
+
+  // Aborts any pending operation and closes the connection. Idempotent.
+  void close();
+  bool is_open() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Synchronous one-shot request on a private io_context, for tests and tools. Throws
+// boost::system::system_error on connection failure or timeout.
+Response http_request(const std::string& host, uint16_t port, std::string method, std::string target,
+                      std::string body = {}, Headers headers = {},
+                      std::chrono::milliseconds timeout = std::chrono::milliseconds{10'000});
+
+}  // namespace kvfleet::http

@@ -1,0 +1,111 @@
+// KvCacheManager: the paged KV cache's bookkeeping for sequences (no device memory here; the model
+// runner owns the K/V storage and reads it through the block tables this class fills in).
+//
+// Life of a sequence's blocks:
+//   find_cached_prefix(seq)      read-only: the leading full blocks the prefix cache already holds,
+//                                never the whole known sequence (its last token must be computed so
+//                                that logits exist)
+//   allocate(seq, n, prefix)     takes those blocks (reviving free ones) and new blocks for the next
+//                                n tokens, evicting the LRU cached blocks when short; all or nothing
+//   commit(seq)                  after a step computed K/V: full blocks enter the prefix cache
+//   free(seq)                    on finish, abort or preemption: blocks released tail first
+// Every change to the prefix cache is published to the event ring (Contract 2).
+// Engine thread only, except events(), whose ring is thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvfleet/block_pool.h"
+#include "kvfleet/kv_events.h"
+#include "kvfleet/prefix_cache.h"
+#include "kvfleet/sequence.h"
+
+namespace kvfleet {
+
+struct KvCacheConfig {
+  std::int32_t num_blocks = 0;
+  std::int32_t block_size = 16;
+  BlockHash root = 0;  // block_hash_root(model name, salt): Contract 1
+  bool enable_prefix_caching = true;
+  std::size_t event_ring_capacity = 4096;
+};
+
+struct KvCacheStats {
+  std::int32_t num_blocks = 0;
+  std::int32_t num_free_blocks = 0;       // free, cached or not: all can be handed out
+  std::int32_t num_cached_blocks = 0;     // blocks the prefix cache maps, free or in use
+  double usage = 0.0;                     // 1 - free / total
+  std::uint64_t prefix_query_tokens = 0;  // tokens of admitted sequences looked up
+  std::uint64_t prefix_hit_tokens = 0;    // of those, found in the cache
+  std::uint64_t evicted_blocks = 0;       // cached blocks reused for other content
+};
+
+// Everything the prefix cache holds, as of event `seq`: what a router that fell behind the event
+// ring gets after a `cleared` event, before the live events from seq + 1 on.
+struct KvSnapshot {
+  std::uint64_t seq = 0;
+  struct Entry {
+    BlockHash hash;
+    BlockHash parent;  // the root for a first block
+  };
+  std::vector<Entry> blocks;  // a parent that is cached comes before its children
+};
+
+class KvCacheManager {
+ public:
+  explicit KvCacheManager(const KvCacheConfig& config);
+
+  std::int32_t block_size() const { return block_size_; }
+  std::int32_t blocks_for(std::int32_t num_tokens) const { return (num_tokens + block_size_ - 1) / block_size_; }
+
+  // The prefix cache's blocks for the leading full blocks of seq.tokens, at most
+  // (num_tokens - 1) / block_size of them. Changes no cache state (it extends seq's hash memo).
+  std::vector<BlockId> find_cached_prefix(Sequence& seq) const;
+
+  // Makes seq's block table cover num_computed + num_new_tokens positions. For a sequence without
+  // blocks, `cached_prefix` (from find_cached_prefix) is taken first and num_computed_tokens set to
+  // its length in tokens. Returns false and changes nothing when too few blocks are free.
+  bool allocate(Sequence& seq, std::int32_t num_new_tokens, std::span<const BlockId> cached_prefix = {});
+  // Whether allocate(seq, num_new_tokens, cached_prefix) would succeed.
+  bool can_allocate(const Sequence& seq, std::int32_t num_new_tokens,
+                    std::span<const BlockId> cached_prefix = {}) const;
+
+  // Puts seq's full, computed blocks into the prefix cache (call after num_computed_tokens grew).
+  void commit(Sequence& seq);
+  // Releases seq's blocks, last block first, and empties its table.
+  void free(Sequence& seq);
+  // Forgets every cached block (publishes `cleared`); blocks in use keep their K/V.
+  void reset_prefix_cache();
+
+  KvCacheStats stats() const;
+  KvSnapshot snapshot() const;
+  const BlockPool& pool() const { return pool_; }
+  const PrefixCache& cache() const { return cache_; }
+  // For tests that forge cache states (collisions); keep the pool consistent.
+  PrefixCache& cache_for_test() { return cache_; }
+  std::shared_ptr<KvEventRing> events() const { return events_; }
+
+  // Empty when the pool, the cache and the given live sequences (every sequence holding blocks)
+  // agree; otherwise what is wrong. Tests call it after every step.
+  std::string check_integrity(std::span<const Sequence* const> live) const;
+
+ private:
+  void extend_hashes(Sequence& seq, std::size_t num_blocks) const;
+  BlockId take_free_block(std::vector<BlockHash>& evicted);
+  std::int32_t num_free_among(std::span<const BlockId> blocks) const;
+
+  const std::int32_t block_size_;
+  const bool prefix_caching_;
+  BlockPool pool_;
+  PrefixCache cache_;
+  std::shared_ptr<KvEventRing> events_;
+  std::uint64_t prefix_query_tokens_ = 0;
+  std::uint64_t prefix_hit_tokens_ = 0;
+  std::uint64_t evicted_blocks_ = 0;
+};
+
+}  // namespace kvfleet

@@ -1,0 +1,50 @@
+// Executes ForwardBatches on a backend: the llama-family forward pass (Llama 1/2/3, Qwen2, Mistral).
+// Thread-safety: one thread at a time (the engine thread owns the runner).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "kvfleet/backend.h"
+#include "kvfleet/forward_batch.h"
+#include "kvfleet/model.h"
+
+namespace kvfleet {
+
+struct RunnerOptions {
+  std::int64_t num_blocks = 256;
+  std::int64_t block_size = 16;
+  std::int64_t max_batch_tokens = 2048;  // scratch buffers are sized for this many tokens per step
+};
+
+// Rotary inverse frequencies after rope scaling, as transformers computes them (fp32).
+std::vector<float> rope_inv_freq(const ModelConfig& config);
+
+class ModelRunner {
+ public:
+  ModelRunner(const Model& model, Backend& backend, const RunnerOptions& options);
+  ~ModelRunner();
+  ModelRunner(const ModelRunner&) = delete;
+  ModelRunner& operator=(const ModelRunner&) = delete;
+
+  // Runs one step. Returns the logits the chunks ask for, in chunk order: one row per chunk with
+  // Logits::last, every token's row for Logits::all; each row has vocab_size floats.
+  std::vector<float> forward(const ForwardBatch& batch);
+
+  const Model& model() const { return model_; }
+  Backend& backend() { return backend_; }
+  const RunnerOptions& options() const { return options_; }
+
+ private:
+  struct Weights;
+  struct Scratch;
+  void run_layer(std::int64_t layer, std::int64_t rows, const AttentionMeta& meta);
+
+  const Model& model_;
+  Backend& backend_;
+  RunnerOptions options_;
+  std::unique_ptr<Weights> weights_;
+  std::unique_ptr<Scratch> scratch_;
+};
+
+}  // namespace kvfleet

@@ -1,0 +1,64 @@
+// Sequence: one request's state as the scheduler and the KV cache manager see it. Plain data.
+//
+// tokens = prompt followed by the outputs sampled so far. Positions [0, num_computed_tokens) have
+// their K/V in the blocks of block_table; a running sequence in decode has exactly one token (the
+// last sampled) not yet computed. Preemption (by recompute) frees the blocks and resets
+// num_computed_tokens to 0: prompt + outputs so far are then computed again, which makes the
+// resumed sequence sample exactly what it would have sampled without the interruption.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kvfleet/block_hash.h"
+#include "kvfleet/block_pool.h"
+
+namespace kvfleet {
+
+using SeqId = std::uint64_t;
+
+enum class SeqStatus : std::uint8_t { waiting, running, preempted, finished };
+// Why a sequence finished; the engine decides stop/length, the scheduler records aborts.
+enum class FinishReason : std::uint8_t { none, stop, length, aborted };
+
+const char* to_string(SeqStatus status);
+const char* to_string(FinishReason reason);
+
+// What Scheduler::add needs to know about a new request.
+struct SequenceParams {
+  std::vector<TokenId> prompt;
+  std::int32_t priority = 0;      // lower runs first when the scheduler uses priorities
+  std::uint64_t sampling_id = 0;  // opaque to the scheduler: the engine's handle on sampling params
+};
+
+struct Sequence {
+  SeqId id = 0;
+  std::uint64_t arrival = 0;  // order of Scheduler::add calls, ties broken by nothing else
+  std::int32_t priority = 0;
+  std::uint64_t sampling_id = 0;
+  SeqStatus status = SeqStatus::waiting;
+  FinishReason finish_reason = FinishReason::none;
+  std::int32_t num_preemptions = 0;
+
+  std::vector<TokenId> tokens;
+  std::int32_t num_prompt_tokens = 0;
+  std::int32_t num_computed_tokens = 0;
+  std::vector<BlockId> block_table;
+
+  // KV bookkeeping, owned by KvCacheManager: hashes of the full blocks of `tokens` computed so far
+  // (tokens are only ever appended, so these stay valid, even across preemption), and how many
+  // leading blocks of block_table are known to the prefix cache (hit or committed).
+  std::vector<BlockHash> block_hashes;
+  std::int32_t num_cached_blocks = 0;
+
+  std::int32_t num_tokens() const { return static_cast<std::int32_t>(tokens.size()); }
+  std::int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+  std::span<const TokenId> prompt() const { return std::span(tokens).first(num_prompt_tokens); }
+  std::span<const TokenId> outputs() const { return std::span(tokens).subspan(num_prompt_tokens); }
+  // Tokens known but whose K/V are not computed yet.
+  std::int32_t num_uncomputed_tokens() const { return num_tokens() - num_computed_tokens; }
+  bool is_finished() const { return status == SeqStatus::finished; }
+};
+
+}  // namespace kvfleet

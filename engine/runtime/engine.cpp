@@ -1,0 +1,313 @@
+#include "kvfleet/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "kvfleet/model_runner.h"
+#include "engine/runtime/stop_checker.h"
+
+namespace kvfleet {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Submission {
+  RequestId id;
+  Clock::time_point at;
+  GenerationRequest request;
+  OutputCallback callback;
+};
+
+// A request while the engine thread owns it.
+struct Active {
+  RequestId id = 0;
+  GenerationRequest request;
+  OutputCallback callback;
+  StopChecker stops;
+  bool admitted = false;
+  std::int32_t cached_tokens = 0;
+  Clock::time_point submitted;
+  double queue_time_s = 0.0;
+  std::vector<float> pending_logits;  // raw logits of the token being sampled, when logprobs are wanted
+};
+
+void emit_final(Active& a, FinishReason reason, std::string stop_string = {}, std::string error = {}) {
+  RequestOutput out;
+  out.id = a.id;
+  out.finished = true;
+  out.finish_reason = reason;
+  out.stop_string = std::move(stop_string);
+  out.num_prompt_tokens = static_cast<std::int32_t>(a.request.prompt.size());
+  out.num_cached_tokens = a.cached_tokens;
+  out.error = std::move(error);
+  out.queue_time_s = a.queue_time_s;
+  if (a.callback) a.callback(out);
+}
+
+}  // namespace
+
+struct Engine::Impl {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<Scheduler> scheduler;
+  const Tokenizer* tokenizer = nullptr;
+
+  // Guarded by mu: the inbox and the flags.
+  std::mutex mu;
+  std::condition_variable wake, idle;
+  std::vector<Submission> submissions;
+  std::vector<RequestId> aborts;
+  std::vector<std::promise<KvSnapshot>> snapshots;
+  bool stop = false;
+  bool busy = false;
+  std::atomic<RequestId> next_id{1};
+
+  // Engine thread only.
+  std::unordered_map<SeqId, Active> active;
+  std::unordered_map<RequestId, SeqId> seq_of;
+
+  mutable std::mutex stats_mu;
+  EngineStats stats;  // guarded by stats_mu
+};
+
+Engine::Engine(const Model& model, const EngineConfig& config)
+    : model_(model), config_(config), impl_(std::make_unique<Impl>()) {
+  const ModelConfig& mc = model.config();
+  max_model_len_ = config.max_model_len > 0 ? std::min(config.max_model_len, mc.max_position_embeddings)
+                                            : mc.max_position_embeddings;
+  if (config_.served_model_name.empty()) config_.served_model_name = model.name();
+  impl_->backend = make_backend(config.backend);
+  RunnerOptions ro;
+  ro.num_blocks = config.num_blocks;
+  ro.block_size = config.block_size;
+  ro.max_batch_tokens = config.scheduler.max_num_batched_tokens;
+  impl_->runner = std::make_unique<ModelRunner>(model, *impl_->backend, ro);
+  KvCacheConfig kv;
+  kv.num_blocks = config.num_blocks;
+  kv.block_size = config.block_size;
+  kv.root = block_hash_root(config_.served_model_name);
+  kv.enable_prefix_caching = config.enable_prefix_caching;
+  impl_->scheduler = std::make_unique<Scheduler>(config.scheduler, kv);
+  kv_events_ = impl_->scheduler->kv().events();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->wake.notify_all();
+  thread_.join();
+}
+
+void Engine::set_tokenizer(const Tokenizer* tokenizer) { impl_->tokenizer = tokenizer; }
+
+RequestId Engine::submit(GenerationRequest r, OutputCallback on_output) {
+  if (r.prompt.empty()) throw std::invalid_argument("prompt must not be empty");
+  r.sampling.validate();
+  if (r.max_tokens < 1) throw std::invalid_argument("max_tokens must be at least 1");
+  const auto vocab = model_.config().vocab_size;
+  for (TokenId t : r.prompt)
+    if (t < 0 || t >= vocab)
+      throw std::invalid_argument("prompt token id " + std::to_string(t) + " is outside the vocabulary (size " +
+                                  std::to_string(vocab) + ")");
+  const auto prompt_len = static_cast<std::int64_t>(r.prompt.size());
+  if (prompt_len + 1 > max_model_len_)
+    throw std::invalid_argument("the prompt has " + std::to_string(prompt_len) + " tokens; this model's context is " +
+                                std::to_string(max_model_len_) + " tokens");
+  if (prompt_len + 1 > std::int64_t{config_.num_blocks} * config_.block_size)
+    throw std::invalid_argument("the prompt has " + std::to_string(prompt_len) + " tokens, more than the KV cache holds");
+  if (!r.stop.empty() && !impl_->tokenizer) throw std::invalid_argument("stop strings need a tokenizer");
+  const RequestId id = impl_->next_id++;
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->submissions.push_back({id, Clock::now(), std::move(r), std::move(on_output)});
+  }
+  impl_->wake.notify_one();
+  return id;
+}
+
+void Engine::abort(RequestId id) {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->aborts.push_back(id);
+  }
+  impl_->wake.notify_one();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard lock(impl_->stats_mu);
+  return impl_->stats;
+}
+
+KvSnapshot Engine::kv_snapshot() {
+  std::future<KvSnapshot> f;
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->snapshots.emplace_back();
+    f = impl_->snapshots.back().get_future();
+  }
+  impl_->wake.notify_one();
+  return f.get();
+}
+
+void Engine::wait_idle() {
+  std::unique_lock lock(impl_->mu);
+  impl_->idle.wait(lock, [&] { return impl_->submissions.empty() && impl_->aborts.empty() && !impl_->busy; });
+}
+
+void Engine::loop() {
+  Impl& m = *impl_;
+  Scheduler& sched = *m.scheduler;
+  for (;;) {
+    std::vector<Submission> subs;
+    std::vector<RequestId> aborts;
+    {
+      std::unique_lock lock(m.mu);
+      m.busy = sched.has_unfinished();
+      if (!m.busy && m.submissions.empty() && m.aborts.empty()) m.idle.notify_all();
+      m.wake.wait(lock, [&] {
+        return m.stop || !m.submissions.empty() || !m.aborts.empty() || !m.snapshots.empty() || sched.has_unfinished();
+      });
+      if (m.stop) break;
+      for (auto& p : m.snapshots) p.set_value(sched.kv().snapshot());
+      m.snapshots.clear();
+      subs.swap(m.submissions);
+      aborts.swap(m.aborts);
+      m.busy = true;
+    }
+    for (auto& s : subs) {
+      SequenceParams p;
+      p.prompt = s.request.prompt;
+      p.priority = s.request.priority;
+      p.sampling_id = s.id;
+      StopRules rules;
+      if (!s.request.ignore_eos) rules.eos_ids = model_.config().eos_token_ids;
+      rules.stop_token_ids = s.request.stop_token_ids;
+      rules.stop_strings = s.request.stop;
+      rules.max_tokens = s.request.max_tokens;
+      // A sequence can never outgrow the whole cache (it would be preempted forever): treat the cache's
+      // capacity as a context limit too.
+      rules.max_model_len = std::min<std::int64_t>(max_model_len_, std::int64_t{config_.num_blocks} * config_.block_size);
+      const SeqId seq = sched.add(std::move(p));
+      m.seq_of[s.id] = seq;
+      m.active.emplace(seq, Active{s.id, std::move(s.request), std::move(s.callback),
+                                   StopChecker(std::move(rules), m.tokenizer), false, 0, s.at, 0.0, {}});
+    }
+    for (RequestId id : aborts) {
+      auto it = m.seq_of.find(id);
+      if (it == m.seq_of.end()) continue;
+      sched.abort(it->second);
+      count_finished(FinishReason::aborted);
+      emit_final(m.active.at(it->second), FinishReason::aborted);
+      m.active.erase(it->second);
+      m.seq_of.erase(it);
+    }
+    if (!sched.has_unfinished()) {
+      std::lock_guard lock(m.stats_mu);  // aborts changed the numbers without a step
+      m.stats.scheduler = sched.stats();
+      continue;
+    }
+    step();
+  }
+  // Shutting down: every request still here ends as aborted.
+  for (auto& [seq, a] : m.active) emit_final(a, FinishReason::aborted, {}, "the engine is shutting down");
+}
+
+void Engine::step() {
+  Impl& m = *impl_;
+  Scheduler& sched = *m.scheduler;
+  const SchedulerOutput out = sched.schedule();
+  if (out.empty()) {  // nothing fits this instant; submit() rejects what could never fit
+    std::unique_lock lock(m.mu);
+    m.wake.wait_for(lock, std::chrono::milliseconds(1));
+    return;
+  }
+  std::vector<float> logits;
+  try {
+    logits = m.runner->forward(out.to_forward_batch());
+  } catch (const std::exception& e) {
+    // A step that cannot run fails the requests in it, not the engine.
+    for (const ScheduledChunk& c : out.chunks) fail(c.id, e.what());
+    return;
+  }
+  const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);
+  std::vector<TokenId> sampled;
+  std::uint64_t prompt_tokens = 0;
+  std::size_t row = 0;
+  for (const ScheduledChunk& c : out.chunks) {
+    Active& a = m.active.at(c.id);
+    if (!a.admitted) {
+      a.admitted = true;
+      a.cached_tokens = c.start_pos;
+      a.queue_time_s = std::chrono::duration<double>(Clock::now() - a.submitted).count();
+    }
+    const Sequence* seq = sched.get(c.id);
+    const auto end = c.start_pos + static_cast<std::int32_t>(c.tokens.size());
+    prompt_tokens += static_cast<std::uint64_t>(std::max(0, std::min(end, seq->num_prompt_tokens) - c.start_pos));
+    if (!c.sample) continue;
+    std::span<float> row_logits(logits.data() + row++ * vocab, vocab);
+    if (a.request.logprobs >= 0) a.pending_logits.assign(row_logits.begin(), row_logits.end());
+    if (a.request.penalties.active()) apply_penalties(row_logits, a.request.penalties, seq->prompt(), seq->outputs());
+    sampled.push_back(sample(row_logits, a.request.sampling, static_cast<std::uint64_t>(seq->num_output_tokens())));
+  }
+  sched.update(out, sampled);
+  std::size_t i = 0;
+  for (const ScheduledChunk& c : out.chunks) {
+    if (!c.sample) continue;
+    const TokenId token = sampled[i++];
+    const Sequence* seq = sched.get(c.id);
+    auto it = m.active.find(c.id);
+    Active& a = it->second;
+    const StopResult r = a.stops.check(token, seq->num_output_tokens(), seq->num_tokens());
+    RequestOutput o;
+    o.id = a.id;
+    o.new_tokens = {token};
+    o.finished = r.reason != FinishReason::none;
+    o.finish_reason = r.reason;
+    o.stop_string = r.stop_string;
+    o.num_prompt_tokens = seq->num_prompt_tokens;
+    o.num_cached_tokens = a.cached_tokens;
+    o.queue_time_s = a.queue_time_s;
+    if (a.request.logprobs >= 0) {
+      RequestOutput::Logprobs lp;
+      lp.top = top_logprobs(a.pending_logits, token, a.request.logprobs, &lp.logprob);
+      o.logprobs.push_back(std::move(lp));
+    }
+    if (a.callback) a.callback(o);
+    if (o.finished) {
+      count_finished(r.reason);
+      sched.finish(c.id, r.reason);
+      m.seq_of.erase(a.id);
+      m.active.erase(it);
+    }
+  }
+  std::lock_guard lock(m.stats_mu);
+  m.stats.scheduler = sched.stats();
+  m.stats.prompt_tokens += prompt_tokens;
+  m.stats.generated_tokens += sampled.size();
+  m.stats.steps += 1;
+}
+
+void Engine::fail(SeqId seq, const std::string& error) {
+  Impl& m = *impl_;
+  auto it = m.active.find(seq);
+  if (it == m.active.end()) return;
+  m.scheduler->abort(seq);
+  count_finished(FinishReason::aborted);
+  emit_final(it->second, FinishReason::aborted, {}, error);
+  m.seq_of.erase(it->second.id);
+  m.active.erase(it);
+}
+
+void Engine::count_finished(FinishReason reason) {
+  std::lock_guard lock(impl_->stats_mu);
+  impl_->stats.finished[static_cast<std::size_t>(reason)] += 1;
+}
+
+}  // namespace kvfleet

@@ -1,0 +1,48 @@
+// Decides when a request stops: end-of-sequence ids, stop token ids, stop strings (matched on the decoded
+// text, across token boundaries), max_tokens and the model's context length.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvfleet/block_hash.h"
+#include "kvfleet/sequence.h"
+
+namespace kvfleet {
+
+class Tokenizer;
+class StreamDecoder;
+
+struct StopRules {
+  std::vector<TokenId> eos_ids;  // empty when ignore_eos
+  std::vector<TokenId> stop_token_ids;
+  std::vector<std::string> stop_strings;
+  std::int32_t max_tokens = 16;
+  std::int64_t max_model_len = 0;
+};
+
+struct StopResult {
+  FinishReason reason = FinishReason::none;
+  std::string stop_string;  // the stop string that matched
+};
+
+class StopChecker {
+ public:
+  StopChecker() = default;
+  StopChecker(StopRules rules, const Tokenizer* tokenizer);
+  StopChecker(StopChecker&&) noexcept;
+  StopChecker& operator=(StopChecker&&) noexcept;
+  ~StopChecker();
+
+  // Called with each sampled token; num_outputs and num_tokens count it already.
+  StopResult check(TokenId token, std::int32_t num_outputs, std::int64_t num_tokens);
+
+ private:
+  StopRules rules_;
+  std::unique_ptr<StreamDecoder> decoder_;  // only when there are stop strings
+  std::string text_;                        // decoded output so far (only when there are stop strings)
+};
+
+}  // namespace kvfleet

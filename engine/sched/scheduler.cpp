@@ -1,0 +1,260 @@
+#include "kvfleet/scheduler.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace kvfleet {
+
+Scheduler::Scheduler(const SchedulerConfig& config, const KvCacheConfig& kv_config) : config_(config), kv_(kv_config) {
+  if (config.max_num_seqs <= 0 || config.max_num_batched_tokens <= 0) {
+    throw std::invalid_argument("Scheduler: max_num_seqs and max_num_batched_tokens must be positive");
+  }
+  running_.reserve(static_cast<std::size_t>(config.max_num_seqs));
+}
+
+SeqId Scheduler::add(SequenceParams params) {
+  const auto n = static_cast<std::int32_t>(params.prompt.size());
+  if (n == 0) throw std::invalid_argument("Scheduler::add: empty prompt");
+  if (!config_.enable_chunked_prefill && n > config_.max_num_batched_tokens) {
+    throw std::invalid_argument("Scheduler::add: prompt longer than max_num_batched_tokens without chunked prefill");
+  }
+  // +1: the first sampled token must fit as well.
+  if (kv_.blocks_for(n + 1) > kv_.pool().num_blocks()) {
+    throw std::invalid_argument("Scheduler::add: prompt needs more KV blocks than the cache has");
+  }
+  auto seq = std::make_unique<Sequence>();
+  seq->id = next_id_++;
+  seq->arrival = seq->id;
+  seq->priority = params.priority;
+  seq->sampling_id = params.sampling_id;
+  seq->tokens = std::move(params.prompt);
+  seq->num_prompt_tokens = n;
+  Sequence* raw = seq.get();
+  seqs_.emplace(raw->id, std::move(seq));
+  insert_waiting(raw);
+  return raw->id;
+}
+
+bool Scheduler::before(const Sequence& a, const Sequence& b) const {
+  if (config_.use_priority && a.priority != b.priority) return a.priority < b.priority;
+  return a.arrival < b.arrival;
+}
+
+void Scheduler::insert_waiting(Sequence* seq) {
+  // New arrivals belong at the back; scanning from there makes the common case O(1).
+  auto it = waiting_.end();
+  while (it != waiting_.begin() && before(*seq, **std::prev(it))) --it;
+  waiting_.insert(it, seq);
+}
+
+SchedulerOutput Scheduler::schedule() {
+  SchedulerOutput out;
+  schedule(out);
+  return out;
+}
+
+void Scheduler::schedule(SchedulerOutput& out) {
+  retired_.clear();  // the previous output is consumed by now
+  out.chunks.clear();
+  out.preempted.clear();
+  out.num_batched_tokens = 0;
+  out.step = ++step_;
+  out.chunks.reserve(running_.size() + 8);
+  std::int32_t budget = config_.max_num_batched_tokens;
+
+  // Indexes, not iterators: preemption marks sequences but leaves running_ in place until below.
+  for (std::size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence* seq = running_[i];
+    if (seq->status == SeqStatus::running && seq->num_uncomputed_tokens() == 1) schedule_running(seq, 1, budget, out);
+  }
+  for (std::size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence* seq = running_[i];
+    std::int32_t n = seq->num_uncomputed_tokens();
+    if (seq->status != SeqStatus::running || n <= 1) continue;
+    if (config_.enable_chunked_prefill) {
+      n = std::min(n, budget);
+    } else if (n > budget) {
+      continue;
+    }
+    schedule_running(seq, n, budget, out);
+  }
+  if (!out.preempted.empty()) {
+    std::erase_if(running_, [](const Sequence* s) { return s->status != SeqStatus::running; });
+  } else {
+    admit_waiting(budget, out);  // not under memory pressure
+  }
+
+  for (ScheduledChunk& c : out.chunks) {
+    const Sequence& seq = *c.seq_;
+    c.tokens = std::span<const TokenId>(seq.tokens).subspan(static_cast<std::size_t>(c.start_pos), c.tokens.size());
+    c.block_table = seq.block_table;
+    out.num_batched_tokens += static_cast<std::int32_t>(c.tokens.size());
+  }
+}
+
+// Records the chunk's position and size; schedule() points the spans at the sequence at the end,
+// once no block table can change any more.
+void Scheduler::push_chunk(Sequence* seq, std::int32_t num_tokens, std::int32_t& budget, SchedulerOutput& out) {
+  ScheduledChunk c;
+  c.id = seq->id;
+  c.start_pos = seq->num_computed_tokens;
+  c.tokens = std::span<const TokenId>(seq->tokens.data(), static_cast<std::size_t>(num_tokens));
+  c.sample = c.start_pos + num_tokens == seq->num_tokens();
+  c.seq_ = seq;
+  out.chunks.push_back(c);
+  budget -= num_tokens;
+}
+
+void Scheduler::schedule_running(Sequence* seq, std::int32_t num_tokens, std::int32_t& budget, SchedulerOutput& out) {
+  while (!kv_.allocate(*seq, num_tokens)) {
+    Sequence* victim = pick_victim();
+    preempt(victim, budget, out);
+    if (victim == seq) return;
+  }
+  push_chunk(seq, num_tokens, budget, out);
+}
+
+Sequence* Scheduler::pick_victim() const {
+  Sequence* victim = nullptr;
+  for (Sequence* s : running_) {
+    if (s->status == SeqStatus::running && (victim == nullptr || before(*victim, *s))) victim = s;
+  }
+  return victim;
+}
+
+void Scheduler::preempt(Sequence* victim, std::int32_t& budget, SchedulerOutput& out) {
+  // A victim already scheduled this step leaves the batch and gives its tokens back.
+  const auto it =
+      std::find_if(out.chunks.begin(), out.chunks.end(), [&](const ScheduledChunk& c) { return c.seq_ == victim; });
+  if (it != out.chunks.end()) {
+    budget += static_cast<std::int32_t>(it->tokens.size());
+    out.chunks.erase(it);
+  }
+  kv_.free(*victim);
+  victim->num_computed_tokens = 0;
+  victim->status = SeqStatus::preempted;
+  ++victim->num_preemptions;
+  ++num_preemptions_;
+  insert_waiting(victim);
+  out.preempted.push_back(victim->id);
+}
+
+void Scheduler::admit_waiting(std::int32_t& budget, SchedulerOutput& out) {
+  const auto max_seqs = static_cast<std::size_t>(config_.max_num_seqs);
+  while (!waiting_.empty() && budget > 0 && running_.size() < max_seqs) {
+    Sequence* seq = waiting_.front();
+    const std::vector<BlockId> prefix = kv_.find_cached_prefix(*seq);
+    std::int32_t n = seq->num_tokens() - static_cast<std::int32_t>(prefix.size()) * kv_.block_size();
+    if (config_.enable_chunked_prefill) {
+      n = std::min(n, budget);
+    } else if (n > budget) {
+      break;
+    }
+    if (!kv_.allocate(*seq, n, prefix)) break;
+    waiting_.pop_front();
+    seq->status = SeqStatus::running;
+    running_.push_back(seq);
+    push_chunk(seq, n, budget, out);
+  }
+}
+
+void Scheduler::update(const SchedulerOutput& out, std::span<const TokenId> sampled) {
+  if (out.step != step_ || applied_step_ == step_) {
+    throw std::logic_error("Scheduler::update: not the latest schedule() output, or applied already");
+  }
+  if (sampled.size() != out.num_samples()) {
+    throw std::invalid_argument("Scheduler::update: one sampled token per sampling chunk");
+  }
+  applied_step_ = step_;
+  std::size_t k = 0;
+  for (const ScheduledChunk& c : out.chunks) {
+    Sequence* seq = c.seq_;
+    const TokenId token = c.sample ? sampled[k++] : 0;
+    if (seq->status != SeqStatus::running) continue;  // finished or aborted while in flight
+    seq->num_computed_tokens += static_cast<std::int32_t>(c.tokens.size());
+    kv_.commit(*seq);
+    if (c.sample) seq->tokens.push_back(token);
+  }
+}
+
+bool Scheduler::finish(SeqId id, FinishReason reason) {
+  const auto it = seqs_.find(id);
+  if (it == seqs_.end()) return false;
+  Sequence* seq = it->second.get();
+  if (seq->status == SeqStatus::running) {
+    std::erase(running_, seq);
+  } else {
+    std::erase(waiting_, seq);
+  }
+  kv_.free(*seq);
+  seq->status = SeqStatus::finished;
+  seq->finish_reason = reason;
+  retired_.push_back(std::move(it->second));
+  seqs_.erase(it);
+  return true;
+}
+
+const Sequence* Scheduler::get(SeqId id) const {
+  const auto it = seqs_.find(id);
+  return it == seqs_.end() ? nullptr : it->second.get();
+}
+
+std::size_t SchedulerOutput::num_samples() const {
+  return static_cast<std::size_t>(
+      std::count_if(chunks.begin(), chunks.end(), [](const ScheduledChunk& c) { return c.sample; }));
+}
+
+ForwardBatch SchedulerOutput::to_forward_batch() const {
+  ForwardBatch batch;
+  to_forward_batch(batch);
+  return batch;
+}
+
+void SchedulerOutput::to_forward_batch(ForwardBatch& batch) const {
+  batch.chunks.clear();
+  batch.chunks.reserve(chunks.size());
+  for (const ScheduledChunk& c : chunks) {
+    batch.chunks.push_back(
+        SeqChunk{c.tokens, c.start_pos, c.block_table, c.sample ? SeqChunk::Logits::last : SeqChunk::Logits::none});
+  }
+}
+
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats s;
+  s.num_running = static_cast<std::int32_t>(running_.size());
+  s.num_waiting = static_cast<std::int32_t>(waiting_.size());
+  s.num_preemptions = num_preemptions_;
+  s.num_steps = step_;
+  s.kv = kv_.stats();
+  return s;
+}
+
+std::string Scheduler::check_integrity() const {
+  if (running_.size() + waiting_.size() != seqs_.size()) return "queues do not hold every live sequence exactly once";
+  if (running_.size() > static_cast<std::size_t>(config_.max_num_seqs)) {
+    return "more running sequences than max_num_seqs";
+  }
+  for (const Sequence* s : running_) {
+    if (s->status != SeqStatus::running) {
+      return "sequence " + std::to_string(s->id) + " in running_ is " + to_string(s->status);
+    }
+  }
+  for (std::size_t i = 0; i < waiting_.size(); ++i) {
+    const Sequence* s = waiting_[i];
+    const std::string who = "waiting sequence " + std::to_string(s->id);
+    if (s->status != SeqStatus::waiting && s->status != SeqStatus::preempted) {
+      return who + " is " + to_string(s->status);
+    }
+    if (!s->block_table.empty() || s->num_computed_tokens != 0) return who + " holds blocks or computed tokens";
+    if (i > 0 && before(*s, *waiting_[i - 1])) return who + " is out of order";
+  }
+  std::vector<const Sequence*> live;
+  live.reserve(seqs_.size());
+  for (const auto& [id, seq] : seqs_) {
+    if (seq->id != id) return "sequence map key mismatch";
+    live.push_back(seq.get());
+  }
+  return kv_.check_integrity(live);
+}
+
+}  // namespace kvfleet

@@ -1,0 +1,74 @@
+// OpenAI-compatible request bodies (DESIGN.md Contract 4): parsed and validated into plain structs, with
+// an OpenAI-style error (status, message, type, param, code) for anything wrong. No I/O here.
+#pragma once
+
+#include <boost/json/value.hpp>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kvfleet/block_hash.h"
+#include "kvfleet/sampler.h"
+
+namespace kvfleet::server {
+
+// Thrown by the parsers and handlers; the server turns it into {"error": {...}} with this status.
+struct ApiError : std::runtime_error {
+  ApiError(int status_, std::string message, std::string type_, std::string param_ = {}, std::string code_ = {})
+      : std::runtime_error(std::move(message)), status(status_), type(std::move(type_)), param(std::move(param_)),
+        code(std::move(code_)) {}
+  int status;
+  std::string type, param, code;
+};
+
+ApiError bad_request(std::string message, std::string param = {});
+
+struct ChatMessage {
+  std::string role;
+  std::string content;
+  boost::json::value raw;  // the message as sent (tool calls etc. reach the chat template)
+};
+
+struct GenerateParams {
+  std::optional<std::int32_t> max_tokens;  // unset: up to the context length (chat) / 16 (completions)
+  SamplingParams sampling;
+  bool seeded = false;  // a seed was given
+  float presence_penalty = 0.0f, frequency_penalty = 0.0f, repetition_penalty = 1.0f;
+  std::vector<std::string> stop;
+  std::vector<TokenId> stop_token_ids;
+  std::int32_t n = 1;
+  std::optional<std::int32_t> logprobs;  // completions: top-N alternatives; chat: top_logprobs when logprobs
+  bool ignore_eos = false;
+  bool skip_special_tokens = true;
+  bool stream = false;
+  bool include_usage = false;
+};
+
+struct CompletionRequest {
+  std::string model;
+  // A prompt given as text keeps the text (so it can be tokenized with the right options); as ids, the ids.
+  struct Prompt {
+    std::optional<std::string> text;
+    std::vector<TokenId> ids;
+  };
+  std::vector<Prompt> prompts;
+  bool echo = false;
+  GenerateParams params;
+};
+
+struct ChatRequest {
+  std::string model;
+  boost::json::array messages;  // validated: each has a role and string/array content
+  boost::json::value tools;
+  bool add_generation_prompt = true;
+  GenerateParams params;
+};
+
+CompletionRequest parse_completion_request(const boost::json::value& body);
+ChatRequest parse_chat_request(const boost::json::value& body);
+// Parses JSON text, or throws ApiError 400 naming the problem.
+boost::json::value parse_json_body(std::string_view body);
+
+}  // namespace kvfleet::server

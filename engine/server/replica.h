@@ -1,0 +1,74 @@
+// Replica: the OpenAI-compatible server around one engine (DESIGN.md Contract 4). Owns the model, tokenizer,
+// chat template, engine, metrics and HTTP server.
+//
+// Threading: construct, start(), drain() and the destructor on the main thread. Handlers run on the HTTP io
+// threads; they talk to the engine through Engine::submit/abort and receive tokens through an AsyncQueue that
+// the engine thread pushes to.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+
+#include "engine/server/replica_config.h"
+#include "engine/server/replica_metrics.h"
+#include "kvfleet/chat_template.h"
+#include "kvfleet/engine.h"
+#include "kvfleet/http/server.h"
+#include "kvfleet/tokenizer.h"
+
+namespace kvfleet::server {
+
+struct CompletionRequest;
+struct ChatRequest;
+struct GenerateParams;
+
+class Replica {
+ public:
+  // Loads the model, tokenizer and chat template and starts the engine; throws with a clear message when the
+  // model directory is unusable.
+  explicit Replica(ReplicaConfig config);
+  ~Replica();
+
+  void start();
+  std::uint16_t port() const;
+  const std::string& model_name() const { return name_; }
+
+  // Refuses new work with 503, lets running requests finish within drain_timeout, then stops the server.
+  // Returns true when everything finished in time.
+  bool drain();
+
+ private:
+  http::HttpRouter routes();
+  using Awaitable = boost::asio::awaitable<void>;
+  Awaitable completions(const http::Request& req, http::ResponseWriter& w);
+  Awaitable chat(const http::Request& req, http::ResponseWriter& w);
+  Awaitable models(const http::Request& req, http::ResponseWriter& w);
+  Awaitable health(const http::Request& req, http::ResponseWriter& w);
+  Awaitable metrics(const http::Request& req, http::ResponseWriter& w);
+  Awaitable tokenize(const http::Request& req, http::ResponseWriter& w);
+  Awaitable detokenize(const http::Request& req, http::ResponseWriter& w);
+  Awaitable kv_events(const http::Request& req, http::ResponseWriter& w);
+
+  struct Job;  // one API request's choices while they run
+  Awaitable run_job(Job& job, http::ResponseWriter& w);
+  void check_model(const std::string& requested) const;
+  void check_admission() const;
+  GenerationRequest make_request(const std::vector<TokenId>& prompt, const GenerateParams& p, int choice, bool chat) const;
+  // Wraps a handler: ApiError and bad input become OpenAI error bodies; counts requests in flight.
+  http::Handler guarded(Awaitable (Replica::*handler)(const http::Request&, http::ResponseWriter&));
+
+  ReplicaConfig config_;
+  Model model_;
+  std::string name_;
+  Tokenizer tokenizer_;
+  std::optional<ChatTemplate> chat_template_;
+  std::unique_ptr<Engine> engine_;
+  ReplicaMetrics metrics_;
+  std::unique_ptr<http::HttpServer> server_;
+  std::atomic<bool> draining_{false};
+  std::atomic<int> in_flight_{0};
+  std::int64_t created_ = 0;
+};
+
+}  // namespace kvfleet::server

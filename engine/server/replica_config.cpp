@@ -1,0 +1,125 @@
+#include "engine/server/replica_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <CLI/CLI.hpp>
+#include <set>
+#include <stdexcept>
+
+#include "kvfleet/files.h"
+
+namespace kvfleet::server {
+namespace {
+
+[[noreturn]] void bad(const std::string& source, const std::string& key, const std::string& why) {
+  throw std::invalid_argument(source + ": '" + key + "' " + why);
+}
+
+template <class T>
+T scalar(const YAML::Node& n, const std::string& source, const std::string& key) {
+  try {
+    return n.as<T>();
+  } catch (const YAML::Exception&) {
+    bad(source, key, "has a bad value '" + (n.IsScalar() ? n.Scalar() : std::string("<not a scalar>")) + "'");
+  }
+}
+
+void check_role(const std::string& role, const std::string& where) {
+  if (role != "mixed" && role != "prefill" && role != "decode") bad(where, "role", "must be mixed, prefill or decode");
+}
+
+}  // namespace
+
+void apply_replica_yaml(const std::string& text, const std::string& source, ReplicaConfig& c) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw std::invalid_argument(source + ": not valid YAML: " + e.what());
+  }
+  if (root.IsNull()) return;
+  if (!root.IsMap()) throw std::invalid_argument(source + ": must be a mapping of settings");
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    const YAML::Node& v = kv.second;
+    auto ms = [&] { return std::chrono::milliseconds(scalar<std::int64_t>(v, source, key)); };
+    if (key == "model") c.model = scalar<std::string>(v, source, key);
+    else if (key == "served_model_name") c.served_model_name = scalar<std::string>(v, source, key);
+    else if (key == "host") c.host = scalar<std::string>(v, source, key);
+    else if (key == "port") c.port = scalar<std::uint16_t>(v, source, key);
+    else if (key == "role") c.role = scalar<std::string>(v, source, key);
+    else if (key == "http_threads") c.http_threads = scalar<int>(v, source, key);
+    else if (key == "backend") c.engine.backend.kind = scalar<std::string>(v, source, key);
+    else if (key == "cpu_threads") c.engine.backend.threads = scalar<unsigned>(v, source, key);
+    else if (key == "block_size") c.engine.block_size = scalar<std::int32_t>(v, source, key);
+    else if (key == "num_kv_blocks") c.engine.num_blocks = scalar<std::int32_t>(v, source, key);
+    else if (key == "max_num_seqs") c.engine.scheduler.max_num_seqs = scalar<std::int32_t>(v, source, key);
+    else if (key == "max_num_batched_tokens") c.engine.scheduler.max_num_batched_tokens = scalar<std::int32_t>(v, source, key);
+    else if (key == "enable_chunked_prefill") c.engine.scheduler.enable_chunked_prefill = scalar<bool>(v, source, key);
+    else if (key == "enable_prefix_caching") c.engine.enable_prefix_caching = scalar<bool>(v, source, key);
+    else if (key == "max_model_len") c.engine.max_model_len = scalar<std::int64_t>(v, source, key);
+    else if (key == "max_body_bytes") c.max_body_bytes = scalar<std::size_t>(v, source, key);
+    else if (key == "max_header_bytes") c.max_header_bytes = scalar<std::size_t>(v, source, key);
+    else if (key == "read_timeout_ms") c.read_timeout = ms();
+    else if (key == "drain_timeout_ms") c.drain_timeout = ms();
+    else if (key == "max_waiting_requests") c.max_waiting_requests = scalar<std::size_t>(v, source, key);
+    else if (key == "default_max_tokens") c.default_max_tokens = scalar<std::int32_t>(v, source, key);
+    else bad(source, key, "is not a known setting");
+  }
+  check_role(c.role, source);
+}
+
+ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string* help) {
+  ReplicaConfig c;
+  CLI::App app{"kvfleet-replica: an OpenAI-compatible server around the kvfleet engine"};
+  std::string config_file;
+  app.add_option("--config", config_file, "YAML file of settings (flags win)");
+  // Flags are parsed twice: first to find --config, then again over the YAML's values so flags win.
+  app.allow_extras();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+  } catch (const CLI::ParseError&) {
+  }
+  if (!config_file.empty()) apply_replica_yaml(read_text_file(config_file), config_file, c);
+
+  CLI::App flags{"kvfleet-replica: an OpenAI-compatible server around the kvfleet engine"};
+  flags.add_option("--config", config_file, "YAML file of settings (flags win)");
+  flags.add_option("--model", c.model, "Hugging Face model directory");
+  flags.add_option("--served-model-name", c.served_model_name, "Model id in the API (default: directory name)");
+  flags.add_option("--host", c.host, "Address to listen on");
+  flags.add_option("--port", c.port, "Port (0: any free port, printed at start)");
+  flags.add_option("--role", c.role, "mixed, prefill or decode")->check(CLI::IsMember({"mixed", "prefill", "decode"}));
+  flags.add_option("--http-threads", c.http_threads, "HTTP io threads")->check(CLI::PositiveNumber);
+  flags.add_option("--backend", c.engine.backend.kind, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  flags.add_option("--cpu-threads", c.engine.backend.threads, "CPU backend threads (0: all cores)");
+  flags.add_option("--block-size", c.engine.block_size, "Tokens per KV block")->check(CLI::PositiveNumber);
+  flags.add_option("--num-kv-blocks", c.engine.num_blocks, "KV cache blocks")->check(CLI::PositiveNumber);
+  flags.add_option("--max-num-seqs", c.engine.scheduler.max_num_seqs, "Sequences per step")->check(CLI::PositiveNumber);
+  flags.add_option("--max-num-batched-tokens", c.engine.scheduler.max_num_batched_tokens, "Token budget per step")
+      ->check(CLI::PositiveNumber);
+  flags.add_option("--enable-chunked-prefill", c.engine.scheduler.enable_chunked_prefill, "true or false");
+  flags.add_option("--enable-prefix-caching", c.engine.enable_prefix_caching, "true or false");
+  flags.add_option("--max-model-len", c.engine.max_model_len, "Context length (0: the model's)");
+  flags.add_option("--max-body-bytes", c.max_body_bytes, "Largest request body (413 beyond)");
+  flags.add_option("--max-header-bytes", c.max_header_bytes, "Largest request head (431 beyond)");
+  std::int64_t read_ms = c.read_timeout.count(), drain_ms = c.drain_timeout.count();
+  flags.add_option("--read-timeout-ms", read_ms, "Deadline for reading one request");
+  flags.add_option("--drain-timeout-ms", drain_ms, "On SIGTERM, how long running requests may take to finish");
+  flags.add_option("--max-waiting-requests", c.max_waiting_requests, "Queued requests beyond which new ones get 429");
+  flags.add_option("--default-max-tokens", c.default_max_tokens, "max_tokens of completions that give none");
+  try {
+    flags.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    if (help) *help = flags.help();
+    return c;
+  } catch (const CLI::ParseError& e) {
+    throw std::invalid_argument(std::string(e.what()));
+  }
+  c.read_timeout = std::chrono::milliseconds(read_ms);
+  c.drain_timeout = std::chrono::milliseconds(drain_ms);
+  if (c.model.empty()) throw std::invalid_argument("--model (or 'model' in the config file) is required");
+  return c;
+}
+
+}  // namespace kvfleet::server

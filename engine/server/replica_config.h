@@ -1,0 +1,37 @@
+// kvfleet-replica's settings: a YAML file (--config) and a flag for every setting; flags win.
+// Unknown keys and bad values fail at start with a message naming the key.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvfleet/engine.h"
+
+namespace kvfleet::server {
+
+struct ReplicaConfig {
+  std::string model;               // Hugging Face model directory (required)
+  std::string served_model_name;   // default: the directory's base name
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 8000;
+  std::string role = "mixed";      // mixed | prefill | decode (Contract 3)
+  int http_threads = 2;
+  EngineConfig engine;             // backend, blocks, batching, chunked prefill, prefix caching
+  std::size_t max_body_bytes = 8 << 20;
+  std::size_t max_header_bytes = 16 << 10;
+  std::chrono::milliseconds read_timeout{30'000};
+  std::chrono::milliseconds drain_timeout{30'000};
+  std::size_t max_waiting_requests = 1024;  // more in the queue -> 429
+  std::int32_t default_max_tokens = 256;    // completions without max_tokens
+};
+
+// Parses argv (and the YAML file it names). Throws std::invalid_argument with a message naming the bad key
+// or flag; `help` gets the usage text when --help was asked (then the config is not valid to use).
+ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string* help);
+
+// Applies a YAML document to `config` (exposed for tests).
+void apply_replica_yaml(const std::string& yaml_text, const std::string& source, ReplicaConfig& config);
+
+}  // namespace kvfleet::server

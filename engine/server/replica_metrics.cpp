@@ -1,0 +1,57 @@
+#include "engine/server/replica_metrics.h"
+
+namespace kvfleet::server {
+namespace {
+
+const std::vector<double> kLatencyBuckets{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                          1.0,   2.5,    5.0,   10.0, 30.0,  60.0, 120.0};
+
+void advance(prometheus::Counter& c, std::uint64_t now, std::uint64_t before) {
+  if (now > before) c.Increment(static_cast<double>(now - before));
+}
+
+}  // namespace
+
+ReplicaMetrics::ReplicaMetrics() {
+  auto& r = registry_;
+  running_ = &r.gauge("kvfleet_requests_running", "Requests in the running batch");
+  waiting_ = &r.gauge("kvfleet_requests_waiting", "Requests waiting to be scheduled (preempted ones included)");
+  kv_usage_ = &r.gauge("kvfleet_kv_cache_usage_ratio", "Fraction of KV cache blocks in use (0 to 1)");
+  prefix_queries_ = &r.counter("kvfleet_prefix_cache_queries_tokens_total", "Prompt tokens looked up in the prefix cache");
+  prefix_hits_ = &r.counter("kvfleet_prefix_cache_hits_tokens_total", "Prompt tokens found in the prefix cache");
+  preemptions_ = &r.counter("kvfleet_preemptions_total", "Sequences preempted (recomputed later)");
+  prompt_tokens_ = &r.counter("kvfleet_prompt_tokens_total", "Prompt tokens computed (cache hits excluded)");
+  generation_tokens_ = &r.counter("kvfleet_generation_tokens_total", "Tokens generated");
+  const char* reasons[4] = {nullptr, "stop", "length", "abort"};
+  for (int i = 1; i < 4; ++i)
+    finished_[i] = &r.counter("kvfleet_requests_finished_total", "Requests finished, by finish reason",
+                              {{"finish_reason", reasons[i]}});
+  ttft_ = &r.histogram("kvfleet_time_to_first_token_seconds", "Time from arrival to the first token", kLatencyBuckets);
+  itl_ = &r.histogram("kvfleet_inter_token_latency_seconds", "Time between consecutive tokens of a request", kLatencyBuckets);
+  e2e_ = &r.histogram("kvfleet_e2e_request_latency_seconds", "Time from arrival to the last token", kLatencyBuckets);
+  queue_ = &r.histogram("kvfleet_request_queue_time_seconds", "Time from arrival to the first scheduled step", kLatencyBuckets);
+}
+
+void ReplicaMetrics::count_http(const std::string& path, int status) {
+  registry_.counter("kvfleet_http_requests_total", "HTTP requests by path and status",
+                    {{"path", path}, {"status", std::to_string(status)}}).Increment();
+}
+
+std::string ReplicaMetrics::render(const EngineStats& s) {
+  {
+    std::lock_guard lock(mu_);
+    running_->Set(s.scheduler.num_running);
+    waiting_->Set(s.scheduler.num_waiting);
+    kv_usage_->Set(s.scheduler.kv.usage);
+    advance(*prefix_queries_, s.scheduler.kv.prefix_query_tokens, last_.scheduler.kv.prefix_query_tokens);
+    advance(*prefix_hits_, s.scheduler.kv.prefix_hit_tokens, last_.scheduler.kv.prefix_hit_tokens);
+    advance(*preemptions_, s.scheduler.num_preemptions, last_.scheduler.num_preemptions);
+    advance(*prompt_tokens_, s.prompt_tokens, last_.prompt_tokens);
+    advance(*generation_tokens_, s.generated_tokens, last_.generated_tokens);
+    for (int i = 1; i < 4; ++i) advance(*finished_[i], s.finished[static_cast<std::size_t>(i)], last_.finished[static_cast<std::size_t>(i)]);
+    last_ = s;
+  }
+  return registry_.render();
+}
+
+}  // namespace kvfleet::server

@@ -1,0 +1,37 @@
+// The replica's Prometheus metrics (kvfleet_ prefix, base units, _total counters). Gauges and the engine's
+// cumulative counters are refreshed from Engine::stats() at each scrape; latencies are observed as requests
+// run. Thread-safe.
+#pragma once
+
+#include <mutex>
+#include <string>
+
+#include "kvfleet/engine.h"
+#include "kvfleet/http/metrics.h"
+
+namespace kvfleet::server {
+
+class ReplicaMetrics {
+ public:
+  ReplicaMetrics();
+
+  void observe_ttft(double seconds) { ttft_->Observe(seconds); }
+  void observe_itl(double seconds) { itl_->Observe(seconds); }
+  void observe_e2e(double seconds) { e2e_->Observe(seconds); }
+  void observe_queue(double seconds) { queue_->Observe(seconds); }
+  void count_http(const std::string& path, int status);
+
+  // The text exposition, after pulling the engine's current numbers.
+  std::string render(const EngineStats& stats);
+
+ private:
+  http::MetricsRegistry registry_;
+  prometheus::Gauge *running_, *waiting_, *kv_usage_;
+  prometheus::Counter *prefix_queries_, *prefix_hits_, *preemptions_, *prompt_tokens_, *generation_tokens_;
+  prometheus::Counter* finished_[4] = {};
+  prometheus::Histogram *ttft_, *itl_, *e2e_, *queue_;
+  std::mutex mu_;
+  EngineStats last_;  // what the counters already include
+};
+
+}  // namespace kvfleet::server

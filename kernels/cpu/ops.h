@@ -1,0 +1,81 @@
+// The CPU kernels: the reference every other backend is tested against, and the CPU backend itself.
+// Activations are fp32; weights are read in their checkpoint dtype and widened on the fly.
+//
+// Batch invariance: every output element is computed by one thread, in a fixed order that depends only
+// on that element's own inputs. So a sequence's results do not depend on what else is in the batch,
+// how its prompt was chunked, or how many threads run (DESIGN.md, issue 4's equivalence tests).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/thread_pool.h"
+#include "kvfleet/dtype.h"
+
+namespace kvfleet::cpu {
+
+// A weight or bias in its checkpoint dtype (data == nullptr: absent).
+struct WeightRef {
+  const void* data = nullptr;
+  DType dtype = DType::f32;
+};
+
+// y[t][n] = sum_k x[t][k] * w[n][k] + bias[n] for t < rows, n < out; w is [out][in] (PyTorch layout).
+void linear(ThreadPool& pool, const float* x, std::int64_t rows, std::int64_t in, WeightRef w, std::int64_t out,
+            WeightRef bias, float* y);
+
+// Dot product of fp32 x with one weight row, in the fixed lane order every kernel uses.
+float dot(const float* x, WeightRef w_row, std::int64_t n);
+
+// out[i][:] = table[ids[i]][:]
+void embedding(WeightRef table, std::int64_t dim, const std::int32_t* ids, std::int64_t n, float* out);
+
+// out = x / sqrt(mean(x^2) + eps) * w, row by row.
+void rms_norm(const float* x, std::int64_t rows, std::int64_t dim, WeightRef w, float eps, float* out);
+
+// residual += delta; out = rms_norm(residual). The transformer block's "add & norm".
+void add_rms_norm(float* residual, const float* delta, std::int64_t rows, std::int64_t dim, WeightRef w, float eps,
+                  float* out);
+
+// gate[i] = silu(gate[i]) * up[i]
+void silu_mul(float* gate, const float* up, std::int64_t n);
+
+// Rotary embedding parameters (HF "rotate_half" convention): inv_freq[i] for i < head_dim / 2, after any
+// rope scaling.
+struct Rope {
+  const float* inv_freq = nullptr;
+  std::int64_t head_dim = 0;
+};
+
+// One layer of the paged KV cache (DESIGN.md Contract 5): per block, K then V, each
+// [num_kv_heads][block_size][head_dim], fp32 on the CPU.
+struct KvLayer {
+  float* base = nullptr;
+  std::int64_t block_size = 16;
+  std::int64_t num_kv_heads = 0;
+  std::int64_t head_dim = 0;
+  std::int64_t block_floats() const { return 2 * num_kv_heads * block_size * head_dim; }
+  float* k(std::int64_t block, std::int64_t head, std::int64_t slot) const {
+    return base + block * block_floats() + (head * block_size + slot) * head_dim;
+  }
+  float* v(std::int64_t block, std::int64_t head, std::int64_t slot) const {
+    return k(block, head, slot) + num_kv_heads * block_size * head_dim;
+  }
+};
+
+// Rotates q [rows][num_heads][head_dim] in place and k by position, then writes k and v
+// ([rows][num_kv_heads][head_dim]) into the cache slot of each row (slot = block * block_size + offset).
+void rope_store_kv(const Rope& rope, float* q, const float* k, const float* v, std::int64_t rows,
+                   std::int64_t num_heads, const std::int32_t* positions, const std::int64_t* slots, KvLayer cache);
+
+// What one query row attends to: positions [0, position] of its sequence, found through its block table.
+struct AttnRow {
+  std::int32_t position = 0;
+  const std::int32_t* block_table = nullptr;
+};
+
+// out[r][h][:] = softmax(q[r][h] . K[0..position] * scale) . V, with GQA (head h reads kv head
+// h / (num_heads / num_kv_heads)).
+void paged_attention(ThreadPool& pool, const float* q, std::int64_t rows, std::int64_t num_heads,
+                     const AttnRow* row_info, KvLayer cache, float scale, float* out);
+
+}  // namespace kvfleet::cpu

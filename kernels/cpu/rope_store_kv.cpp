@@ -1,0 +1,43 @@
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+
+namespace kvfleet::cpu {
+namespace {
+
+// HF's rotate_half convention: the two halves of a head are the pair, not adjacent elements.
+void rotate(float* x, const float* cos, const float* sin, std::int64_t half) {
+  for (std::int64_t i = 0; i < half; ++i) {
+    const float a = x[i], b = x[i + half];
+    x[i] = a * cos[i] - b * sin[i];
+    x[i + half] = b * cos[i] + a * sin[i];
+  }
+}
+
+}  // namespace
+
+void rope_store_kv(const Rope& rope, float* q, const float* k, const float* v, std::int64_t rows,
+                   std::int64_t num_heads, const std::int32_t* positions, const std::int64_t* slots, KvLayer cache) {
+  const std::int64_t d = rope.head_dim, half = d / 2, kvh = cache.num_kv_heads;
+  std::vector<float> cos(static_cast<std::size_t>(half)), sin(static_cast<std::size_t>(half));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float pos = static_cast<float>(positions[r]);
+    for (std::int64_t i = 0; i < half; ++i) {
+      const float f = rope.inv_freq[i] * pos;  // fp32 product, as transformers computes it
+      cos[static_cast<std::size_t>(i)] = std::cos(f);
+      sin[static_cast<std::size_t>(i)] = std::sin(f);
+    }
+    for (std::int64_t h = 0; h < num_heads; ++h) rotate(q + (r * num_heads + h) * d, cos.data(), sin.data(), half);
+    const std::int64_t block = slots[r] / cache.block_size, offset = slots[r] % cache.block_size;
+    for (std::int64_t h = 0; h < kvh; ++h) {
+      float* kd = cache.k(block, h, offset);
+      std::memcpy(kd, k + (r * kvh + h) * d, static_cast<std::size_t>(d) * sizeof(float));
+      rotate(kd, cos.data(), sin.data(), half);
+      std::memcpy(cache.v(block, h, offset), v + (r * kvh + h) * d, static_cast<std::size_t>(d) * sizeof(float));
+    }
+  }
+}
+
+}  // namespace kvfleet::cpu

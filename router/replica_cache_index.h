@@ -1,0 +1,111 @@
+// ReplicaCacheIndex: the router's knowledge of every replica's KV cache, kept in one PrefixTree,
+// with a mode per replica (DESIGN.md, Contract 2):
+//   - exact: the replica's KV event stream is up and its opening config matched ours; the tree
+//     changes for this replica only through its events (stored, removed, cleared). A routing
+//     decision just refreshes the last-use ticks of what it reused (touch).
+//   - approximate: no usable stream (none yet, down, config mismatch). A routing decision inserts
+//     the prompt's hashes for the chosen replica (a guess: it will cache them), and sweep() ages
+//     these marks out after `approximate_ttl`; the tree's LRU memory bound applies to everyone.
+//
+// Sequence numbers. Events must arrive with seq = last applied + 1. A larger seq is a gap: the
+// event is not applied, the stream is marked untrusted and apply_event says resync_needed with the
+// seq to resume from (reconnect with since=that: the replica replays, or sends cleared + a
+// snapshot when its ring no longer reaches back). A smaller seq is a replay overlap and is ignored.
+// "cleared" is accepted at any seq and restarts the count from its own seq. A config whose seq is
+// below our last applied one means the replica restarted: its marks are dropped.
+//
+// Reconnecting. begin_stream() returns the since= to use. When the replica's marks are no longer
+// an image of its events (guesses were inserted while it was approximate, or it never synced),
+// they are dropped first and it returns 0, so the replica sends everything it has. Marks lost to
+// TTL or to the LRU bound only make the image a subset, which is harmless, so they do not force a
+// full resync.
+//
+// Thread-safety: none (as PrefixTree). The router owns one index behind its own lock or strand.
+#pragma once
+
+#include <array>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "router/kv_event.h"
+#include "router/prefix_tree.h"
+
+namespace kvfleet::router {
+
+enum class CacheMode : std::uint8_t { approximate, exact };
+
+struct ReplicaCacheConfig {
+  std::uint64_t block_size = 16;      // the router's own, checked against each stream's config
+  BlockHash root = 0;                 // block_hash_root(model name): ditto
+  Tick approximate_ttl = 120'000;     // ticks (the router: ms) an approximate mark outlives its last use
+  PrefixTreeConfig tree{};
+};
+
+enum class EventStatus : std::uint8_t {
+  applied,          // the tree now reflects it
+  config_accepted,  // the replica is in exact mode
+  config_rejected,  // block size or root differ: the replica stays approximate (message says why)
+  ignored,          // a replayed seq, or no accepted config on this stream yet
+  resync_needed,    // a seq gap or a malformed event: reconnect with since=resume_from
+};
+
+struct EventOutcome {
+  EventStatus status = EventStatus::applied;
+  std::string message;            // empty when applied
+  std::uint64_t resume_from = 0;  // resync_needed
+};
+
+class ReplicaCacheIndex {
+ public:
+  using Log = std::function<void(std::string_view)>;
+  explicit ReplicaCacheIndex(ReplicaCacheConfig config, Log log = {});
+
+  // Slots are assigned by the replica set; a new replica starts approximate. Throws
+  // std::out_of_range for a slot >= kMaxReplicas.
+  void add_replica(ReplicaId r);
+  void remove_replica(ReplicaId r);  // forgets its marks and its stream state
+  CacheMode mode(ReplicaId r) const;
+  const std::string& mode_reason(ReplicaId r) const;
+  std::uint64_t last_seq(ReplicaId r) const;
+
+  MatchResult match(std::span<const BlockHash> hashes) const { return tree_.match(hashes); }
+  // The request with these prompt hashes was routed to r at `now`.
+  void on_routed(ReplicaId r, std::span<const BlockHash> hashes, Tick now);
+  // Drops approximate marks unused for approximate_ttl; returns how many.
+  std::size_t sweep(Tick now);
+
+  std::uint64_t begin_stream(ReplicaId r);
+  EventOutcome apply_event(ReplicaId r, std::string_view json, Tick now);
+  EventOutcome apply_event(ReplicaId r, const KvEventMessage& event, Tick now);
+  // The stream broke or could not be opened: approximate mode until a new config is accepted.
+  void end_stream(ReplicaId r, std::string_view why);
+
+  const PrefixTree& tree() const { return tree_; }
+
+ private:
+  struct Replica {
+    bool present = false;
+    CacheMode mode = CacheMode::approximate;
+    std::string reason;
+    std::uint64_t last_seq = 0;
+    bool stream_ok = false;  // a config was accepted on the current stream and no gap since
+    // The marks are what events up to last_seq left (or a subset: TTL, LRU). False before the
+    // first sync and after any approximate insert (a guess may be a superset).
+    bool image_ok = false;
+  };
+
+  Replica& at(ReplicaId r);
+  const Replica& at(ReplicaId r) const;
+  void reset_marks(ReplicaId r);
+  EventOutcome apply_config(ReplicaId r, const KvEventMessage& event);
+  EventOutcome resync(ReplicaId r, std::string why);
+  void log(const std::string& line) const;
+
+  ReplicaCacheConfig config_;
+  Log log_;
+  PrefixTree tree_;
+  std::array<Replica, kMaxReplicas> replicas_;
+};
+
+}  // namespace kvfleet::router

@@ -1,0 +1,114 @@
+// Helpers for the HTTP tests: a server on an ephemeral loopback port, running a coroutine to
+// completion, and a raw POSIX socket for byte-level misbehaviour (slow or oversized clients).
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+#include <boost/json/parse.hpp>
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+#include "kvfleet/http/server.h"
+
+namespace kvfleet::http::test {
+
+// Small limits and short deadlines so that every limit test runs in well under a second.
+inline HttpServerConfig small_config() {
+  HttpServerConfig config;
+  config.io_threads = 2;
+  config.read_timeout = std::chrono::milliseconds{2000};
+  config.write_timeout = std::chrono::milliseconds{2000};
+  config.header_limit = 2048;
+  config.body_limit = 4096;
+  return config;
+}
+
+struct TestServer {
+  explicit TestServer(HttpRouter router, HttpServerConfig config = small_config())
+      : server(std::move(config), std::move(router)) {
+    server.start();
+  }
+  uint16_t port() const { return server.port(); }
+  HttpServer server;
+};
+
+// Runs one coroutine on a private io_context and returns its result (rethrowing its exception).
+template <typename T>
+T run_sync(boost::asio::awaitable<T> coroutine) {
+  boost::asio::io_context ioc;
+  auto future = boost::asio::co_spawn(ioc, std::move(coroutine), boost::asio::use_future);
+  ioc.run();
+  return future.get();
+}
+
+// The "error" object of an OpenAI-style error body.
+inline boost::json::object error_of(const std::string& body) {
+  return boost::json::parse(body).as_object().at("error").as_object();
+}
+
+// A blocking loopback socket with a receive timeout; closes on destruction.
+class RawSocket {
+ public:
+  explicit RawSocket(uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      throw std::runtime_error("connect failed");
+    }
+    int one = 1;
+    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  ~RawSocket() { ::close(fd_); }
+  RawSocket(const RawSocket&) = delete;
+  RawSocket& operator=(const RawSocket&) = delete;
+
+  // false when the peer has closed (EPIPE/ECONNRESET).
+  bool send_all(std::string_view bytes) {
+    while (!bytes.empty()) {
+      ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      bytes.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+  }
+
+  // Waits up to `timeout` for input. Returns: 1 data, 0 EOF/reset, -1 nothing yet.
+  int poll_input(std::chrono::milliseconds timeout) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return -1;
+    char byte;
+    ssize_t n = ::recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n > 0 ? 1 : 0;
+  }
+
+  // Everything until the peer closes, or until `timeout` passes without input.
+  std::string read_until_close(std::chrono::milliseconds timeout = std::chrono::milliseconds{3000}) {
+    std::string out;
+    char buf[4096];
+    for (;;) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) break;
+      ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+    }
+    return out;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace kvfleet::http::test

@@ -1,0 +1,101 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <map>
+#include <stdexcept>
+
+#include "kvfleet/sampler.h"
+
+using namespace kvfleet;
+
+TEST_CASE("greedy picks the largest logit, the lowest id on ties") {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  CHECK(sample(std::vector<float>{0.1f, 2.0f, -1.0f, 2.0f}, p, 0) == 1);
+}
+
+TEST_CASE("seeded sampling is a function of (seed, index) alone") {
+  const std::vector<float> logits{1.0f, 1.5f, 0.5f, 2.0f, 0.0f};
+  SamplingParams p;
+  p.seed = 42;
+  std::vector<TokenId> first, second;
+  for (std::uint64_t i = 0; i < 50; ++i) first.push_back(sample(logits, p, i));
+  for (std::uint64_t i = 0; i < 50; ++i) second.push_back(sample(logits, p, i));
+  CHECK(first == second);
+  p.seed = 43;
+  std::vector<TokenId> other;
+  for (std::uint64_t i = 0; i < 50; ++i) other.push_back(sample(logits, p, i));
+  CHECK(other != first);
+}
+
+TEST_CASE("draws follow the softmax distribution") {
+  const std::vector<float> logits{0.0f, std::log(2.0f), std::log(3.0f)};  // probabilities 1/6, 2/6, 3/6
+  SamplingParams p;
+  std::map<TokenId, int> counts;
+  const int n = 60000;
+  for (int i = 0; i < n; ++i) ++counts[sample(logits, p, static_cast<std::uint64_t>(i))];
+  CHECK(counts[0] / double(n) == doctest::Approx(1.0 / 6).epsilon(0.05));
+  CHECK(counts[1] / double(n) == doctest::Approx(2.0 / 6).epsilon(0.05));
+  CHECK(counts[2] / double(n) == doctest::Approx(3.0 / 6).epsilon(0.05));
+}
+
+TEST_CASE("top-k, top-p and min-p cut the candidates") {
+  const std::vector<float> logits{std::log(0.1f), std::log(0.2f), std::log(0.3f), std::log(0.4f)};
+  auto support = [&](SamplingParams p) {
+    std::map<TokenId, int> seen;
+    for (std::uint64_t i = 0; i < 2000; ++i) ++seen[sample(logits, p, i)];
+    std::vector<TokenId> ids;
+    for (auto& [id, c] : seen) ids.push_back(id);
+    return ids;
+  };
+  SamplingParams k;
+  k.top_k = 2;
+  CHECK(support(k) == std::vector<TokenId>{2, 3});
+  SamplingParams tp;
+  tp.top_p = 0.65f;  // 0.4 + 0.3 reaches 0.65
+  CHECK(support(tp) == std::vector<TokenId>{2, 3});
+  SamplingParams mp;
+  mp.min_p = 0.45f;  // keep p >= 0.18
+  CHECK(support(mp) == std::vector<TokenId>{1, 2, 3});
+  SamplingParams low_t;
+  low_t.temperature = 0.01f;
+  CHECK(support(low_t) == std::vector<TokenId>{3});
+}
+
+TEST_CASE("out-of-range sampling values name the field") {
+  SamplingParams p;
+  p.top_p = 0.0f;
+  CHECK_THROWS_WITH_AS(p.validate(), "top_p must be in (0, 1]", std::invalid_argument);
+  p = {};
+  p.temperature = -1.0f;
+  CHECK_THROWS_WITH_AS(p.validate(), "temperature must be a finite number >= 0", std::invalid_argument);
+  p = {};
+  p.min_p = 2.0f;
+  CHECK_THROWS_AS(p.validate(), std::invalid_argument);
+}
+
+TEST_CASE("penalties: repetition divides positive and multiplies negative logits; presence and frequency subtract") {
+  std::vector<float> logits{2.0f, -2.0f, 1.0f, 1.0f};
+  const std::vector<TokenId> prompt{0}, output{1, 2, 2};
+  Penalties p;
+  p.repetition = 2.0f;
+  apply_penalties(logits, p, prompt, output);
+  CHECK(logits == std::vector<float>{1.0f, -4.0f, 0.5f, 1.0f});
+  logits = {2.0f, -2.0f, 1.0f, 1.0f};
+  p = {};
+  p.presence = 0.5f;
+  p.frequency = 0.25f;
+  apply_penalties(logits, p, prompt, output);  // the prompt does not count for these two
+  CHECK(logits == std::vector<float>{2.0f, -2.75f, 0.0f, 1.0f});
+}
+
+TEST_CASE("logprobs come from the raw logits") {
+  const std::vector<float> logits{std::log(0.5f), std::log(0.25f), std::log(0.25f)};
+  float chosen = 0;
+  const auto top = top_logprobs(logits, 2, 2, &chosen);
+  CHECK(chosen == doctest::Approx(std::log(0.25)));
+  REQUIRE(top.size() == 2);
+  CHECK(top[0].id == 0);
+  CHECK(top[0].logprob == doctest::Approx(std::log(0.5)));
+  CHECK(top[1].id == 1);  // ties go to the lower id
+}

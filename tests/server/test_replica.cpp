@@ -1,0 +1,139 @@
+// kvfleet-replica as a user meets it: a real process on loopback, a real OpenAI client, raw HTTP for the
+// error cases, many concurrent streams, disconnects and draining.
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <thread>
+
+#include "replica_fixture.h"
+
+using namespace kvfleet;
+namespace json = boost::json;
+
+TEST_CASE("the official openai npm client: completions, chat, streaming, usage, errors") {
+  test::ReplicaProcess replica;
+  const std::string npm = std::string(KVFLEET_SOURCE_DIR) + "/.deps/npm";
+  const auto r = test::run_command("KVFLEET_NPM=" + npm + " node " + KVFLEET_SOURCE_DIR +
+                                   "/tests/server/openai_client.mjs " + replica.base_url() + " tiny-qwen");
+  CHECK(r.status == 0);
+  CHECK(r.out == "ok\n");
+}
+
+TEST_CASE("bad input: OpenAI error objects with 4xx codes, and the replica keeps serving") {
+  test::ReplicaProcess replica({"--max-model-len", "64", "--max-body-bytes", "4096"});
+  struct Case {
+    const char* target;
+    std::string body;
+    int status;
+    const char* param;
+  };
+  const Case cases[] = {
+      {"/v1/completions", "{not json", 400, nullptr},
+      {"/v1/completions", "[1,2]", 400, nullptr},
+      {"/v1/completions", R"({"max_tokens":3})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt":"hi","max_tokens":"3"})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt":"hi","top_p":1.5})", 400, "top_p"},
+      {"/v1/completions", R"({"prompt":[1,2,999999999]})", 400, nullptr},
+      {"/v1/completions", R"({"prompt":")" + std::string(300, 'a') + " " + std::string(300, 'b') + R"("})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt":"hi","max_tokens":500})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt":"hi","model":"other"})", 404, "model"},
+      {"/v1/chat/completions", R"({"messages":"hi"})", 400, "messages"},
+      {"/v1/completions", R"({"prompt":")" + std::string(5000, 'x') + R"("})", 413, nullptr},
+      {"/v1/nope", "{}", 404, nullptr},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.body.substr(0, 80));
+    const auto res = replica.post(c.target, c.body);
+    CHECK(res.status == c.status);
+    const auto err = json::parse(res.body).at("error");
+    CHECK(err.at("message").as_string().size() > 0);
+    CHECK(err.at("type").is_string());
+    if (c.param) CHECK(err.at("param") == c.param);
+  }
+  CHECK(replica.get("/v1/completions").status == 405);
+  const auto ok = replica.post("/v1/completions", R"({"prompt":"hi","max_tokens":2})");
+  CHECK(ok.status == 200);
+}
+
+TEST_CASE("64 concurrent streaming clients each get their whole stream") {
+  test::ReplicaProcess replica({"--max-num-seqs", "64", "--http-threads", "2"});
+  std::atomic<int> complete{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 64; ++i) {
+    clients.emplace_back([&, i] {
+      const auto res = replica.post("/v1/completions", R"({"prompt":"Client )" + std::to_string(i) +
+                                                           R"( says","max_tokens":8,"stream":true,"ignore_eos":true})");
+      std::size_t chunks = 0, at = 0;
+      while ((at = res.body.find("\"text_completion\"", at)) != std::string::npos) ++chunks, ++at;
+      if (res.status == 200 && res.body.ends_with("data: [DONE]\n\n") && chunks >= 1 &&
+          res.body.find("\"finish_reason\":\"length\"") != std::string::npos)
+        ++complete;
+    });
+  }
+  for (auto& t : clients) t.join();
+  CHECK(complete == 64);
+  CHECK(replica.metric("kvfleet_generation_tokens_total") == 64 * 8);
+}
+
+namespace {
+
+// Sends a streaming request on a raw socket, reads until the first chunk, and hangs up.
+void hang_up_mid_stream(std::uint16_t port, const std::string& body) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  REQUIRE(::send(fd, req.data(), req.size(), 0) == static_cast<ssize_t>(req.size()));
+  std::string got;
+  char buf[4096];
+  while (got.find("data: ") == std::string::npos) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    REQUIRE(n > 0);
+    got.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+}
+
+}  // namespace
+
+TEST_CASE("a client that disconnects mid-stream aborts its request and frees its blocks") {
+  test::ReplicaProcess replica;
+  hang_up_mid_stream(replica.port(), R"({"prompt":"A long story:","max_tokens":3000,"stream":true,"ignore_eos":true})");
+  double running = 1, usage = 1;
+  for (int i = 0; i < 200 && (running != 0 || usage != 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    running = replica.metric("kvfleet_requests_running");
+    usage = replica.metric("kvfleet_kv_cache_usage_ratio");
+  }
+  CHECK(running == 0);
+  CHECK(usage == 0);
+  const std::string text = replica.get("/metrics").body;
+  CHECK(text.find("kvfleet_requests_finished_total{finish_reason=\"abort\"} 1") != std::string::npos);
+  CHECK(replica.metric("kvfleet_generation_tokens_total") < 3000);
+}
+
+TEST_CASE("SIGTERM drains: new requests get 503, the running stream finishes, the process exits 0") {
+  test::ReplicaProcess replica({"--drain-timeout-ms", "20000"});
+  http::Response streamed;
+  std::thread running([&] {
+    streamed = replica.post("/v1/completions", R"({"prompt":"Count:","max_tokens":60,"stream":true,"ignore_eos":true})");
+  });
+  for (int i = 0; i < 200 && replica.metric("kvfleet_requests_running") < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  replica.process().signal(SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto refused = replica.post("/v1/completions", R"({"prompt":"late","max_tokens":2})");
+  CHECK(refused.status == 503);
+  running.join();
+  CHECK(streamed.status == 200);
+  CHECK(streamed.body.ends_with("data: [DONE]\n\n"));
+  CHECK(replica.process().wait(std::chrono::seconds(20)) == 0);
+}

@@ -1,0 +1,37 @@
+#include <doctest/doctest.h>
+
+#include "engine/server/replica_config.h"
+#include "kvfleet/files.h"
+
+using namespace kvfleet::server;
+
+namespace {
+
+ReplicaConfig parse(std::vector<std::string> args) {
+  std::vector<const char*> argv{"kvfleet-replica"};
+  for (auto& a : args) argv.push_back(a.c_str());
+  return parse_replica_args(static_cast<int>(argv.size()), argv.data(), nullptr);
+}
+
+}  // namespace
+
+TEST_CASE("the example config loads, and flags win over it") {
+  const std::string path = std::string(KVFLEET_SOURCE_DIR) + "/examples/replica.yaml";
+  const ReplicaConfig c = parse({"--config", path, "--port", "9001", "--num-kv-blocks", "77"});
+  CHECK(c.model == "build/models/kvfleet-tiny");
+  CHECK(c.port == 9001);
+  CHECK(c.engine.num_blocks == 77);
+  CHECK(c.engine.scheduler.max_num_seqs == 64);
+  CHECK(c.drain_timeout.count() == 30000);
+}
+
+TEST_CASE("unknown keys and bad values fail, naming the key") {
+  ReplicaConfig c;
+  CHECK_THROWS_WITH(apply_replica_yaml("model: m\nnum_kv_blokcs: 5\n", "r.yaml", c),
+                    "r.yaml: 'num_kv_blokcs' is not a known setting");
+  CHECK_THROWS_WITH(apply_replica_yaml("port: lots\n", "r.yaml", c), "r.yaml: 'port' has a bad value 'lots'");
+  CHECK_THROWS_WITH(apply_replica_yaml("role: both\n", "r.yaml", c), "r.yaml: 'role' must be mixed, prefill or decode");
+  CHECK_THROWS_AS(apply_replica_yaml("- a\n- b\n", "r.yaml", c), std::invalid_argument);
+  CHECK_THROWS_WITH(parse({"--port", "1"}), "--model (or 'model' in the config file) is required");
+  CHECK_THROWS_AS(parse({"--model", "m", "--no-such-flag"}), std::invalid_argument);
+}
