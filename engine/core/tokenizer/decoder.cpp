@@ -12,16 +12,15 @@ namespace kvfleet::tok {
 namespace json = boost::json;
 namespace {
 
+// As Hugging Face does: a token with a character outside GPT-2's mapping (a special token such as
+// DeepSeek's "<｜begin▁of▁sentence｜>") stands for its own UTF-8 bytes.
 std::string byte_level_decode(std::string_view token) {
   std::string out;
   out.reserve(token.size());
   for (std::size_t i = 0, len = 0; i < token.size(); i += len) {
-    const char32_t cp = utf8_decode(token, i, len);
-    if (const auto byte = unicode_to_byte(cp)) {
-      out.push_back(static_cast<char>(*byte));
-    } else {
-      out.append(token.substr(i, len));
-    }
+    const auto byte = unicode_to_byte(utf8_decode(token, i, len));
+    if (!byte) return std::string(token);
+    out.push_back(static_cast<char>(*byte));
   }
   return out;
 }
@@ -87,17 +86,15 @@ void collect_steps(const json::value& config, std::vector<const json::object*>& 
 
 }  // namespace
 
-DecoderTable make_decoder_table(const json::value& config, const std::vector<std::string>& id_to_token,
-                                const std::vector<std::uint8_t>& is_added) {
+DecoderTable make_decoder_table(const json::value& config, const std::vector<std::string>& id_to_token) {
   std::vector<const json::object*> steps;
   collect_steps(config, steps);
   DecoderTable table;
   table.bytes.resize(id_to_token.size());
   for (std::size_t id = 0; id < id_to_token.size(); ++id) {
+    // Added tokens go through the decoder too (Gemma's whitespace tokens are written with U+2581).
     std::string token = id_to_token[id];
-    if (!is_added[id]) {
-      for (const json::object* step : steps) apply_step(*step, token, table);
-    }
+    for (const json::object* step : steps) apply_step(*step, token, table);
     table.bytes[id] = std::move(token);
   }
   return table;

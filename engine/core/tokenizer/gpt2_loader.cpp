@@ -40,9 +40,7 @@ std::unique_ptr<TokenizerData> load_gpt2_pair(const fs::path& encoder_json, cons
   BpeOptions options;
   options.byte_level = true;
   data->model = std::make_unique<BpeModel>(vocab, merges, options);
-  std::vector<std::uint8_t> is_added(data->id_to_token.size(), 0);
-  for (const AddedToken& t : added) is_added[t.id] = 1;
-  data->decoder = make_decoder_table(json::value{{"type", "ByteLevel"}}, data->id_to_token, is_added);
+  data->decoder = make_decoder_table(json::value{{"type", "ByteLevel"}}, data->id_to_token);
   if (!added.empty()) {
     data->bos = added[0].id;
     data->eos = {added[0].id};

@@ -212,10 +212,8 @@ std::unique_ptr<TokenizerData> load_tokenizer_json(const fs::path& file) {
     }
     data->model = std::make_unique<BpeModel>(vocab, merges, options);
 
-    std::vector<std::uint8_t> is_added(data->id_to_token.size(), 0);
-    for (const AddedToken& t : added) is_added[t.id] = 1;
     data->decoder = make_decoder_table(root.contains("decoder") ? root.at("decoder") : json::value(),
-                                       data->id_to_token, is_added);
+                                       data->id_to_token);
     data->added = AddedTokenMatcher(std::move(added));
     const bool adds = parse_post_processor(
         root.contains("post_processor") ? root.at("post_processor") : json::value(), *data);

@@ -8,6 +8,7 @@
 #include <boost/json/value.hpp>
 
 #include <array>
+#include <bit>
 #include <functional>
 #include <cstdint>
 #include <memory>
@@ -91,6 +92,47 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const boost::json::value& confi
 // The GPT-2 split pattern (ByteLevel's use_regex).
 extern const char* const kGpt2Pattern;
 
+// ---- merge_table.cpp ------------------------------------------------------------------------------
+// (left id, right id) -> (rank, merged id): the BPE hot path's only lookup. Open addressing with
+// linear probing over a power-of-two table, built once and read-only afterwards.
+class MergeTable {
+ public:
+  struct Merge {
+    std::uint32_t rank;
+    TokenId merged;
+  };
+  explicit MergeTable(std::size_t expected = 0);
+  // Keeps the first entry for a pair (the lowest rank when filled in rank order).
+  void insert(TokenId left, TokenId right, Merge merge);
+  const Merge* find(TokenId left, TokenId right) const {
+    if (left < 0 || right < 0) return nullptr;
+    const std::uint64_t key = pack(left, right);
+    for (std::size_t i = slot(key);; i = (i + 1) & mask_) {
+      const Entry& e = entries_[i];
+      if (e.key == key) return &e.merge;
+      if (e.key == kEmpty) return nullptr;
+    }
+  }
+
+ private:
+  static constexpr std::uint64_t kEmpty = ~std::uint64_t{0};
+  struct Entry {
+    std::uint64_t key = kEmpty;
+    Merge merge{};
+  };
+  static std::uint64_t pack(TokenId left, TokenId right) {
+    return (std::uint64_t(std::uint32_t(left)) << 32) | std::uint32_t(right);
+  }
+  std::size_t slot(std::uint64_t key) const {
+    return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_);
+  }
+  void grow();
+  std::vector<Entry> entries_;
+  std::size_t mask_ = 0;
+  int shift_ = 64;
+  std::size_t size_ = 0;
+};
+
 // ---- bpe_model.cpp --------------------------------------------------------------------------------
 struct BpeOptions {
   bool byte_level = false;  // vocab strings are GPT-2 byte-mapped; words arrive as raw bytes
@@ -118,13 +160,13 @@ class BpeModel {
   };
 
  private:
-  struct Merge {
-    std::uint32_t rank;
-    TokenId merged;
-  };
+  using Merge = MergeTable::Merge;
   struct Cache;
   std::optional<TokenId> lookup(std::string_view model_key) const;
-  std::optional<Merge> merge_of(TokenId left, TokenId right) const;
+  const Merge* merge_of(TokenId left, TokenId right) const { return merges_.find(left, right); }
+  void note_word_crossing(std::string_view merged);
+  std::size_t next_word_start(std::string_view word, std::size_t from) const;
+  void encode_piece(std::string_view word, std::vector<TokenId>& out) const;
   void merge_small(std::vector<Symbol>& symbols) const;
   void merge_large(std::vector<Symbol>& symbols) const;
   void emit(std::string_view word, const std::vector<Symbol>& symbols, std::vector<TokenId>& out) const;
@@ -132,8 +174,11 @@ class BpeModel {
 
   BpeOptions options_;
   StringMap vocab_;  // model-space key (raw bytes when byte level)
-  std::unordered_map<std::uint64_t, Merge> merges_;
+  MergeTable merges_;
+  bool split_words_ = true;  // SentencePiece: words may be cut before U+2581 (see bpe_model.cpp)
+  std::vector<char32_t> no_cut_after_;  // ... except after these characters
   std::array<TokenId, 256> byte_ids_{};  // byte level: byte -> id; byte_fallback: byte -> <0xNN>
+  std::array<TokenId, 128> ascii_ids_{};  // not byte level: ASCII character -> id, -1 if absent
   std::unique_ptr<Cache> cache_;
 };
 
@@ -179,9 +224,7 @@ struct DecoderTable {
   std::vector<std::string> bytes;
   std::size_t strip_leading_spaces = 0;
 };
-DecoderTable make_decoder_table(const boost::json::value& config,
-                                const std::vector<std::string>& id_to_token,
-                                const std::vector<std::uint8_t>& is_added);
+DecoderTable make_decoder_table(const boost::json::value& config, const std::vector<std::string>& id_to_token);
 
 // ---- everything, as loaded (tokenizer.cpp runs the pipeline) --------------------------------------
 struct TokenizerData {
