@@ -1,0 +1,218 @@
+// kvfleet-router in front of two real replica processes on loopback: cache-aware placement, exact
+// mode from KV events, retries around a killed replica, mid-stream failure, many connections, and
+// config errors at start.
+#include <doctest/doctest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <csignal>
+#include <fstream>
+
+#include "kvfleet/http/sse.h"
+#include "router_fixture.h"
+
+namespace kvfleet::test {
+namespace json = boost::json;
+namespace asio = boost::asio;
+
+namespace {
+
+const std::vector<std::string> kReplicaFlags{"--num-kv-blocks", "96"};
+
+// About 190 tokens: well over 4 blocks of 16.
+std::string long_system_prompt() {
+  std::string s = "You are a meticulous assistant for the kvfleet project. ";
+  for (int i = 0; i < 12; ++i) s += "Rule " + std::to_string(i) + ": answer briefly, cite the design, never guess. ";
+  return s;
+}
+
+std::string chat_body(const std::string& system, const std::string& user, int max_tokens = 2) {
+  json::array messages{json::object{{"role", "system"}, {"content", system}},
+                       json::object{{"role", "user"}, {"content", user}}};
+  return json::serialize(json::object{{"model", "tiny-qwen"}, {"messages", messages}, {"max_tokens", max_tokens}});
+}
+
+std::string completion_body(const std::string& prompt, int max_tokens = 2, bool stream = false) {
+  return json::serialize(json::object{{"model", "tiny-qwen"}, {"prompt", prompt}, {"max_tokens", max_tokens},
+                                      {"stream", stream}, {"ignore_eos", true}});
+}
+
+std::string served_by(const http::Response& r) {
+  const std::string* v = r.headers.find("x-kvfleet-replica");
+  return v ? *v : "";
+}
+
+}  // namespace
+
+TEST_CASE("requests sharing a long system prompt land on the replica that caches it") {
+  ReplicaProcess a(kReplicaFlags), b(kReplicaFlags);
+  RouterProcess router({&a, &b});
+  const std::string system = long_system_prompt();
+  const http::Response first = router.post("/v1/chat/completions", chat_body(system, "Question 0?"));
+  REQUIRE(first.status == 200);
+  const std::string home = served_by(first);
+  REQUIRE((home == a.base_url() || home == b.base_url()));
+  // Exact mode: the router learns the prompt's blocks from the replica's KV events.
+  REQUIRE(wait_until([&] { return router.replica(home).at("events_applied").as_int64() > 0; },
+                     std::chrono::seconds(10)));
+  CHECK(router.replica(home).at("mode") == "exact");
+  for (int i = 1; i <= 5; ++i) {
+    const http::Response r = router.post("/v1/chat/completions", chat_body(system, "Question " + std::to_string(i) + "?"));
+    REQUIRE(r.status == 200);
+    CHECK(served_by(r) == home);
+  }
+  const ReplicaProcess& cached = home == a.base_url() ? a : b;
+  const ReplicaProcess& other = home == a.base_url() ? b : a;
+  CHECK(cached.metric("kvfleet_prefix_cache_hits_tokens_total") >= 5 * 4 * 16);
+  CHECK(other.metric("kvfleet_prefix_cache_hits_tokens_total") == 0);
+  CHECK(router.metric("kvfleet_router_decisions_total", "reason=\"cache_hit\"") == 5);
+  CHECK(router.metric("kvfleet_router_requests_total", "status=\"200\"") == 6);
+}
+
+TEST_CASE("exact mode: blocks a replica cached without the router attract the prompt to it") {
+  ReplicaProcess a(kReplicaFlags), b(kReplicaFlags);
+  RouterProcess router({&a, &b});
+  REQUIRE(wait_until([&] { return router.replica(b.base_url()).at("mode") == "exact"; }, std::chrono::seconds(10)));
+  CHECK(router.replica(b.base_url()).at("events_applied").as_int64() == 0);
+  // Straight to b, behind the router's back: only b's KV events can tell the router.
+  const std::string prompt = long_system_prompt() + " Now summarize the rules.";
+  REQUIRE(b.post("/v1/completions", completion_body(prompt)).status == 200);
+  REQUIRE(wait_until([&] { return router.replica(b.base_url()).at("events_applied").as_int64() > 0; },
+                     std::chrono::seconds(10)));
+  const json::value admin = json::parse(router.get("/admin/replicas").body);
+  CHECK(admin.at("tree").at("blocks").as_int64() >= 4);
+  // With no cache anywhere, least load would pick a (index 0); b's blocks must win.
+  const http::Response r = router.post("/v1/completions", completion_body(prompt));
+  REQUIRE(r.status == 200);
+  CHECK(served_by(r) == b.base_url());
+  CHECK(router.metric("kvfleet_router_decisions_total", "reason=\"cache_hit\"") == 1);
+}
+
+TEST_CASE("a replica killed before answering: every request succeeds on the other one") {
+  ReplicaProcess a(kReplicaFlags), b(kReplicaFlags);
+  // Slow health checks: only the failed forward itself can take a out of rotation.
+  RouterProcess router({&a, &b}, {"--policy", "round_robin", "--health-interval-ms", "60000"});
+  a.process().signal(SIGKILL);
+  a.process().wait(std::chrono::seconds(5));
+  for (int i = 0; i < 8; ++i) {
+    const http::Response r = router.post("/v1/completions", completion_body("Hello number " + std::to_string(i)));
+    REQUIRE(r.status == 200);
+    CHECK(served_by(r) == b.base_url());
+  }
+  CHECK(router.metric("kvfleet_router_retries_total") == 1);
+  CHECK(router.replica(a.base_url()).at("healthy") == false);
+}
+
+namespace {
+
+struct StreamResult {
+  int status = 0;
+  std::string replica;
+  std::string body;
+};
+
+// Streams a completion; `on_first_piece` runs once the first bytes arrived.
+StreamResult stream_completion(std::uint16_t port, const std::string& body, const std::function<void(const std::string&)>& on_first_piece) {
+  asio::io_context io;
+  StreamResult result;
+  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+    http::HttpClient client(co_await asio::this_coro::executor);
+    const std::string host = "127.0.0.1";
+    co_await client.connect(host, port);
+    http::Request request;
+    request.method = "POST";
+    request.target = "/v1/completions";
+    request.body = body;
+    request.headers.set("content-type", "application/json");
+    co_await client.send(request);
+    const http::ResponseHead head = co_await client.read_head();
+    result.status = head.status;
+    if (const std::string* r = head.headers.find("x-kvfleet-replica")) result.replica = *r;
+    bool first = true;
+    while (std::optional<std::string> piece = co_await client.read_some()) {
+      result.body += *piece;
+      if (first) on_first_piece(result.replica);
+      first = false;
+    }
+  }, asio::detached);
+  io.run();
+  return result;
+}
+
+}  // namespace
+
+TEST_CASE("a replica killed mid-stream: the stream ends with an error event and the router keeps serving") {
+  ReplicaProcess a(kReplicaFlags), b(kReplicaFlags);
+  RouterProcess router({&a, &b});
+  const StreamResult s = stream_completion(router.port(), completion_body("Tell me a long story", 1500, true),
+                                           [&](const std::string& replica) {
+                                             (replica == a.base_url() ? a : b).process().signal(SIGKILL);
+                                           });
+  REQUIRE(s.status == 200);
+  CHECK(s.body.find("data: {\"error\":") != std::string::npos);
+  CHECK(s.body.size() >= 14);
+  CHECK(s.body.substr(s.body.size() - 14) == "data: [DONE]\n\n");
+  CHECK(router.metric("kvfleet_router_requests_total", "status=\"upstream_error\"") == 1);
+  for (int i = 0; i < 3; ++i) {
+    const http::Response r = router.post("/v1/completions", completion_body("Still there?"));
+    REQUIRE(r.status == 200);
+    CHECK(served_by(r) != s.replica);
+  }
+}
+
+TEST_CASE("1000 concurrent connections are all served") {
+  ReplicaProcess a(kReplicaFlags), b(kReplicaFlags);
+  RouterProcess router({&a, &b}, {"--policy", "least_load"});
+  constexpr int kClients = 1000;
+  asio::io_context io;
+  int ok = 0, failed = 0;
+  const std::string body = completion_body("Hi", 1);
+  const auto started = std::chrono::steady_clock::now();
+  for (int i = 0; i < kClients; ++i) {
+    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+      try {
+        http::HttpClientConfig cc;
+        cc.io_timeout = std::chrono::seconds(60);
+        http::HttpClient client(co_await asio::this_coro::executor, cc);
+        const std::string host = "127.0.0.1";
+        co_await client.connect(host, router.port());
+        http::Request request;
+        request.method = "POST";
+        request.target = "/v1/completions";
+        request.body = body;
+        request.headers.set("content-type", "application/json");
+        const http::Response r = co_await client.request(request);
+        (r.status == 200 ? ok : failed) += 1;
+      } catch (const std::exception&) {
+        failed += 1;
+      }
+    }, asio::detached);
+  }
+  io.run();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  MESSAGE(kClients << " concurrent requests in " << seconds << " s");
+  CHECK(ok == kClients);
+  CHECK(failed == 0);
+  CHECK(router.metric("kvfleet_router_requests_total", "status=\"200\"") == kClients);
+}
+
+TEST_CASE("an unknown config key fails at start, naming the key") {
+  TempDir dir;
+  const auto model = make_router_model(dir);
+  {
+    std::ofstream yaml(dir / "router.yaml");
+    yaml << "model: " << model.string() << "\nreplicas: [http://127.0.0.1:1]\npolicy: cache_aware\nmax_atempts: 3\n";
+  }
+  const CommandResult r = run_command(bin_dir() + "/kvfleet-router --config " + (dir / "router.yaml").string() + " 2>&1");
+  CHECK(r.status == 1);
+  CHECK(r.out.find("'max_atempts' is not a known setting") != std::string::npos);
+  const CommandResult knob = run_command(bin_dir() + "/kvfleet-router --model " + model.string() +
+                                         " --replica http://127.0.0.1:1 --policy cache_awar 2>&1");
+  CHECK(knob.status == 1);
+  CHECK(knob.out.find("cache_awar") != std::string::npos);
+}
+
+}  // namespace kvfleet::test
