@@ -90,6 +90,8 @@ awaitable<void> Gateway::events_loop(std::shared_ptr<ReplicaLink> link) {
         resync = co_await read_events(*link, client);
         if (resync) why = "resync";
       }
+    } catch (const boost::system::system_error& e) {
+      why = "event stream failed: " + e.code().message();
     } catch (const std::exception& e) {
       why = std::string("event stream failed: ") + e.what();
     }
