@@ -89,6 +89,23 @@ TEST_CASE("exact mode: blocks a replica cached without the router attract the pr
   REQUIRE(r.status == 200);
   CHECK(served_by(r) == b.base_url());
   CHECK(router.metric("kvfleet_router_decisions_total", "reason=\"cache_hit\"") == 1);
+
+  // Admin API. A draining replica takes no new requests, even for its own prefix.
+  REQUIRE(router.post("/admin/replicas/drain?url=" + b.base_url(), "").status == 200);
+  CHECK(router.replica(b.base_url()).at("draining") == true);
+  CHECK(served_by(router.post("/v1/completions", completion_body(prompt))) == a.base_url());
+  // Removed: gone from the list (and its marks from the tree).
+  const http::Response removed = http::http_request("127.0.0.1", router.port(), "DELETE", "/admin/replicas?url=" + b.base_url());
+  CHECK(removed.status == 200);
+  const json::value after = json::parse(router.get("/admin/replicas").body);
+  REQUIRE(after.at("replicas").as_array().size() == 1);
+  CHECK(after.at("replicas").at(0).at("url").as_string() == a.base_url());
+  // Added back: a fresh subscription replays b's events from the start (since=0).
+  const http::Response added = router.post("/admin/replicas", json::serialize(json::object{{"url", b.base_url()}}));
+  CHECK(added.status == 201);
+  CHECK(wait_until([&] { return router.replica(b.base_url()).at("events_applied").as_int64() > 0; },
+                   std::chrono::seconds(10)));
+  CHECK(router.post("/admin/replicas", json::serialize(json::object{{"url", b.base_url()}})).status == 400);
 }
 
 TEST_CASE("a replica killed before answering: every request succeeds on the other one") {
@@ -104,6 +121,9 @@ TEST_CASE("a replica killed before answering: every request succeeds on the othe
   }
   CHECK(router.metric("kvfleet_router_retries_total") == 1);
   CHECK(router.replica(a.base_url()).at("healthy") == false);
+  // SIGTERM drains and exits cleanly.
+  router.process().signal(SIGTERM);
+  CHECK(router.process().wait(std::chrono::seconds(10)) == 0);
 }
 
 namespace {
