@@ -6,6 +6,7 @@
 #include <boost/json.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 
 #include "router/gateway/gateway.h"
@@ -20,7 +21,8 @@ double micros(Clock::duration d) { return std::chrono::duration<double, std::mic
 
 void report(const char* what, std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  std::printf("%-28s p50 %8.1f us   p99 %8.1f us\n", what, v[v.size() / 2], v[v.size() * 99 / 100]);
+  std::printf("%-28s p50 %8.1f us   p90 %8.1f us   p99 %8.1f us   max %8.1f us\n", what, v[v.size() / 2],
+              v[v.size() * 9 / 10], v[v.size() * 99 / 100], v.back());
 }
 
 std::string words(std::minstd_rand& rng, int n) {
@@ -82,6 +84,8 @@ int main(int argc, char** argv) {
     const auto t2 = Clock::now();
     tokens += plan.prompt_tokens;
     plan_us.push_back(micros(t1 - t0));
+    if (std::getenv("KVFLEET_BENCH_SLOW") && micros(t1 - t0) > 1000)
+      std::printf("slow plan: body %zu, %.0f us\n", i % bodies.size(), micros(t1 - t0));
     choose_us.push_back(micros(t2 - t1));
     total_us.push_back(micros(t2 - t0));
   }
