@@ -134,8 +134,9 @@ struct StreamResult {
   std::string body;
 };
 
-// Streams a completion; `on_first_piece` runs once the first bytes arrived.
-StreamResult stream_completion(std::uint16_t port, const std::string& body, const std::function<void(const std::string&)>& on_first_piece) {
+// Streams a completion; `on_first_piece` runs once the first bytes arrived and says whether to read
+// on (false: the client hangs up).
+StreamResult stream_completion(std::uint16_t port, const std::string& body, const std::function<bool(const std::string&)>& on_first_piece) {
   asio::io_context io;
   StreamResult result;
   asio::co_spawn(io, [&]() -> asio::awaitable<void> {
@@ -154,7 +155,7 @@ StreamResult stream_completion(std::uint16_t port, const std::string& body, cons
     bool first = true;
     while (std::optional<std::string> piece = co_await client.read_some()) {
       result.body += *piece;
-      if (first) on_first_piece(result.replica);
+      if (first && !on_first_piece(result.replica)) break;
       first = false;
     }
   }, asio::detached);
@@ -164,12 +165,26 @@ StreamResult stream_completion(std::uint16_t port, const std::string& body, cons
 
 }  // namespace
 
+double aborted_requests(const ReplicaProcess& r) {
+  const std::string text = r.get("/metrics").body;
+  const std::regex line("kvfleet_requests_finished_total\\{finish_reason=\"abort\"\\} ([0-9.eE+-]+)");
+  std::smatch m;
+  return std::regex_search(text, m, line) ? std::stod(m[1]) : -1.0;
+}
+
 TEST_CASE("a replica killed mid-stream: the stream ends with an error event and the router keeps serving") {
   ReplicaProcess a(kReplicaFlags), b(kReplicaFlags);
   RouterProcess router({&a, &b});
+  // A client that hangs up mid-stream: the router closes the upstream connection, the replica aborts.
+  const StreamResult left = stream_completion(router.port(), completion_body("Tell me a long story", 3000, true),
+                                              [](const std::string&) { return false; });
+  REQUIRE(left.status == 200);
+  const ReplicaProcess& serving = left.replica == a.base_url() ? a : b;
+  CHECK(wait_until([&] { return aborted_requests(serving) == 1; }, std::chrono::seconds(10)));
   const StreamResult s = stream_completion(router.port(), completion_body("Tell me a long story", 1500, true),
                                            [&](const std::string& replica) {
                                              (replica == a.base_url() ? a : b).process().signal(SIGKILL);
+                                             return true;
                                            });
   REQUIRE(s.status == 200);
   CHECK(s.body.find("data: {\"error\":") != std::string::npos);
