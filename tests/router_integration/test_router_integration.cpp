@@ -266,3 +266,23 @@ TEST_CASE("an unknown config key fails at start, naming the key") {
 }
 
 }  // namespace kvfleet::test
+
+namespace kvfleet::test {
+
+TEST_CASE("overload: beyond the concurrency cap and a full queue, 429; served again once a slot frees") {
+  ReplicaProcess a(kReplicaFlags);
+  RouterProcess router({&a}, {"--max-concurrency", "1", "--max-queue", "0"});
+  int while_busy = 0;
+  const StreamResult s = stream_completion(router.port(), completion_body("Tell me a long story", 3000, true),
+                                           [&](const std::string&) {
+                                             while_busy = router.post("/v1/completions", completion_body("Hi")).status;
+                                             return false;
+                                           });
+  CHECK(s.status == 200);
+  CHECK(while_busy == 429);
+  CHECK(router.metric("kvfleet_router_rejected_total") == 1);
+  CHECK(wait_until([&] { return router.post("/v1/completions", completion_body("Hi")).status == 200; },
+                   std::chrono::seconds(10)));
+}
+
+}  // namespace kvfleet::test
