@@ -47,18 +47,20 @@ std::string served_by(const http::Response& r) {
 
 }  // namespace
 
-TEST_CASE("requests sharing a long system prompt land on the replica that caches it") {
+// Six chats sharing a long system prompt, one after another: all land where the first one went.
+void check_shared_prompt_affinity(bool exact) {
   ReplicaProcess a(kReplicaFlags), b(kReplicaFlags);
-  RouterProcess router({&a, &b});
+  RouterProcess router({&a, &b}, {"--kv-events", exact ? "true" : "false"});
   const std::string system = long_system_prompt();
   const http::Response first = router.post("/v1/chat/completions", chat_body(system, "Question 0?"));
   REQUIRE(first.status == 200);
   const std::string home = served_by(first);
   REQUIRE((home == a.base_url() || home == b.base_url()));
-  // Exact mode: the router learns the prompt's blocks from the replica's KV events.
-  REQUIRE(wait_until([&] { return router.replica(home).at("events_applied").as_int64() > 0; },
-                     std::chrono::seconds(10)));
-  CHECK(router.replica(home).at("mode") == "exact");
+  if (exact) {  // the router learns the prompt's blocks from the replica's KV events
+    REQUIRE(wait_until([&] { return router.replica(home).at("events_applied").as_int64() > 0; },
+                       std::chrono::seconds(10)));
+  }
+  CHECK(router.replica(home).at("mode") == (exact ? "exact" : "approximate"));
   for (int i = 1; i <= 5; ++i) {
     const http::Response r = router.post("/v1/chat/completions", chat_body(system, "Question " + std::to_string(i) + "?"));
     REQUIRE(r.status == 200);
@@ -70,6 +72,23 @@ TEST_CASE("requests sharing a long system prompt land on the replica that caches
   CHECK(other.metric("kvfleet_prefix_cache_hits_tokens_total") == 0);
   CHECK(router.metric("kvfleet_router_decisions_total", "reason=\"cache_hit\"") == 5);
   CHECK(router.metric("kvfleet_router_requests_total", "status=\"200\"") == 6);
+  CHECK(router.metric("kvfleet_router_prefix_match_ratio_count") == 6);
+
+  // Answered by the router itself.
+  const http::Response bad = router.post("/v1/chat/completions", "{not json");
+  CHECK(bad.status == 400);
+  CHECK(bad.body.find("invalid_request_error") != std::string::npos);
+  const json::value models = json::parse(router.get("/v1/models").body);
+  CHECK(models.at("data").at(0).at("id").as_string() == "tiny-qwen");
+  CHECK(router.get("/health").status == 200);
+}
+
+TEST_CASE("requests sharing a long system prompt land on the replica that caches it (exact mode)") {
+  check_shared_prompt_affinity(true);
+}
+
+TEST_CASE("requests sharing a long system prompt land on the replica that caches it (approximate mode)") {
+  check_shared_prompt_affinity(false);
 }
 
 TEST_CASE("exact mode: blocks a replica cached without the router attract the prompt to it") {
