@@ -172,6 +172,7 @@ awaitable<void> Gateway::metrics(const http::Request&, http::ResponseWriter& w) 
 awaitable<void> Gateway::list_replicas(const http::Request&, http::ResponseWriter& w) {
   json::array list;
   json::object tree;
+  std::size_t active = 0, queued = 0;
   {
     std::lock_guard lock(mutex_);
     for (const auto& l : links_) {
@@ -187,10 +188,13 @@ awaitable<void> Gateway::list_replicas(const http::Request&, http::ResponseWrite
                                   {"in_flight_tokens", l->in_flight_tokens},
                                   {"routed", l->routed}});
     }
+    active = active_;
+    queued = waiters_.size();
     const TreeStats s = index_.tree().stats();
     tree = json::object{{"nodes", s.nodes}, {"blocks", s.blocks}, {"entries", s.entries}, {"bytes", s.bytes}};
   }
-  http::Response r = json_response(200, json::object{{"policy", policy_->name()}, {"replicas", list}, {"tree", tree}});
+  http::Response r = json_response(200, json::object{{"policy", policy_->name()}, {"active", active}, {"queued", queued},
+                                                     {"replicas", list}, {"tree", tree}});
   co_await w.send(std::move(r));
 }
 

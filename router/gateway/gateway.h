@@ -13,7 +13,9 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/json/object.hpp>
 #include <memory>
@@ -55,6 +57,13 @@ struct ReplicaLink {
   bool events_supported = true;
   // Used on `strand` only: the open KV event stream, closed when the replica is removed.
   std::shared_ptr<http::HttpClient> events_client;
+};
+
+// A request waiting for a forwarding slot; release_slot() sets `granted` and cancels the timer.
+struct SlotWaiter {
+  explicit SlotWaiter(boost::asio::any_io_executor executor) : timer(std::move(executor)) {}
+  boost::asio::steady_timer timer;
+  bool granted = false;  // guarded by Gateway::mutex_
 };
 
 // One request's routing input.
@@ -103,6 +112,7 @@ class Gateway {
   // proxy.cpp
   awaitable<void> proxy(const http::Request& req, http::ResponseWriter& w);
   awaitable<bool> admit();
+  void release_slot();
   enum class Outcome { done, retry };
   awaitable<Outcome> forward(ReplicaLink& link, const http::Request& req, http::ResponseWriter& w);
   awaitable<void> relay_stream(http::HttpClient& client, const http::ResponseHead& head, ReplicaLink& link,
@@ -133,7 +143,7 @@ class Gateway {
   std::unique_ptr<Policy> policy_;
   std::vector<std::shared_ptr<ReplicaLink>> links_;
   std::size_t active_ = 0;  // requests being forwarded
-  std::size_t queued_ = 0;  // requests waiting for a slot
+  std::deque<std::shared_ptr<SlotWaiter>> waiters_;  // requests waiting for a slot, oldest first
 };
 
 }  // namespace kvfleet::router

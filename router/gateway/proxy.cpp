@@ -1,4 +1,6 @@
 // Admission, forwarding with retries, and relaying the replica's answer piece by piece.
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -36,32 +38,42 @@ awaitable<void> sleep_for(std::chrono::milliseconds d) {
 
 }  // namespace
 
-// A free slot at once, or a place in the bounded queue until one frees up (polled: queueing is the
-// overload path, where a few milliseconds do not matter). False: answer 429.
+// A free slot at once, or a place in the bounded queue until release_slot() hands one over (or
+// queue_timeout passes). False: answer 429.
 awaitable<bool> Gateway::admit() {
+  auto waiter = std::make_shared<SlotWaiter>(co_await asio::this_coro::executor);
+  waiter->timer.expires_after(config_.queue_timeout);
   {
     std::lock_guard lock(mutex_);
     if (active_ < config_.max_concurrency) {
       ++active_;
       co_return true;
     }
-    if (queued_ >= config_.max_queue) co_return false;
-    ++queued_;
+    if (waiters_.size() >= config_.max_queue) co_return false;
+    waiters_.push_back(waiter);
   }
-  const auto deadline = std::chrono::steady_clock::now() + config_.queue_timeout;
-  for (;;) {
-    co_await sleep_for(std::chrono::milliseconds(2));
+  boost::system::error_code ec;
+  co_await waiter->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  std::lock_guard lock(mutex_);
+  if (waiter->granted) co_return true;
+  std::erase(waiters_, waiter);  // timed out (or the client left) before a slot came
+  co_return false;
+}
+
+// The slot goes straight to the longest waiter, if any, so a burst cannot overtake the queue.
+void Gateway::release_slot() {
+  std::shared_ptr<SlotWaiter> next;
+  {
     std::lock_guard lock(mutex_);
-    if (active_ < config_.max_concurrency) {
-      --queued_;
-      ++active_;
-      co_return true;
+    if (waiters_.empty()) {
+      --active_;
+      return;
     }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      --queued_;
-      co_return false;
-    }
+    next = waiters_.front();
+    waiters_.pop_front();
+    next->granted = true;
   }
+  asio::post(next->timer.get_executor(), [next] { next->timer.cancel(); });
 }
 
 awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w) {
@@ -82,10 +94,7 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
   }
   struct Admitted {  // gives the slot back however the handler ends
     Gateway& g;
-    ~Admitted() {
-      std::lock_guard lock(g.mutex_);
-      --g.active_;
-    }
+    ~Admitted() { g.release_slot(); }
   } admitted{*this};
 
   const RoutePlan plan = this->plan(req.path(), body.as_object(), req);

@@ -10,6 +10,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <csignal>
 #include <fstream>
+#include <thread>
 
 #include "kvfleet/http/sse.h"
 #include "router_fixture.h"
@@ -288,20 +289,27 @@ TEST_CASE("an unknown config key fails at start, naming the key") {
 
 namespace kvfleet::test {
 
-TEST_CASE("overload: beyond the concurrency cap and a full queue, 429; served again once a slot frees") {
+TEST_CASE("overload: one forwarding slot, one queue place, then 429; the queued request is served") {
   ReplicaProcess a(kReplicaFlags);
-  RouterProcess router({&a}, {"--max-concurrency", "1", "--max-queue", "0"});
-  int while_busy = 0;
+  RouterProcess router({&a}, {"--max-concurrency", "1", "--max-queue", "1"});
+  int queued_status = 0, rejected_status = 0;
+  std::thread queued;
   const StreamResult s = stream_completion(router.port(), completion_body("Tell me a long story", 3000, true),
                                            [&](const std::string&) {
-                                             while_busy = router.post("/v1/completions", completion_body("Hi")).status;
-                                             return false;
+                                             queued = std::thread([&] {
+                                               queued_status = router.post("/v1/completions", completion_body("Hi")).status;
+                                             });
+                                             CHECK(wait_until([&] {
+                                               return json::parse(router.get("/admin/replicas").body).at("queued") == 1;
+                                             }, std::chrono::seconds(10)));
+                                             rejected_status = router.post("/v1/completions", completion_body("Hi")).status;
+                                             return false;  // hang up: the slot goes to the queued request
                                            });
+  queued.join();
   CHECK(s.status == 200);
-  CHECK(while_busy == 429);
+  CHECK(rejected_status == 429);
+  CHECK(queued_status == 200);
   CHECK(router.metric("kvfleet_router_rejected_total") == 1);
-  CHECK(wait_until([&] { return router.post("/v1/completions", completion_body("Hi")).status == 200; },
-                   std::chrono::seconds(10)));
 }
 
 }  // namespace kvfleet::test
