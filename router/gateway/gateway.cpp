@@ -1,0 +1,299 @@
+#include "router/gateway/gateway.h"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json.hpp>
+#include <filesystem>
+
+#include "kvfleet/http/json_error.h"
+
+namespace kvfleet::router {
+namespace json = boost::json;
+namespace asio = boost::asio;
+
+namespace {
+
+std::string default_name(const std::string& model_dir) {
+  std::filesystem::path d(model_dir);
+  if (!d.has_filename()) d = d.parent_path();
+  return std::filesystem::absolute(d).lexically_normal().filename().string();
+}
+
+ReplicaCacheConfig cache_config(const RouterConfig& c, BlockHash root) {
+  ReplicaCacheConfig r;
+  r.block_size = c.block_size;
+  r.root = root;
+  r.approximate_ttl = static_cast<Tick>(c.approximate_ttl.count());
+  r.tree.max_bytes = c.tree_max_bytes;
+  return r;
+}
+
+http::Response json_response(int status, const json::value& v) { return http::Response::json(status, json::serialize(v)); }
+
+// The url given as ?url=... or as {"url": ...} in the body; "" when neither.
+std::string url_param(const http::Request& req) {
+  if (auto q = req.query_param("url")) {
+    std::string out;  // undo the percent-encoding of ':' and '/', which clients commonly apply
+    for (std::size_t i = 0; i < q->size(); ++i) {
+      if ((*q)[i] == '%' && i + 2 < q->size()) {
+        out.push_back(static_cast<char>(std::stoi(q->substr(i + 1, 2), nullptr, 16)));
+        i += 2;
+      } else {
+        out.push_back((*q)[i]);
+      }
+    }
+    return out;
+  }
+  json::error_code ec;
+  const json::value body = json::parse(req.body, ec);
+  if (!ec && body.is_object())
+    if (const auto* u = body.as_object().if_contains("url"); u && u->is_string()) return std::string(u->as_string());
+  return {};
+}
+
+}  // namespace
+
+Gateway::Gateway(RouterConfig config)
+    : config_(std::move(config)),
+      name_(config_.served_model_name.empty() ? default_name(config_.model) : config_.served_model_name),
+      tokenizer_(Tokenizer::load(config_.model)),
+      index_(cache_config(config_, block_hash_root(name_)),
+             [](std::string_view line) { std::fprintf(stderr, "kvfleet-router: %.*s\n", int(line.size()), line.data()); }),
+      policy_(make_policy(config_.policy)) {
+  const auto tc = std::filesystem::path(config_.model) / "tokenizer_config.json";
+  if (std::filesystem::exists(tc)) {
+    try {
+      chat_template_ = ChatTemplate::from_tokenizer_config(tc);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kvfleet-router: no usable chat template (%s); chat prompts route without hashes\n", e.what());
+    }
+  }
+  created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  http::HttpServerConfig hc;
+  hc.host = config_.host;
+  hc.port = config_.port;
+  hc.io_threads = config_.http_threads;
+  hc.read_timeout = config_.read_timeout;
+  hc.body_limit = config_.max_body_bytes;
+  hc.write_timeout = config_.upstream_timeout;
+  hc.max_connections = config_.max_concurrency + config_.max_queue + 64;
+  server_ = std::make_unique<http::HttpServer>(hc, make_routes());
+  for (const auto& url : config_.replicas) add_replica(url);
+}
+
+Gateway::~Gateway() {
+  stopping_ = true;
+  server_->stop(std::chrono::milliseconds(0));
+  server_.reset();  // destroys the io_context, and with it the suspended background loops
+}
+
+void Gateway::start() {
+  server_->start();
+  std::vector<std::shared_ptr<ReplicaLink>> links;
+  {
+    std::lock_guard lock(mutex_);
+    links = links_;
+  }
+  for (const auto& link : links) start_loops(link);
+  asio::co_spawn(server_->executor(), maintenance_loop(), asio::detached);
+}
+
+bool Gateway::drain() {
+  draining_ = true;
+  const bool clean = server_->stop(config_.drain_timeout);
+  stopping_ = true;
+  return clean;
+}
+
+Tick Gateway::now_tick() {
+  using namespace std::chrono;
+  return static_cast<Tick>(duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count());
+}
+
+http::HttpRouter Gateway::make_routes() {
+  http::HttpRouter r;
+  auto bind = [this](auto method) {
+    return [this, method](const http::Request& req, http::ResponseWriter& w) { return (this->*method)(req, w); };
+  };
+  r.post("/v1/completions", bind(&Gateway::proxy));
+  r.post("/v1/chat/completions", bind(&Gateway::proxy));
+  r.get("/v1/models", bind(&Gateway::models));
+  r.get("/health", bind(&Gateway::health));
+  r.get("/metrics", bind(&Gateway::metrics));
+  r.get("/admin/replicas", bind(&Gateway::list_replicas));
+  r.post("/admin/replicas", bind(&Gateway::add_replica_handler));
+  r.add("DELETE", "/admin/replicas", bind(&Gateway::remove_replica_handler));
+  r.post("/admin/replicas/drain", bind(&Gateway::drain_replica_handler));
+  return r;
+}
+
+awaitable<void> Gateway::models(const http::Request&, http::ResponseWriter& w) {
+  json::object model{{"id", name_}, {"object", "model"}, {"created", created_}, {"owned_by", "kvfleet"}};
+  http::Response r = json_response(200, json::object{{"object", "list"}, {"data", json::array{model}}});
+  co_await w.send(std::move(r));
+}
+
+awaitable<void> Gateway::health(const http::Request&, http::ResponseWriter& w) {
+  std::size_t healthy = 0;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& l : links_) healthy += l->healthy && !l->draining;
+  }
+  const bool ok = healthy > 0 && !draining_;
+  http::Response r = json_response(ok ? 200 : 503, json::object{{"status", ok ? "ok" : "unavailable"},
+                                                                 {"healthy_replicas", healthy}});
+  co_await w.send(std::move(r));
+}
+
+awaitable<void> Gateway::metrics(const http::Request&, http::ResponseWriter& w) {
+  TreeStats stats;
+  {
+    std::lock_guard lock(mutex_);
+    stats = index_.tree().stats();
+    for (const auto& l : links_) {
+      const http::MetricLabels labels{{"replica", l->url}};
+      metrics_.gauge("kvfleet_router_replica_healthy", "1 when the replica takes requests", labels)
+          .Set(l->healthy && !l->draining ? 1 : 0);
+      metrics_.gauge("kvfleet_router_replica_in_flight_requests", "Requests in flight", labels).Set(l->in_flight);
+      metrics_.gauge("kvfleet_router_replica_exact_mode", "1 when following the replica's KV events", labels)
+          .Set(index_.mode(l->slot) == CacheMode::exact ? 1 : 0);
+    }
+  }
+  metrics_.gauge("kvfleet_router_tree_nodes", "Prefix tree nodes").Set(double(stats.nodes));
+  metrics_.gauge("kvfleet_router_tree_blocks", "Distinct block hashes in the tree").Set(double(stats.blocks));
+  metrics_.gauge("kvfleet_router_tree_entries", "(block, replica) marks in the tree").Set(double(stats.entries));
+  metrics_.gauge("kvfleet_router_tree_bytes", "Prefix tree memory estimate").Set(double(stats.bytes));
+  co_await w.send(metrics_.response());
+}
+
+awaitable<void> Gateway::list_replicas(const http::Request&, http::ResponseWriter& w) {
+  json::array list;
+  json::object tree;
+  std::size_t active = 0, queued = 0;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& l : links_) {
+      list.push_back(json::object{{"url", l->url},
+                                  {"slot", l->slot},
+                                  {"healthy", l->healthy},
+                                  {"draining", l->draining},
+                                  {"mode", index_.mode(l->slot) == CacheMode::exact ? "exact" : "approximate"},
+                                  {"mode_reason", index_.mode_reason(l->slot)},
+                                  {"last_seq", index_.last_seq(l->slot)},
+                                  {"events_applied", l->events_applied},
+                                  {"in_flight_requests", l->in_flight},
+                                  {"in_flight_tokens", l->in_flight_tokens},
+                                  {"routed", l->routed}});
+    }
+    active = active_;
+    queued = waiters_.size();
+    const TreeStats s = index_.tree().stats();
+    tree = json::object{{"nodes", s.nodes}, {"blocks", s.blocks}, {"entries", s.entries}, {"bytes", s.bytes}};
+  }
+  http::Response r = json_response(200, json::object{{"policy", policy_->name()}, {"active", active}, {"queued", queued},
+                                                     {"replicas", list}, {"tree", tree}});
+  co_await w.send(std::move(r));
+}
+
+std::shared_ptr<ReplicaLink> Gateway::add_replica(const std::string& url) {
+  const ReplicaAddress address = parse_replica_url(url);
+  std::lock_guard lock(mutex_);
+  std::array<bool, kMaxReplicas> used{};
+  for (const auto& l : links_) {
+    if (l->url == url) throw std::invalid_argument("replica '" + url + "' is already configured");
+    used[l->slot] = true;
+  }
+  ReplicaId slot = 0;
+  while (slot < kMaxReplicas && used[slot]) ++slot;
+  if (slot == kMaxReplicas) throw std::invalid_argument("at most 64 replicas");
+  auto link = std::make_shared<ReplicaLink>(url, address, slot, server_->executor());
+  index_.add_replica(slot);
+  links_.push_back(link);
+  return link;
+}
+
+bool Gateway::remove_replica(const std::string& url) {
+  std::shared_ptr<ReplicaLink> link;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto it = links_.begin(); it != links_.end(); ++it) {
+      if ((*it)->url != url) continue;
+      link = *it;
+      links_.erase(it);
+      break;
+    }
+    if (!link) return false;
+    link->removed = true;  // under the lock: its loops check it there before touching the index
+    index_.remove_replica(link->slot);
+  }
+  asio::post(link->strand, [link] {
+    if (link->events_client) link->events_client->close();
+  });
+  return true;
+}
+
+awaitable<void> Gateway::add_replica_handler(const http::Request& req, http::ResponseWriter& w) {
+  const std::string url = url_param(req);
+  std::shared_ptr<ReplicaLink> link;
+  std::string error;
+  try {
+    link = add_replica(url);
+  } catch (const std::invalid_argument& e) {
+    error = e.what();
+  }
+  if (!link) {
+    co_await w.send(http::json_error(400, error, "invalid_request_error", "url"));
+    co_return;
+  }
+  start_loops(link);
+  http::Response r = json_response(201, json::object{{"url", url}, {"slot", link->slot}});
+  co_await w.send(std::move(r));
+}
+
+awaitable<void> Gateway::remove_replica_handler(const http::Request& req, http::ResponseWriter& w) {
+  const std::string url = url_param(req);
+  if (!remove_replica(url)) {
+    co_await w.send(http::json_error(404, "no replica '" + url + "'", "not_found_error", "url"));
+    co_return;
+  }
+  http::Response r = json_response(200, json::object{{"removed", url}});
+  co_await w.send(std::move(r));
+}
+
+awaitable<void> Gateway::drain_replica_handler(const http::Request& req, http::ResponseWriter& w) {
+  const std::string url = url_param(req);
+  bool found = false;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& l : links_)
+      if (l->url == url) l->draining = found = true;
+  }
+  if (!found) {
+    co_await w.send(http::json_error(404, "no replica '" + url + "'", "not_found_error", "url"));
+    co_return;
+  }
+  http::Response r = json_response(200, json::object{{"draining", url}});
+  co_await w.send(std::move(r));
+}
+
+// Ages out approximate marks (the index does not run a clock of its own).
+awaitable<void> Gateway::maintenance_loop() {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  while (!stopping_) {
+    timer.expires_after(std::chrono::seconds(1));
+    co_await timer.async_wait(asio::use_awaitable);
+    std::lock_guard lock(mutex_);
+    index_.sweep(now_tick());
+  }
+}
+
+void Gateway::count_request(const std::string& replica, const std::string& status) {
+  metrics_.counter("kvfleet_router_requests_total", "Requests answered, by replica and HTTP status",
+                   {{"replica", replica}, {"status", status}})
+      .Increment();
+}
+
+}  // namespace kvfleet::router

@@ -1,0 +1,149 @@
+// Gateway: the kvfleet-router process. An HttpServer whose OpenAI handlers tokenize the prompt,
+// hash its blocks (Contract 1), ask the ReplicaCacheIndex which replica holds how much of it, let
+// the policy choose, and relay the request to that replica piece by piece (SSE passes through).
+//
+// Files: gateway.cpp (setup, local endpoints, admin API, metrics), routing.cpp (prompt -> hashes
+// -> decision, in-flight bookkeeping), proxy.cpp (admission, forwarding, retries, relaying),
+// replica_links.cpp (per replica: active health checks and the KV event subscription).
+//
+// Threading: the HttpServer's io threads run every handler and background loop. All routing state
+// (the index, the policy, the replica list and each ReplicaLink's fields except `removed`) sits
+// behind one mutex (mutex_), held only for short non-blocking sections, never across a co_await.
+// Each replica's background loops run on that replica's strand, where its events client lives.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/json/object.hpp>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvfleet/chat_template.h"
+#include "kvfleet/http/client.h"
+#include "kvfleet/http/metrics.h"
+#include "kvfleet/http/server.h"
+#include "kvfleet/tokenizer.h"
+#include "router/gateway/router_config.h"
+#include "router/policy.h"
+#include "router/replica_cache_index.h"
+
+namespace kvfleet::router {
+
+using boost::asio::awaitable;
+
+struct ReplicaLink {
+  ReplicaLink(std::string url_, ReplicaAddress address_, ReplicaId slot_, boost::asio::any_io_executor executor)
+      : url(std::move(url_)), address(std::move(address_)), slot(slot_), strand(boost::asio::make_strand(executor)) {}
+
+  const std::string url;
+  const ReplicaAddress address;
+  const ReplicaId slot;
+  boost::asio::strand<boost::asio::any_io_executor> strand;
+  std::atomic<bool> removed{false};
+  // Guarded by Gateway::mutex_.
+  bool healthy = true;
+  bool draining = false;
+  int fail_streak = 0, ok_streak = 0;
+  std::uint32_t in_flight = 0;
+  std::uint64_t in_flight_tokens = 0;
+  std::uint64_t routed = 0;
+  std::uint64_t events_applied = 0;
+  bool events_supported = true;
+  // Used on `strand` only: the open KV event stream, closed when the replica is removed.
+  std::shared_ptr<http::HttpClient> events_client;
+};
+
+// A request waiting for a forwarding slot; release_slot() sets `granted` and cancels the timer.
+struct SlotWaiter {
+  explicit SlotWaiter(boost::asio::any_io_executor executor) : timer(std::move(executor)) {}
+  boost::asio::steady_timer timer;
+  bool granted = false;  // guarded by Gateway::mutex_
+};
+
+// One request's routing input.
+struct RoutePlan {
+  std::vector<BlockHash> hashes;
+  std::uint64_t prompt_tokens = 0;
+  std::uint64_t expected_tokens = 0;  // prompt + max_tokens: the in-flight token load
+  std::string session_key;
+};
+
+class Gateway {
+ public:
+  explicit Gateway(RouterConfig config);
+  ~Gateway();
+  Gateway(const Gateway&) = delete;
+  Gateway& operator=(const Gateway&) = delete;
+
+  void start();  // binds, starts io threads and the per-replica loops
+  std::uint16_t port() const { return server_->port(); }
+  const std::string& model_name() const { return name_; }
+  // SIGTERM: new requests get 503, running ones finish within drain_timeout. True if all did.
+  bool drain();
+
+  // Routing overhead alone (tokenize + hash + match + choose), for the bench.
+  RoutePlan plan(std::string_view path, const boost::json::object& body, const http::Request& request) const;
+
+ private:
+  // gateway.cpp
+  http::HttpRouter make_routes();
+  awaitable<void> models(const http::Request& req, http::ResponseWriter& w);
+  awaitable<void> health(const http::Request& req, http::ResponseWriter& w);
+  awaitable<void> metrics(const http::Request& req, http::ResponseWriter& w);
+  awaitable<void> list_replicas(const http::Request& req, http::ResponseWriter& w);
+  awaitable<void> add_replica_handler(const http::Request& req, http::ResponseWriter& w);
+  awaitable<void> remove_replica_handler(const http::Request& req, http::ResponseWriter& w);
+  awaitable<void> drain_replica_handler(const http::Request& req, http::ResponseWriter& w);
+  std::shared_ptr<ReplicaLink> add_replica(const std::string& url);  // throws invalid_argument
+  bool remove_replica(const std::string& url);
+  awaitable<void> maintenance_loop();
+
+  // routing.cpp
+  std::shared_ptr<ReplicaLink> route(const RoutePlan& plan, const std::vector<ReplicaId>& exclude);
+  void release(ReplicaLink& link, const RoutePlan& plan);
+  void note_failure(ReplicaLink& link, bool connect_failed);
+
+  // proxy.cpp
+  awaitable<void> proxy(const http::Request& req, http::ResponseWriter& w);
+  awaitable<bool> admit();
+  void release_slot();
+  enum class Outcome { done, retry };
+  awaitable<Outcome> forward(ReplicaLink& link, const http::Request& req, http::ResponseWriter& w);
+  awaitable<void> relay_stream(http::HttpClient& client, const http::ResponseHead& head, ReplicaLink& link,
+                               http::ResponseWriter& w, double started);
+
+  // replica_links.cpp
+  void start_loops(const std::shared_ptr<ReplicaLink>& link);
+  awaitable<void> health_loop(std::shared_ptr<ReplicaLink> link);
+  awaitable<void> events_loop(std::shared_ptr<ReplicaLink> link);
+  awaitable<bool> read_events(ReplicaLink& link, http::HttpClient& client);
+  void record_health(ReplicaLink& link, bool ok);
+
+  static Tick now_tick();
+  void count_request(const std::string& replica, const std::string& status);
+
+  RouterConfig config_;
+  std::string name_;
+  Tokenizer tokenizer_;
+  std::optional<ChatTemplate> chat_template_;
+  std::int64_t created_ = 0;
+  http::MetricsRegistry metrics_;
+  std::unique_ptr<http::HttpServer> server_;
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> stopping_{false};
+
+  mutable std::mutex mutex_;  // guards everything below
+  ReplicaCacheIndex index_;
+  std::unique_ptr<Policy> policy_;
+  std::vector<std::shared_ptr<ReplicaLink>> links_;
+  std::size_t active_ = 0;  // requests being forwarded
+  std::deque<std::shared_ptr<SlotWaiter>> waiters_;  // requests waiting for a slot, oldest first
+};
+
+}  // namespace kvfleet::router

@@ -1,0 +1,166 @@
+#include "router/gateway/router_config.h"
+
+#include <CLI/CLI.hpp>
+#include <stdexcept>
+
+#include "kvfleet/files.h"
+#include "router/policy.h"
+
+namespace kvfleet::router {
+namespace {
+
+[[noreturn]] void bad(const std::string& source, const std::string& key, const std::string& why) {
+  throw std::invalid_argument(source + ": '" + key + "' " + why);
+}
+
+template <class T>
+T scalar(const YAML::Node& n, const std::string& source, const std::string& key) {
+  try {
+    return n.as<T>();
+  } catch (const YAML::Exception&) {
+    bad(source, key, "has a bad value '" + (n.IsScalar() ? n.Scalar() : std::string("<not a scalar>")) + "'");
+  }
+}
+
+template <class T>
+T positive(const YAML::Node& n, const std::string& source, const std::string& key) {
+  const auto v = scalar<std::int64_t>(n, source, key);
+  if (v <= 0) bad(source, key, "must be positive");
+  return static_cast<T>(v);
+}
+
+void check(const RouterConfig& c, const std::string& source) {
+  for (const auto& url : c.replicas) {
+    try {
+      parse_replica_url(url);
+    } catch (const std::invalid_argument& e) {
+      bad(source, "replicas", e.what());
+    }
+  }
+  try {
+    make_policy(c.policy);  // fails at start on an unknown policy or knob, naming it
+  } catch (const std::invalid_argument& e) {
+    bad(source, "policy", e.what());
+  }
+}
+
+}  // namespace
+
+ReplicaAddress parse_replica_url(const std::string& url) {
+  const std::string scheme = "http://";
+  if (url.rfind(scheme, 0) != 0) throw std::invalid_argument("replica URL '" + url + "' must start with http://");
+  std::string rest = url.substr(scheme.size());
+  if (!rest.empty() && rest.back() == '/') rest.pop_back();
+  const auto colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0) throw std::invalid_argument("replica URL '" + url + "' needs host:port");
+  ReplicaAddress a;
+  a.host = rest.substr(0, colon);
+  try {
+    const int port = std::stoi(rest.substr(colon + 1));
+    if (port <= 0 || port > 65535) throw std::out_of_range("port");
+    a.port = static_cast<std::uint16_t>(port);
+  } catch (const std::exception&) {
+    throw std::invalid_argument("replica URL '" + url + "' has a bad port");
+  }
+  return a;
+}
+
+void apply_router_yaml(const std::string& text, const std::string& source, RouterConfig& c) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw std::invalid_argument(source + ": not valid YAML: " + e.what());
+  }
+  if (root.IsNull()) return;
+  if (!root.IsMap()) throw std::invalid_argument(source + ": must be a mapping of settings");
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    const YAML::Node& v = kv.second;
+    auto ms = [&] { return milliseconds(positive<std::int64_t>(v, source, key)); };
+    if (key == "model") c.model = scalar<std::string>(v, source, key);
+    else if (key == "served_model_name") c.served_model_name = scalar<std::string>(v, source, key);
+    else if (key == "host") c.host = scalar<std::string>(v, source, key);
+    else if (key == "port") c.port = scalar<std::uint16_t>(v, source, key);
+    else if (key == "http_threads") c.http_threads = positive<int>(v, source, key);
+    else if (key == "replicas") {
+      if (!v.IsSequence()) bad(source, key, "must be a list of URLs");
+      c.replicas.clear();
+      for (const auto& r : v) c.replicas.push_back(scalar<std::string>(r, source, key));
+    } else if (key == "policy") c.policy = YAML::Clone(v);
+    else if (key == "block_size") c.block_size = positive<std::uint64_t>(v, source, key);
+    else if (key == "kv_events") c.kv_events = scalar<bool>(v, source, key);
+    else if (key == "approximate_ttl_ms") c.approximate_ttl = ms();
+    else if (key == "tree_max_bytes") c.tree_max_bytes = scalar<std::uint64_t>(v, source, key);
+    else if (key == "health_interval_ms") c.health_interval = ms();
+    else if (key == "health_timeout_ms") c.health_timeout = ms();
+    else if (key == "unhealthy_after") c.unhealthy_after = positive<int>(v, source, key);
+    else if (key == "healthy_after") c.healthy_after = positive<int>(v, source, key);
+    else if (key == "max_attempts") c.max_attempts = positive<int>(v, source, key);
+    else if (key == "retry_backoff_ms") c.retry_backoff = ms();
+    else if (key == "connect_timeout_ms") c.connect_timeout = ms();
+    else if (key == "upstream_timeout_ms") c.upstream_timeout = ms();
+    else if (key == "max_concurrency") c.max_concurrency = positive<std::size_t>(v, source, key);
+    else if (key == "max_queue") c.max_queue = scalar<std::size_t>(v, source, key);
+    else if (key == "queue_timeout_ms") c.queue_timeout = ms();
+    else if (key == "max_body_bytes") c.max_body_bytes = positive<std::size_t>(v, source, key);
+    else if (key == "read_timeout_ms") c.read_timeout = ms();
+    else if (key == "drain_timeout_ms") c.drain_timeout = ms();
+    else bad(source, key, "is not a known setting");
+  }
+}
+
+RouterConfig parse_router_args(int argc, const char* const* argv, std::string* help) {
+  RouterConfig c;
+  std::string config_file;
+  {
+    // Flags are parsed twice: first to find --config, then again over the YAML's values so flags win.
+    CLI::App pre{"kvfleet-router"};
+    pre.add_option("--config", config_file);
+    pre.allow_extras();
+    try {
+      pre.parse(argc, argv);
+    } catch (const CLI::ParseError&) {
+    }
+  }
+  if (!config_file.empty()) apply_router_yaml(read_text_file(config_file), config_file, c);
+
+  CLI::App flags{"kvfleet-router: a prefix-aware OpenAI gateway in front of kvfleet replicas"};
+  std::vector<std::string> replicas;
+  std::string policy;
+  std::int64_t health_ms = c.health_interval.count(), drain_ms = c.drain_timeout.count();
+  flags.add_option("--config", config_file, "YAML file of settings (flags win)");
+  flags.add_option("--model", c.model, "Model directory (tokenizer, chat template, model id)");
+  flags.add_option("--served-model-name", c.served_model_name, "Model id / hash namespace (default: directory name)");
+  flags.add_option("--host", c.host, "Address to listen on");
+  flags.add_option("--port", c.port, "Port (0: any free port, printed at start)");
+  flags.add_option("--http-threads", c.http_threads, "HTTP io threads")->check(CLI::PositiveNumber);
+  flags.add_option("--replica", replicas, "Replica base URL (repeat); replaces the YAML list");
+  flags.add_option("--policy", policy, "cache_aware, round_robin, least_load, power_of_two, consistent_hash, random");
+  flags.add_option("--block-size", c.block_size, "Tokens per KV block")->check(CLI::PositiveNumber);
+  flags.add_option("--kv-events", c.kv_events, "Subscribe to replicas' KV events (true/false)");
+  flags.add_option("--health-interval-ms", health_ms, "Active health check period")->check(CLI::PositiveNumber);
+  flags.add_option("--max-attempts", c.max_attempts, "Tries per request (retries before any response byte)")
+      ->check(CLI::PositiveNumber);
+  flags.add_option("--max-concurrency", c.max_concurrency, "Requests forwarded at once")->check(CLI::PositiveNumber);
+  flags.add_option("--max-queue", c.max_queue, "Requests waiting beyond that (then 429)");
+  flags.add_option("--drain-timeout-ms", drain_ms, "On SIGTERM, how long running requests may take to finish");
+  try {
+    flags.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    if (help) *help = flags.help();
+    return c;
+  } catch (const CLI::ParseError& e) {
+    throw std::invalid_argument(std::string(e.what()));
+  }
+  if (!replicas.empty()) c.replicas = replicas;
+  if (!policy.empty()) c.policy = YAML::Node(policy);
+  c.health_interval = milliseconds(health_ms);
+  c.drain_timeout = milliseconds(drain_ms);
+  const std::string where = config_file.empty() ? "flags" : config_file;
+  if (c.model.empty()) throw std::invalid_argument(where + ": 'model' is required (--model DIR)");
+  check(c, where);
+  return c;
+}
+
+}  // namespace kvfleet::router

