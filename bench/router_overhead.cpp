@@ -1,7 +1,7 @@
 // Routing overhead per request in kvfleet-router: tokenize + block hashes (Gateway::plan, the real
 // code) and match + choose (ReplicaCacheIndex over a populated tree, the cache_aware policy), for a
 // ~1k-token prompt. Prints p50/p99 microseconds of each part and of the sum.
-//   bench_router_overhead [iterations=2000] [replicas=8] [cached_prompts=20000]
+//   bench_router_overhead [iterations=2000] [replicas=8] [cached_prompts=20000] [completions|chat]
 #include <algorithm>
 #include <boost/json.hpp>
 #include <chrono>
@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
   const int iterations = argc > 1 ? std::atoi(argv[1]) : 2000;
   const int replicas = argc > 2 ? std::atoi(argv[2]) : 8;
   const int cached = argc > 3 ? std::atoi(argv[3]) : 20000;
+  const bool chat = argc > 4 && std::string_view(argv[4]) == "chat";
+  const std::string path = chat ? "/v1/chat/completions" : "/v1/completions";
   RouterConfig config;
   config.model = std::string(KVFLEET_BENCH_MODEL_DIR);
   for (int r = 0; r < replicas; ++r) config.replicas.push_back("http://127.0.0.1:" + std::to_string(9000 + r));
@@ -47,7 +49,15 @@ int main(int argc, char** argv) {
   std::minstd_rand rng(7);
   const std::string shared = words(rng, 600);  // a long shared system prompt, then per-request text
   std::vector<boost::json::object> bodies;
-  for (int i = 0; i < 64; ++i) bodies.push_back(boost::json::object{{"prompt", shared + words(rng, 290)}, {"max_tokens", 64}});
+  for (int i = 0; i < 64; ++i) {
+    if (chat) {
+      boost::json::array messages{boost::json::object{{"role", "system"}, {"content", shared}},
+                                  boost::json::object{{"role", "user"}, {"content", words(rng, 290)}}};
+      bodies.push_back(boost::json::object{{"messages", messages}, {"max_tokens", 64}});
+    } else {
+      bodies.push_back(boost::json::object{{"prompt", shared + words(rng, 290)}, {"max_tokens", 64}});
+    }
+  }
   http::Request request;
 
   ReplicaCacheConfig cc;
@@ -61,14 +71,14 @@ int main(int argc, char** argv) {
     index.on_routed(static_cast<ReplicaId>(i % replicas), p.hashes, 1);
   }
   for (std::size_t i = 0; i < bodies.size(); ++i)
-    index.on_routed(static_cast<ReplicaId>(i % replicas), gateway.plan("/v1/completions", bodies[i], request).hashes, 1);
+    index.on_routed(static_cast<ReplicaId>(i % replicas), gateway.plan(path, bodies[i], request).hashes, 1);
 
   std::vector<double> plan_us, choose_us, total_us;
   std::uint64_t tokens = 0;
   std::vector<ReplicaState> states(static_cast<std::size_t>(replicas));
   for (int i = 0; i < iterations; ++i) {
     const auto t0 = Clock::now();
-    const RoutePlan plan = gateway.plan("/v1/completions", bodies[i % bodies.size()], request);
+    const RoutePlan plan = gateway.plan(path, bodies[i % bodies.size()], request);
     const auto t1 = Clock::now();
     const MatchResult match = index.match(plan.hashes);
     for (int r = 0; r < replicas; ++r) {
@@ -90,8 +100,8 @@ int main(int argc, char** argv) {
     total_us.push_back(micros(t2 - t0));
   }
   const TreeStats s = index.tree().stats();
-  std::printf("prompt %.0f tokens avg, %d replicas, tree %zu nodes / %zu blocks / %zu bytes, %d iterations\n",
-              double(tokens) / iterations, replicas, s.nodes, s.blocks, s.bytes, iterations);
+  std::printf("%s: prompt %.0f tokens avg, %d replicas, tree %zu nodes / %zu blocks / %zu bytes, %d iterations\n",
+              path.c_str(), double(tokens) / iterations, replicas, s.nodes, s.blocks, s.bytes, iterations);
   report("tokenize + hash (plan)", plan_us);
   report("match + choose + on_routed", choose_us);
   report("total routing overhead", total_us);

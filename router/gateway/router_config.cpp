@@ -128,7 +128,8 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
   CLI::App flags{"kvfleet-router: a prefix-aware OpenAI gateway in front of kvfleet replicas"};
   std::vector<std::string> replicas;
   std::string policy;
-  std::int64_t health_ms = c.health_interval.count(), drain_ms = c.drain_timeout.count();
+  std::int64_t health_ms = c.health_interval.count(), health_timeout_ms = c.health_timeout.count();
+  std::int64_t drain_ms = c.drain_timeout.count();
   flags.add_option("--config", config_file, "YAML file of settings (flags win)");
   flags.add_option("--model", c.model, "Model directory (tokenizer, chat template, model id)");
   flags.add_option("--served-model-name", c.served_model_name, "Model id / hash namespace (default: directory name)");
@@ -140,6 +141,7 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
   flags.add_option("--block-size", c.block_size, "Tokens per KV block")->check(CLI::PositiveNumber);
   flags.add_option("--kv-events", c.kv_events, "Subscribe to replicas' KV events (true/false)");
   flags.add_option("--health-interval-ms", health_ms, "Active health check period")->check(CLI::PositiveNumber);
+  flags.add_option("--health-timeout-ms", health_timeout_ms, "Deadline of one health check")->check(CLI::PositiveNumber);
   flags.add_option("--max-attempts", c.max_attempts, "Tries per request (retries before any response byte)")
       ->check(CLI::PositiveNumber);
   flags.add_option("--max-concurrency", c.max_concurrency, "Requests forwarded at once")->check(CLI::PositiveNumber);
@@ -156,6 +158,7 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
   if (!replicas.empty()) c.replicas = replicas;
   if (!policy.empty()) c.policy = YAML::Node(policy);
   c.health_interval = milliseconds(health_ms);
+  c.health_timeout = milliseconds(health_timeout_ms);
   c.drain_timeout = milliseconds(drain_ms);
   const std::string where = config_file.empty() ? "flags" : config_file;
   if (c.model.empty()) throw std::invalid_argument(where + ": 'model' is required (--model DIR)");

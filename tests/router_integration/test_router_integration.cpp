@@ -128,6 +128,17 @@ TEST_CASE("exact mode: blocks a replica cached without the router attract the pr
   CHECK(router.post("/admin/replicas", json::serialize(json::object{{"url", b.base_url()}})).status == 400);
 }
 
+TEST_CASE("active health checks take a stalled replica out and bring it back") {
+  ReplicaProcess a(kReplicaFlags), b(kReplicaFlags);
+  RouterProcess router({&a, &b}, {"--health-interval-ms", "100", "--health-timeout-ms", "300"});
+  a.process().signal(SIGSTOP);  // accepts connections (the kernel does) but never answers
+  CHECK(wait_until([&] { return router.replica(a.base_url()).at("healthy") == false; }, std::chrono::seconds(10)));
+  for (int i = 0; i < 3; ++i) CHECK(served_by(router.post("/v1/completions", completion_body("Hi"))) == b.base_url());
+  a.process().signal(SIGCONT);
+  CHECK(wait_until([&] { return router.replica(a.base_url()).at("healthy") == true; }, std::chrono::seconds(10)));
+  CHECK(router.post("/v1/completions", completion_body("Hi")).status == 200);
+}
+
 TEST_CASE("a replica killed before answering: every request succeeds on the other one") {
   ReplicaProcess a(kReplicaFlags), b(kReplicaFlags);
   // Slow health checks: only the failed forward itself can take a out of rotation.
