@@ -1,7 +1,7 @@
 // kvfleet-router: a prefix-aware OpenAI gateway in front of kvfleet replicas.
 // `kvfleet-router --model DIR --replica URL --replica URL --policy cache_aware --port N`, or
 // `--config router.yaml` (flags win). SIGTERM/SIGINT drain: new requests get 503 while running ones
-// finish (up to drain_timeout_ms), then the process exits.
+// finish (up to drain_timeout_ms), then the process exits. SIGHUP reloads the configuration file.
 #include <csignal>
 #include <cstdio>
 #include <exception>
@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // every thread started below inherits the mask
   try {
     std::string help;
@@ -28,7 +29,14 @@ int main(int argc, char** argv) {
                 config.host.c_str(), gateway.port(), config.replicas.size());
     std::fflush(stdout);
     int sig = 0;
-    sigwait(&signals, &sig);
+    // SIGHUP re-reads the configuration (the same flags and file) and applies what can change live.
+    while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
+      try {
+        std::fprintf(stderr, "kvfleet-router: SIGHUP: %s\n", gateway.reload(parse_router_args(argc, argv, nullptr)).c_str());
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "kvfleet-router: SIGHUP: the new configuration was not applied: %s\n", e.what());
+      }
+    }
     std::fprintf(stderr, "kvfleet-router: %s, draining\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     const bool clean = gateway.drain();
     std::fprintf(stderr, "kvfleet-router: %s\n", clean ? "drained" : "drain timed out; stopped");

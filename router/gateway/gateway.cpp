@@ -1,5 +1,7 @@
 #include "router/gateway/gateway.h"
 
+#include <algorithm>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -62,7 +64,7 @@ Gateway::Gateway(RouterConfig config)
       tokenizer_(Tokenizer::load(config_.model)),
       index_(cache_config(config_, block_hash_root(name_)),
              [](std::string_view line) { std::fprintf(stderr, "kvfleet-router: %.*s\n", int(line.size()), line.data()); }),
-      policy_(make_policy(config_.policy)) {
+      policy_(make_policy(config_.policy)), api_keys_(config_.api_keys) {
   const auto tc = std::filesystem::path(config_.model) / "tokenizer_config.json";
   if (std::filesystem::exists(tc)) {
     try {
@@ -130,7 +132,12 @@ http::HttpRouter Gateway::make_routes() {
   return r;
 }
 
-awaitable<void> Gateway::models(const http::Request&, http::ResponseWriter& w) {
+awaitable<void> Gateway::models(const http::Request& req, http::ResponseWriter& w) {
+  if (!authorized(req)) {
+    co_await w.send(http::json_error(401, "invalid or missing API key (Authorization: Bearer KEY)",
+                                     "authentication_error", "", "invalid_api_key"));
+    co_return;
+  }
   json::object model{{"id", name_}, {"object", "model"}, {"created", created_}, {"owned_by", "kvfleet"}};
   http::Response r = json_response(200, json::object{{"object", "list"}, {"data", json::array{model}}});
   co_await w.send(std::move(r));
@@ -294,6 +301,47 @@ void Gateway::count_request(const std::string& replica, const std::string& statu
   metrics_.counter("kvfleet_router_requests_total", "Requests answered, by replica and HTTP status",
                    {{"replica", replica}, {"status", status}})
       .Increment();
+}
+
+bool Gateway::authorized(const http::Request& req) const {
+  std::lock_guard lock(mutex_);
+  if (api_keys_.empty()) return true;
+  const std::string* h = req.headers.find("Authorization");
+  const std::string prefix = "Bearer ";
+  if (!h || h->rfind(prefix, 0) != 0) return false;
+  const std::string key = h->substr(prefix.size());
+  return std::find(api_keys_.begin(), api_keys_.end(), key) != api_keys_.end();
+}
+
+std::string Gateway::reload(const RouterConfig& next) {
+  std::vector<std::string> current;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& l : links_) current.push_back(l->url);
+  }
+  auto has = [](const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); };
+  std::string report;
+  for (const auto& url : next.replicas) {
+    if (has(current, url)) continue;
+    start_loops(add_replica(url));
+    report += "added replica " + url + "; ";
+  }
+  for (const auto& url : current) {
+    if (has(next.replicas, url)) continue;
+    remove_replica(url);
+    report += "removed replica " + url + "; ";
+  }
+  auto policy = make_policy(next.policy);
+  {
+    std::lock_guard lock(mutex_);
+    policy_ = std::move(policy);
+    api_keys_ = next.api_keys;
+  }
+  report += "policy and API keys applied";
+  if (next.model != config_.model || next.port != config_.port || next.host != config_.host ||
+      next.block_size != config_.block_size)
+    report += "; model, host, port and block_size changes need a restart";
+  return report;
 }
 
 }  // namespace kvfleet::router

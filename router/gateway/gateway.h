@@ -87,6 +87,10 @@ class Gateway {
   // SIGTERM: new requests get 503, running ones finish within drain_timeout. True if all did.
   bool drain();
 
+  // SIGHUP: applies a re-read configuration's replica list (added ones start, missing ones are removed),
+  // policy and API keys. Other settings need a restart; the returned text says what changed and what not.
+  std::string reload(const RouterConfig& next);
+
   // Routing overhead alone (tokenize + hash + match + choose), for the bench.
   RoutePlan plan(std::string_view path, const boost::json::object& body, const http::Request& request) const;
 
@@ -127,6 +131,8 @@ class Gateway {
 
   static Tick now_tick();
   void count_request(const std::string& replica, const std::string& status);
+  // True when the request may use the API (no keys configured, or a configured Bearer key).
+  bool authorized(const http::Request& req) const;
 
   RouterConfig config_;
   std::string name_;
@@ -144,6 +150,7 @@ class Gateway {
   std::vector<std::shared_ptr<ReplicaLink>> links_;
   std::size_t active_ = 0;  // requests being forwarded
   std::deque<std::shared_ptr<SlotWaiter>> waiters_;  // requests waiting for a slot, oldest first
+  std::vector<std::string> api_keys_;
 };
 
 }  // namespace kvfleet::router

@@ -77,6 +77,11 @@ void Gateway::release_slot() {
 }
 
 awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w) {
+  if (!authorized(req)) {
+    co_await w.send(http::json_error(401, "invalid or missing API key (Authorization: Bearer KEY)",
+                                     "authentication_error", "", "invalid_api_key"));
+    co_return;
+  }
   if (draining_) {
     co_await w.send(http::json_error(503, "the router is shutting down", "overloaded_error"));
     co_return;

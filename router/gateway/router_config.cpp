@@ -106,7 +106,11 @@ void apply_router_yaml(const std::string& text, const std::string& source, Route
     else if (key == "max_body_bytes") c.max_body_bytes = positive<std::size_t>(v, source, key);
     else if (key == "read_timeout_ms") c.read_timeout = ms();
     else if (key == "drain_timeout_ms") c.drain_timeout = ms();
-    else bad(source, key, "is not a known setting");
+    else if (key == "api_keys") {
+      if (!v.IsSequence()) bad(source, key, "must be a list of strings");
+      c.api_keys.clear();
+      for (const auto& k : v) c.api_keys.push_back(scalar<std::string>(k, source, key));
+    } else bad(source, key, "is not a known setting");
   }
 }
 
@@ -126,7 +130,7 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
   if (!config_file.empty()) apply_router_yaml(read_text_file(config_file), config_file, c);
 
   CLI::App flags{"kvfleet-router: a prefix-aware OpenAI gateway in front of kvfleet replicas"};
-  std::vector<std::string> replicas;
+  std::vector<std::string> replicas, api_keys;
   std::string policy;
   std::int64_t health_ms = c.health_interval.count(), health_timeout_ms = c.health_timeout.count();
   std::int64_t drain_ms = c.drain_timeout.count();
@@ -147,6 +151,7 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
   flags.add_option("--max-concurrency", c.max_concurrency, "Requests forwarded at once")->check(CLI::PositiveNumber);
   flags.add_option("--max-queue", c.max_queue, "Requests waiting beyond that (then 429)");
   flags.add_option("--drain-timeout-ms", drain_ms, "On SIGTERM, how long running requests may take to finish");
+  flags.add_option("--api-key", api_keys, "Require Authorization: Bearer KEY (repeat for several keys)");
   try {
     flags.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -156,6 +161,7 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
     throw std::invalid_argument(std::string(e.what()));
   }
   if (!replicas.empty()) c.replicas = replicas;
+  if (!api_keys.empty()) c.api_keys = api_keys;
   if (!policy.empty()) c.policy = YAML::Node(policy);
   c.health_interval = milliseconds(health_ms);
   c.health_timeout = milliseconds(health_timeout_ms);

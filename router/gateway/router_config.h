@@ -44,6 +44,8 @@ struct RouterConfig {
   std::size_t max_body_bytes = 8 << 20;
   milliseconds read_timeout{30'000};
   milliseconds drain_timeout{30'000};
+  // Non-empty: the OpenAI endpoints require `Authorization: Bearer <one of these>` (401 otherwise).
+  std::vector<std::string> api_keys;
 };
 
 // Parses argv (and the YAML file it names); throws std::invalid_argument naming the bad key or

@@ -301,10 +301,6 @@ TEST_CASE("an unknown config key fails at start, naming the key") {
   CHECK(knob.out.find("cache_awar") != std::string::npos);
 }
 
-}  // namespace kvfleet::test
-
-namespace kvfleet::test {
-
 TEST_CASE("overload: one forwarding slot, one queue place, then 429; the queued request is served") {
   ReplicaProcess a(kReplicaFlags);
   RouterProcess router({&a}, {"--max-concurrency", "1", "--max-queue", "1"});
@@ -326,6 +322,37 @@ TEST_CASE("overload: one forwarding slot, one queue place, then 429; the queued 
   CHECK(rejected_status == 429);
   CHECK(queued_status == 200);
   CHECK(router.metric("kvfleet_router_rejected_total") == 1);
+}
+
+
+TEST_CASE("API keys are enforced, and SIGHUP applies a changed replica list and keys") {
+  ReplicaProcess a, b;
+  TempDir dir;
+  auto write_yaml = [&](const std::vector<std::string>& replicas, const std::string& key) {
+    std::ofstream yaml(dir / "router.yaml");
+    yaml << "replicas:\n";
+    for (const auto& r : replicas) yaml << "  - " << r << "\n";
+    yaml << "api_keys: [" << key << "]\n";
+  };
+  write_yaml({a.base_url()}, "key-one");
+  RouterProcess router({}, {"--config", (dir / "router.yaml").string()});
+  auto complete = [&](const std::string& key) {
+    http::Headers h{{"Content-Type", "application/json"}};
+    if (!key.empty()) h.add("Authorization", "Bearer " + key);
+    return http::http_request("127.0.0.1", router.port(), "POST", "/v1/completions",
+                              R"({"prompt":"hello","max_tokens":2})", h, std::chrono::seconds(60));
+  };
+  CHECK(complete("").status == 401);
+  CHECK(json::parse(complete("wrong").body).at("error").at("code") == "invalid_api_key");
+  CHECK(complete("key-one").status == 200);
+  CHECK(router.get("/v1/models").status == 401);
+
+  write_yaml({a.base_url(), b.base_url()}, "key-two");
+  router.process().signal(SIGHUP);
+  CHECK(wait_until([&] { return json::parse(router.get("/admin/replicas").body).at("replicas").as_array().size() == 2; },
+                   std::chrono::seconds(10)));
+  CHECK(complete("key-one").status == 401);
+  CHECK(complete("key-two").status == 200);
 }
 
 }  // namespace kvfleet::test
