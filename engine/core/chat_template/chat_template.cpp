@@ -128,6 +128,20 @@ ChatTemplate ChatTemplate::from_string(std::string source, std::string bos_token
   return ChatTemplate(std::move(impl));
 }
 
+std::optional<ChatTemplate> ChatTemplate::from_model_dir(const std::filesystem::path& dir, std::string* why) {
+  const auto path = dir / "tokenizer_config.json";
+  if (!std::filesystem::exists(path)) {
+    if (why) *why = path.string() + " not found";
+    return std::nullopt;
+  }
+  try {
+    return from_tokenizer_config(path);
+  } catch (const std::exception& e) {
+    if (why) *why = e.what();
+    return std::nullopt;
+  }
+}
+
 std::vector<std::string> ChatTemplate::template_names(const std::filesystem::path& path_in) {
   const auto path = config_path(path_in);
   std::vector<std::string> names;

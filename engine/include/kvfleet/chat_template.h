@@ -16,6 +16,7 @@
 #include <boost/json/value.hpp>
 
 #include <filesystem>
+#include <optional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -46,6 +47,9 @@ class ChatTemplate {
   // {"content": ...} objects.
   static ChatTemplate from_tokenizer_config(const std::filesystem::path& tokenizer_config_json_or_model_dir,
                                             std::string_view name = "default");
+  // A model directory's default template, or nullopt when it has no tokenizer_config.json or the template
+  // cannot be used; then `why` (if given) says what was wrong. For servers that run without chat.
+  static std::optional<ChatTemplate> from_model_dir(const std::filesystem::path& model_dir, std::string* why);
   // Names of the templates available there ({"default"} for a plain string).
   static std::vector<std::string> template_names(const std::filesystem::path& tokenizer_config_json_or_model_dir);
   // An empty bos/eos token leaves that variable undefined in the template (as transformers does for a
