@@ -28,6 +28,8 @@ constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
 struct HttpClient::Impl {
   Impl(asio::any_io_executor executor, HttpClientConfig c)
       : config(std::move(c)), stream(std::move(executor)), piece(config.piece_size) {}
+  Impl(tcp::socket socket, HttpClientConfig c)
+      : config(std::move(c)), stream(std::move(socket)), piece(config.piece_size) {}
 
   // Closes the connection and throws: a half-read response leaves the stream unusable.
   [[noreturn]] void fail(error_code ec) {
@@ -152,6 +154,31 @@ asio::awaitable<Response> HttpClient::request(const Request& request) {
 void HttpClient::close() { impl_->close(); }
 
 bool HttpClient::is_open() const { return impl_->stream.socket().is_open(); }
+
+bool HttpClient::reusable() const {
+  const Impl& s = *impl_;
+  return s.stream.socket().is_open() && s.parser && s.parser->is_done() && s.parser->get().keep_alive() &&
+         s.buffer.size() == 0;
+}
+
+// The socket's executor is fixed at construction, so the descriptor moves to a new socket object.
+void HttpClient::rebind(asio::any_io_executor executor) {
+  Impl& s = *impl_;
+  tcp::socket moved(std::move(executor));
+  if (s.stream.socket().is_open()) {
+    error_code ec;
+    const tcp::endpoint local = s.stream.socket().local_endpoint(ec);
+    if (!ec) {
+      tcp::socket old = s.stream.release_socket();
+      const auto fd = old.release(ec);
+      if (!ec) moved.assign(local.protocol(), fd, ec);
+    }
+    if (ec) moved.close(ec);
+  }
+  auto next = std::make_unique<Impl>(std::move(moved), s.config);
+  next->host_header = s.host_header;
+  impl_ = std::move(next);  // the parser is gone, so the connection is not reusable() until its next response
+}
 
 namespace {
 

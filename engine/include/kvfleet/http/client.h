@@ -72,6 +72,14 @@ class HttpClient {
   void close();
   bool is_open() const;
 
+  // Connection reuse (keep-alive pools). True when the connection is open and the last response was
+  // read to its end, framed cleanly (Content-Length or chunked, keep-alive), with no byte buffered
+  // beyond it: another request may follow on it.
+  bool reusable() const;
+  // Moves the open connection onto `executor` (e.g. a pool handing it to a coroutine on another
+  // strand), so that its completions and deadline timer run there. No operation may be pending.
+  void rebind(boost::asio::any_io_executor executor);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
