@@ -161,6 +161,10 @@ awaitable<void> Gateway::metrics(const http::Request&, http::ResponseWriter& w) 
       metrics_.gauge("kvfleet_router_replica_healthy", "1 when the replica takes requests", labels)
           .Set(l->healthy && !l->draining ? 1 : 0);
       metrics_.gauge("kvfleet_router_replica_in_flight_requests", "Requests in flight", labels).Set(l->in_flight);
+      metrics_.gauge("kvfleet_router_circuit_breaker_state", "Per replica: 0 closed, 1 open, 2 half-open", labels)
+          .Set(static_cast<double>(l->breaker.state()));
+      metrics_.gauge("kvfleet_router_upstream_idle_connections", "Pooled keep-alive connections to the replica", labels)
+          .Set(double(l->pool.idle()));
       metrics_.gauge("kvfleet_router_replica_exact_mode", "1 when following the replica's KV events", labels)
           .Set(index_.mode(l->slot) == CacheMode::exact ? 1 : 0);
     }
@@ -183,6 +187,9 @@ awaitable<void> Gateway::list_replicas(const http::Request&, http::ResponseWrite
                                   {"slot", l->slot},
                                   {"healthy", l->healthy},
                                   {"draining", l->draining},
+                                  {"circuit_breaker", circuit_state_name(l->breaker.state())},
+                                  {"failure_streak", l->breaker.failure_streak()},
+                                  {"idle_connections", l->pool.idle()},
                                   {"mode", index_.mode(l->slot) == CacheMode::exact ? "exact" : "approximate"},
                                   {"mode_reason", index_.mode_reason(l->slot)},
                                   {"last_seq", index_.last_seq(l->slot)},
@@ -212,7 +219,10 @@ std::shared_ptr<ReplicaLink> Gateway::add_replica(const std::string& url) {
   ReplicaId slot = 0;
   while (slot < kMaxReplicas && used[slot]) ++slot;
   if (slot == kMaxReplicas) throw std::invalid_argument("at most 64 replicas");
-  auto link = std::make_shared<ReplicaLink>(url, address, slot, server_->executor());
+  UpstreamPoolConfig pool;
+  pool.max_idle = config_.upstream_keepalive;
+  pool.idle_timeout = config_.upstream_idle_timeout;
+  auto link = std::make_shared<ReplicaLink>(url, address, slot, server_->executor(), pool, config_.circuit_breaker);
   index_.add_replica(slot);
   links_.push_back(link);
   return link;
@@ -232,6 +242,7 @@ bool Gateway::remove_replica(const std::string& url) {
     link->removed = true;  // under the lock: its loops check it there before touching the index
     index_.remove_replica(link->slot);
   }
+  link->pool.clear();
   asio::post(link->strand, [link] {
     if (link->events_client) link->events_client->close();
   });
@@ -282,14 +293,19 @@ awaitable<void> Gateway::drain_replica_handler(const http::Request& req, http::R
   co_await w.send(std::move(r));
 }
 
-// Ages out approximate marks (the index does not run a clock of its own).
+// Ages out approximate marks (the index does not run a clock of its own) and idle upstream connections.
 awaitable<void> Gateway::maintenance_loop() {
   asio::steady_timer timer(co_await asio::this_coro::executor);
   while (!stopping_) {
     timer.expires_after(std::chrono::seconds(1));
     co_await timer.async_wait(asio::use_awaitable);
-    std::lock_guard lock(mutex_);
-    index_.sweep(now_tick());
+    std::vector<std::shared_ptr<ReplicaLink>> links;
+    {
+      std::lock_guard lock(mutex_);
+      index_.sweep(now_tick());
+      links = links_;
+    }
+    for (const auto& l : links) l->pool.prune();
   }
 }
 

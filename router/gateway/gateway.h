@@ -29,7 +29,9 @@
 #include "kvfleet/http/metrics.h"
 #include "kvfleet/http/server.h"
 #include "kvfleet/tokenizer.h"
+#include "router/circuit_breaker.h"
 #include "router/gateway/router_config.h"
+#include "router/gateway/upstream_pool.h"
 #include "router/policy.h"
 #include "router/replica_cache_index.h"
 
@@ -38,16 +40,20 @@ namespace kvfleet::router {
 using boost::asio::awaitable;
 
 struct ReplicaLink {
-  ReplicaLink(std::string url_, ReplicaAddress address_, ReplicaId slot_, boost::asio::any_io_executor executor)
-      : url(std::move(url_)), address(std::move(address_)), slot(slot_), strand(boost::asio::make_strand(executor)) {}
+  ReplicaLink(std::string url_, ReplicaAddress address_, ReplicaId slot_, boost::asio::any_io_executor executor,
+              UpstreamPoolConfig pool_config, CircuitBreakerConfig breaker_config)
+      : url(std::move(url_)), address(std::move(address_)), slot(slot_), strand(boost::asio::make_strand(executor)),
+        pool(pool_config), breaker(breaker_config) {}
 
   const std::string url;
   const ReplicaAddress address;
   const ReplicaId slot;
   boost::asio::strand<boost::asio::any_io_executor> strand;
   std::atomic<bool> removed{false};
+  UpstreamPool pool;  // idle keep-alive connections (thread-safe on its own)
   // Guarded by Gateway::mutex_.
-  bool healthy = true;
+  CircuitBreaker breaker;  // passive outlier ejection from request outcomes
+  bool healthy = true;     // active health checks (and a refused connection)
   bool draining = false;
   int fail_streak = 0, ok_streak = 0;
   std::uint32_t in_flight = 0;
@@ -64,6 +70,13 @@ struct SlotWaiter {
   explicit SlotWaiter(boost::asio::any_io_executor executor) : timer(std::move(executor)) {}
   boost::asio::steady_timer timer;
   bool granted = false;  // guarded by Gateway::mutex_
+};
+
+// How one try at a replica ended, for its circuit breaker and for the retry loop.
+enum class Verdict { success, failure, unknown };
+struct TryResult {
+  Verdict verdict = Verdict::unknown;
+  std::optional<http::Response> overloaded;  // a 503/429 answer that was retried rather than passed on
 };
 
 // One request's routing input.
@@ -109,18 +122,25 @@ class Gateway {
   awaitable<void> maintenance_loop();
 
   // routing.cpp
-  std::shared_ptr<ReplicaLink> route(const RoutePlan& plan, const std::vector<ReplicaId>& exclude);
-  void release(ReplicaLink& link, const RoutePlan& plan);
-  void note_failure(ReplicaLink& link, bool connect_failed);
+  // The chosen replica (nullptr: none available), its in-flight load taken and its breaker ticket set.
+  std::shared_ptr<ReplicaLink> route(const RoutePlan& plan, const std::vector<ReplicaId>& exclude,
+                                     CircuitBreaker::Ticket& ticket);
+  void release(ReplicaLink& link, const RoutePlan& plan, CircuitBreaker::Ticket ticket, Verdict verdict);
+  void note_connect_refused(ReplicaLink& link);
 
   // proxy.cpp
   awaitable<void> proxy(const http::Request& req, http::ResponseWriter& w);
   awaitable<bool> admit();
   void release_slot();
   enum class Outcome { done, retry };
-  awaitable<Outcome> forward(ReplicaLink& link, const http::Request& req, http::ResponseWriter& w);
-  awaitable<void> relay_stream(http::HttpClient& client, const http::ResponseHead& head, ReplicaLink& link,
-                               http::ResponseWriter& w, double started);
+  awaitable<Outcome> forward(ReplicaLink& link, const http::Request& req, http::ResponseWriter& w, bool last_try,
+                             TryResult& result);
+  // Sends `upstream` and reads the answer's head on a pooled connection, or a new one; a pooled
+  // connection that turns out stale is replaced by a new one once. Throws on failure; sets `connected`.
+  awaitable<http::ResponseHead> exchange(ReplicaLink& link, const http::Request& upstream,
+                                         std::unique_ptr<http::HttpClient>& client, bool& connected);
+  awaitable<Verdict> relay_stream(http::HttpClient& client, const http::ResponseHead& head, ReplicaLink& link,
+                                  http::ResponseWriter& w, double started);
 
   // replica_links.cpp
   void start_loops(const std::shared_ptr<ReplicaLink>& link);

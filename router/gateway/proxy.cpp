@@ -4,6 +4,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/http/error.hpp>
 #include <boost/json.hpp>
 #include <random>
 
@@ -105,42 +106,97 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
   const RoutePlan plan = this->plan(req.path(), body.as_object(), req);
   std::vector<ReplicaId> tried;
   std::minstd_rand jitter(static_cast<unsigned>(now_tick()));
+  TryResult result;
   for (int attempt = 0; attempt < config_.max_attempts && !w.client_gone(); ++attempt) {
-    std::shared_ptr<ReplicaLink> link = route(plan, tried);
-    if (!link) break;
     if (attempt > 0) {
-      metrics_.counter("kvfleet_router_retries_total", "Requests sent again to another replica").Increment();
       const auto base = config_.retry_backoff * (1 << std::min(attempt - 1, 6));
       const auto wait = base + std::chrono::milliseconds(jitter() % (base.count() + 1));
       co_await sleep_for(wait);
     }
+    CircuitBreaker::Ticket ticket;
+    std::shared_ptr<ReplicaLink> link = route(plan, tried, ticket);
+    if (!link) break;
+    if (attempt > 0)
+      metrics_.counter("kvfleet_router_retries_total", "Requests sent again to another replica").Increment();
     Outcome outcome = Outcome::done;
     std::exception_ptr error;
+    result.verdict = Verdict::unknown;
     try {
-      outcome = co_await forward(*link, req, w);
+      outcome = co_await forward(*link, req, w, attempt + 1 == config_.max_attempts, result);
     } catch (...) {
       error = std::current_exception();
     }
-    release(*link, plan);
+    release(*link, plan, ticket, error ? Verdict::unknown : result.verdict);
     if (error) std::rethrow_exception(error);
     if (outcome == Outcome::done) co_return;
     tried.push_back(link->slot);
   }
   if (w.client_gone()) co_return;
+  if (result.overloaded) {  // every replica tried was overloaded: its answer, not a generic one
+    count_request("none", std::to_string(result.overloaded->status));
+    co_await w.send(std::move(*result.overloaded));
+    co_return;
+  }
   count_request("none", "503");
   co_await w.send(http::json_error(503, "no replica could serve the request", "overloaded_error"));
 }
 
-// Done: the replica's answer (or an error event in its stream) reached the client, or the client
-// left. Retry: nothing reached the client, so another replica may try.
-awaitable<Gateway::Outcome> Gateway::forward(ReplicaLink& link, const http::Request& req, http::ResponseWriter& w) {
+namespace {
+
+// What a pooled connection that the replica closed while it sat idle fails with, before any byte
+// of a response arrived: safe to send again on a new connection.
+bool stale_connection_error(const boost::system::system_error& e) {
+  const auto ec = e.code();
+  return ec == boost::beast::http::error::end_of_stream || ec == asio::error::eof ||
+         ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
+}
+
+}  // namespace
+
+awaitable<http::ResponseHead> Gateway::exchange(ReplicaLink& link, const http::Request& upstream,
+                                                std::unique_ptr<http::HttpClient>& client, bool& connected) {
   const auto executor = co_await asio::this_coro::executor;
+  client = link.pool.take(executor);
+  if (client) {
+    connected = true;
+    bool stale = false;
+    http::ResponseHead head;
+    try {
+      co_await client->send(upstream);
+      head = co_await client->read_head();
+    } catch (const boost::system::system_error& e) {
+      if (!stale_connection_error(e)) throw;
+      stale = true;
+    }
+    if (!stale) co_return head;
+    metrics_.counter("kvfleet_router_upstream_stale_retries_total",
+                     "Requests sent again on a new connection after a pooled one turned out closed")
+        .Increment();
+  }
+  connected = false;
   http::HttpClientConfig cc;
   cc.connect_timeout = config_.connect_timeout;
   cc.io_timeout = config_.upstream_timeout;
-  http::HttpClient client(executor, cc);
-  // Closing the upstream connection aborts the request on the replica (and frees its blocks).
-  w.on_disconnect([&client] { client.close(); });
+  client = std::make_unique<http::HttpClient>(executor, cc);
+  const std::string host = link.address.host;
+  co_await client->connect(host, link.address.port);
+  connected = true;
+  co_await client->send(upstream);
+  co_return co_await client->read_head();
+}
+
+// Done: the replica's answer (or an error event in its stream) reached the client, or the client
+// left. Retry: nothing reached the client, so another replica may try; an overloaded answer (503,
+// 429) is kept in `result` for when no other replica can take the request, or passed on when
+// `last_try`.
+awaitable<Gateway::Outcome> Gateway::forward(ReplicaLink& link, const http::Request& req, http::ResponseWriter& w,
+                                             bool last_try, TryResult& result) {
+  std::unique_ptr<http::HttpClient> client;
+  // Closing the upstream connection aborts the request on the replica (and frees its blocks); a
+  // connection closed that way never goes back to the pool.
+  w.on_disconnect([&client] {
+    if (client) client->close();
+  });
   struct Unhook {  // the callback must not outlive `client`
     http::ResponseWriter& w;
     ~Unhook() { w.on_disconnect([] {}); }
@@ -157,57 +213,74 @@ awaitable<Gateway::Outcome> Gateway::forward(ReplicaLink& link, const http::Requ
   bool failed = false;
   http::ResponseHead head;
   try {
-    const std::string host = link.address.host;
-    co_await client.connect(host, link.address.port);
-    connected = true;
-    co_await client.send(upstream);
-    head = co_await client.read_head();
+    head = co_await exchange(link, upstream, client, connected);
   } catch (const std::exception&) {
     failed = true;
   }
   if (failed) {
     if (w.client_gone()) co_return Outcome::done;
-    note_failure(link, !connected);
+    if (!connected) note_connect_refused(link);
+    result.verdict = Verdict::failure;
     co_return Outcome::retry;
   }
+  const bool retry_overload = (head.status == 503 || head.status == 429) && !last_try;
   const std::string* type = head.headers.find("content-type");
-  if (head.chunked || (type && type->find("text/event-stream") != std::string::npos)) {
-    co_await relay_stream(client, head, link, w, started);
+  if (!retry_overload && (head.chunked || (type && type->find("text/event-stream") != std::string::npos))) {
+    result.verdict = co_await relay_stream(*client, head, link, w, started);
+    if (result.verdict == Verdict::success) {
+      if (head.status >= 500) result.verdict = Verdict::failure;
+      link.pool.give_back(std::move(client));
+    }
     co_return Outcome::done;
   }
   std::string body;
   try {
-    body = co_await client.read_body();
+    body = co_await client->read_body();
   } catch (const std::exception&) {
     failed = true;
   }
   if (failed) {  // died before answering: nothing reached the client yet
     if (w.client_gone()) co_return Outcome::done;
-    note_failure(link, false);
+    result.verdict = Verdict::failure;
     co_return Outcome::retry;
   }
-  metrics_.histogram("kvfleet_router_upstream_latency_seconds", "Time to the replica's whole answer", latency_buckets())
-      .Observe(seconds_now() - started);
-  count_request(link.url, std::to_string(head.status));
+  link.pool.give_back(std::move(client));  // read to its end: free for the next request
+  result.verdict = head.status >= 500 ? Verdict::failure : Verdict::success;
   http::Response response;
   response.status = head.status;
   response.body = std::move(body);
   response.headers.set("content-type", type ? *type : "application/json");
   response.headers.set("x-kvfleet-replica", link.url);
+  if (const std::string* after = head.headers.find("retry-after")) response.headers.set("retry-after", *after);
+  if (retry_overload) {
+    metrics_.counter("kvfleet_router_upstream_overloaded_total", "503/429 answers retried on another replica",
+                     {{"replica", link.url}, {"status", std::to_string(head.status)}})
+        .Increment();
+    if (head.status == 429) result.verdict = Verdict::unknown;  // busy, not broken
+    result.overloaded = std::move(response);
+    co_return Outcome::retry;
+  }
+  metrics_.histogram("kvfleet_router_upstream_latency_seconds", "Time to the replica's whole answer", latency_buckets())
+      .Observe(seconds_now() - started);
+  count_request(link.url, std::to_string(head.status));
   co_await w.send(std::move(response));
   co_return Outcome::done;
 }
 
 // Pieces go to the client as they arrive. A replica that dies mid-stream leaves the client with an
-// error event and [DONE], so OpenAI clients end cleanly instead of hanging.
-awaitable<void> Gateway::relay_stream(http::HttpClient& client, const http::ResponseHead& head, ReplicaLink& link,
-                                      http::ResponseWriter& w, double started) {
+// error event and [DONE], so OpenAI clients end cleanly instead of hanging. Success: the stream
+// ended cleanly; failure: the replica broke it; unknown: the client left.
+awaitable<Verdict> Gateway::relay_stream(http::HttpClient& client, const http::ResponseHead& head, ReplicaLink& link,
+                                         http::ResponseWriter& w, double started) {
   http::Headers headers;
   const std::string* type = head.headers.find("content-type");
   headers.set("content-type", type ? *type : "text/event-stream");
   headers.set("cache-control", "no-cache");
   headers.set("x-kvfleet-replica", link.url);
-  if (!co_await w.begin_stream(head.status, headers)) co_return;
+  if (!co_await w.begin_stream(head.status, headers)) {
+    client.close();
+    co_return Verdict::unknown;
+  }
   bool first = true;
   bool broke = false;
   for (;;) {
@@ -226,12 +299,14 @@ awaitable<void> Gateway::relay_stream(http::HttpClient& client, const http::Resp
     }
     if (!co_await w.write(*piece)) {
       client.close();
-      co_return;
+      co_return Verdict::unknown;
     }
   }
-  if (w.client_gone()) co_return;
+  if (w.client_gone()) {
+    client.close();
+    co_return Verdict::unknown;
+  }
   if (broke) {
-    note_failure(link, false);
     count_request(link.url, "upstream_error");
     const std::string error = http::json_error_body("the replica failed mid-stream", "server_error", "", "upstream_error");
     const std::string event = http::sse_format(error) + "data: [DONE]\n\n";
@@ -242,6 +317,7 @@ awaitable<void> Gateway::relay_stream(http::HttpClient& client, const http::Resp
         .Observe(seconds_now() - started);
   }
   co_await w.finish();
+  co_return broke ? Verdict::failure : Verdict::success;
 }
 
 }  // namespace kvfleet::router

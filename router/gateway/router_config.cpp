@@ -29,6 +29,20 @@ void check(const RouterConfig& c, const std::string& source) {
   }
 }
 
+CircuitBreakerConfig circuit_breaker_yaml(const YAML::Node& node, const std::string& source, CircuitBreakerConfig c) {
+  if (!node.IsMap()) bad(source, "circuit_breaker", "must be a mapping {consecutive_failures, open_ms, half_open_probes}");
+  for (const auto& kv : node) {
+    const std::string key = "circuit_breaker." + kv.first.as<std::string>();
+    if (key == "circuit_breaker.consecutive_failures") {
+      c.consecutive_failures = scalar<int>(kv.second, source, key);
+      if (c.consecutive_failures < 0) bad(source, key, "must be 0 (off) or more");
+    } else if (key == "circuit_breaker.open_ms") c.open_duration = positive<Tick>(kv.second, source, key);
+    else if (key == "circuit_breaker.half_open_probes") c.half_open_probes = positive<int>(kv.second, source, key);
+    else bad(source, key, "is not a known setting");
+  }
+  return c;
+}
+
 }  // namespace
 
 ReplicaAddress parse_replica_url(const std::string& url) {
@@ -79,6 +93,9 @@ void apply_router_yaml(const std::string& text, const std::string& source, Route
     else if (key == "retry_backoff_ms") c.retry_backoff = ms();
     else if (key == "connect_timeout_ms") c.connect_timeout = ms();
     else if (key == "upstream_timeout_ms") c.upstream_timeout = ms();
+    else if (key == "upstream_keepalive") c.upstream_keepalive = scalar<std::size_t>(v, source, key);
+    else if (key == "upstream_idle_timeout_ms") c.upstream_idle_timeout = ms();
+    else if (key == "circuit_breaker") c.circuit_breaker = circuit_breaker_yaml(v, source, c.circuit_breaker);
     else if (key == "max_concurrency") c.max_concurrency = positive<std::size_t>(v, source, key);
     else if (key == "max_queue") c.max_queue = scalar<std::size_t>(v, source, key);
     else if (key == "queue_timeout_ms") c.queue_timeout = ms();

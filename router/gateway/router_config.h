@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "router/circuit_breaker.h"
+
 namespace kvfleet::router {
 
 using std::chrono::milliseconds;
@@ -36,6 +38,13 @@ struct RouterConfig {
   milliseconds retry_backoff{20};        // doubled per retry, with jitter up to the same again
   milliseconds connect_timeout{1'000};   // per try
   milliseconds upstream_timeout{300'000};  // each upstream read/write (first token included)
+  // Upstream keep-alive: idle connections kept per replica (0: a new connection per request), each
+  // closed after this idle time (keep it below the replicas' read_timeout, 30 s by default).
+  std::size_t upstream_keepalive = 64;
+  milliseconds upstream_idle_timeout{20'000};
+  // Passive outlier ejection per replica (router.yaml `circuit_breaker:` {consecutive_failures,
+  // open_ms, half_open_probes}); see router/circuit_breaker.h.
+  CircuitBreakerConfig circuit_breaker;
   // Overload: at most max_concurrency requests are forwarded at once, up to max_queue more wait
   // (each at most queue_timeout); beyond that, 429.
   std::size_t max_concurrency = 1024;

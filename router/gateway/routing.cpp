@@ -71,10 +71,12 @@ RoutePlan Gateway::plan(std::string_view path, const json::object& body, const h
   return plan;
 }
 
-std::shared_ptr<ReplicaLink> Gateway::route(const RoutePlan& plan, const std::vector<ReplicaId>& exclude) {
+std::shared_ptr<ReplicaLink> Gateway::route(const RoutePlan& plan, const std::vector<ReplicaId>& exclude,
+                                            CircuitBreaker::Ticket& ticket) {
   std::shared_ptr<ReplicaLink> chosen;
   Decision decision;
   std::uint32_t matched = 0;
+  const Tick now = now_tick();
   {
     std::lock_guard lock(mutex_);
     const MatchResult match = index_.match(plan.hashes);
@@ -83,7 +85,8 @@ std::shared_ptr<ReplicaLink> Gateway::route(const RoutePlan& plan, const std::ve
     for (const auto& l : links_) {
       ReplicaState s;
       s.id = l->url;
-      s.healthy = l->healthy && std::find(exclude.begin(), exclude.end(), l->slot) == exclude.end();
+      s.healthy = l->healthy && std::find(exclude.begin(), exclude.end(), l->slot) == exclude.end() &&
+                  l->breaker.available(now);
       s.draining = l->draining;
       s.in_flight_requests = l->in_flight;
       s.in_flight_tokens = l->in_flight_tokens;
@@ -101,7 +104,8 @@ std::shared_ptr<ReplicaLink> Gateway::route(const RoutePlan& plan, const std::ve
       chosen->in_flight += 1;
       chosen->in_flight_tokens += plan.expected_tokens;
       chosen->routed += 1;
-      index_.on_routed(chosen->slot, plan.hashes, now_tick());
+      ticket = chosen->breaker.on_dispatch();
+      index_.on_routed(chosen->slot, plan.hashes, now);
     }
   }
   metrics_.counter("kvfleet_router_decisions_total", "Routing decisions by policy and reason",
@@ -115,19 +119,25 @@ std::shared_ptr<ReplicaLink> Gateway::route(const RoutePlan& plan, const std::ve
   return chosen;
 }
 
-void Gateway::release(ReplicaLink& link, const RoutePlan& plan) {
+void Gateway::release(ReplicaLink& link, const RoutePlan& plan, CircuitBreaker::Ticket ticket, Verdict verdict) {
+  const Tick now = now_tick();
   std::lock_guard lock(mutex_);
   link.in_flight -= 1;
   link.in_flight_tokens -= plan.expected_tokens;
+  switch (verdict) {
+    case Verdict::success: link.breaker.on_success(ticket); break;
+    case Verdict::failure: link.breaker.on_failure(ticket, now); break;
+    case Verdict::unknown: link.breaker.on_abandon(ticket); break;
+  }
 }
 
-// Passive health: a replica that refuses connections is out at once (the active checks bring it
-// back); other failures count towards unhealthy_after like failed health checks.
-void Gateway::note_failure(ReplicaLink& link, bool connect_failed) {
+// A replica that refuses connections is out at once (the active checks bring it back). Other
+// failures go to its circuit breaker (release()).
+void Gateway::note_connect_refused(ReplicaLink& link) {
   std::lock_guard lock(mutex_);
   link.ok_streak = 0;
   link.fail_streak += 1;
-  if (connect_failed || link.fail_streak >= config_.unhealthy_after) link.healthy = false;
+  link.healthy = false;
 }
 
 void Gateway::record_health(ReplicaLink& link, bool ok) {

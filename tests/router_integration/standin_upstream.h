@@ -1,0 +1,97 @@
+// A scripted stand-in replica on a loopback port, run by the test process itself, for what real
+// replicas cannot be made to do on cue: answer 503/429/500, or drop a kept-alive connection just as
+// a request arrives. It counts the connections that carried completions, which shows whether the
+// router reused them. GET /health always answers 200 (the router's active checks).
+#pragma once
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+#include <atomic>
+#include <string>
+#include <tuple>
+#include <thread>
+
+namespace kvfleet::test {
+
+class StandinUpstream {
+ public:
+  // Status of every completion answer (200, 503, 429, 500, ...); may change while running.
+  std::atomic<int> status{200};
+  // True: the second and later requests on a connection are read and then the connection is closed
+  // unanswered, like a replica whose keep-alive timeout hit just as the request came.
+  std::atomic<bool> drop_reused{false};
+
+  StandinUpstream() : acceptor_(io_, {boost::asio::ip::make_address("127.0.0.1"), 0}) {
+    boost::asio::co_spawn(io_, accept_loop(), boost::asio::detached);
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~StandinUpstream() {
+    io_.stop();
+    thread_.join();
+  }
+  StandinUpstream(const StandinUpstream&) = delete;
+  StandinUpstream& operator=(const StandinUpstream&) = delete;
+
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port()); }
+  int completion_connections() const { return completion_connections_; }
+  int completion_requests() const { return completion_requests_; }
+
+ private:
+  using Stream = boost::beast::tcp_stream;
+
+  boost::asio::awaitable<void> accept_loop() {
+    for (;;) {
+      // No structured bindings of co_await results (GCC 12, see kvfleet/http/client.h).
+      auto accepted = co_await acceptor_.async_accept(boost::asio::as_tuple(boost::asio::use_awaitable));
+      if (std::get<0>(accepted)) co_return;
+      boost::asio::co_spawn(io_, serve(Stream(std::move(std::get<1>(accepted)))), boost::asio::detached);
+    }
+  }
+
+  boost::asio::awaitable<void> serve(Stream stream) {
+    namespace http = boost::beast::http;
+    constexpr auto tuple = boost::asio::as_tuple(boost::asio::use_awaitable);
+    boost::beast::flat_buffer buffer;
+    int served_here = 0;
+    bool counted = false;
+    for (;;) {
+      http::request<http::string_body> request;
+      auto read = co_await http::async_read(stream, buffer, request, tuple);
+      if (std::get<0>(read)) co_return;
+      const bool completion = request.target() != "/health";
+      if (completion) {
+        ++completion_requests_;
+        if (!counted) ++completion_connections_;
+        counted = true;
+        if (drop_reused && served_here > 0) co_return;  // closes unanswered
+      }
+      ++served_here;
+      http::response<http::string_body> response{http::status(completion ? status.load() : 200), 11};
+      response.set(http::field::content_type, "application/json");
+      if (completion && response.result_int() == 503) response.set(http::field::retry_after, "1");
+      response.body() = completion && response.result_int() != 200 ? R"({"error":{"message":"standin"}})"
+                                                                     : R"({"ok":true})";
+      response.keep_alive(request.keep_alive());
+      response.prepare_payload();
+      auto written = co_await http::async_write(stream, response, tuple);
+      if (std::get<0>(written) || !request.keep_alive()) co_return;
+    }
+  }
+
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  std::thread thread_;
+  std::atomic<int> completion_connections_{0};
+  std::atomic<int> completion_requests_{0};
+};
+
+}  // namespace kvfleet::test
