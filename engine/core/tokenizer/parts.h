@@ -21,6 +21,8 @@
 
 namespace kvfleet::tok {
 
+class SectionCache;
+
 // string -> id maps that accept string_view lookups without building a std::string.
 struct StringHash {
   using is_transparent = void;
@@ -228,6 +230,8 @@ DecoderTable make_decoder_table(const boost::json::value& config, const std::vec
 
 // ---- everything, as loaded (tokenizer.cpp runs the pipeline) --------------------------------------
 struct TokenizerData {
+  TokenizerData();
+  ~TokenizerData();
   std::unique_ptr<Normalizer> normalizer;
   std::unique_ptr<PreTokenizer> pre_tokenizer;
   std::unique_ptr<BpeModel> model;
@@ -240,6 +244,8 @@ struct TokenizerData {
   std::vector<std::uint8_t> is_special;
   std::optional<TokenId> bos;
   std::vector<TokenId> eos;
+  // Exact results of long recurring sections (section_cache.h); logically const: a cache.
+  std::unique_ptr<SectionCache> section_cache;
 };
 
 // ---- loaders --------------------------------------------------------------------------------------

@@ -1,10 +1,14 @@
 // The public Tokenizer: picks a loader for the path, runs the encode pipeline, answers vocab queries.
 #include "engine/core/tokenizer/parts.h"
+#include "engine/core/tokenizer/section_cache.h"
 
 #include <stdexcept>
 
 namespace kvfleet {
 namespace fs = std::filesystem;
+
+tok::TokenizerData::TokenizerData() : section_cache(std::make_unique<SectionCache>()) {}
+tok::TokenizerData::~TokenizerData() = default;
 
 Tokenizer Tokenizer::load(const fs::path& path) {
   if (fs::is_directory(path)) {
@@ -45,14 +49,19 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special_t
       continue;
     }
     if (section.begin == section.end) continue;
-    pieces.text.assign(text.substr(section.begin, section.end - section.begin));
+    const std::string_view raw = text.substr(section.begin, section.end - section.begin);
+    const bool first = section.begin == 0;
+    if (d.section_cache->find(raw, first, ids)) continue;
+    const std::size_t section_start = ids.size();
+    pieces.text.assign(raw);
     if (d.normalizer) d.normalizer->normalize(pieces.text);
     if (pieces.text.empty()) continue;
     pieces.spans.assign(1, {0, pieces.text.size()});
-    if (d.pre_tokenizer) d.pre_tokenizer->apply(pieces, section.begin == 0);
+    if (d.pre_tokenizer) d.pre_tokenizer->apply(pieces, first);
     for (const tok::Span& span : pieces.spans) {
       d.model->encode_word(std::string_view(pieces.text).substr(span.begin, span.end - span.begin), ids);
     }
+    d.section_cache->offer(raw, first, ids.data() + section_start, ids.size() - section_start);
   }
   if (add_special_tokens) ids.insert(ids.end(), d.suffix_ids.begin(), d.suffix_ids.end());
   return ids;
