@@ -4,6 +4,10 @@
 
 namespace kvfleet::router {
 
+namespace {
+constexpr std::ptrdiff_t kExecutorSearch = 8;  // newest idle connections looked at for a same-executor one
+}  // namespace
+
 void UpstreamPool::take_expired(Clock::time_point now, std::vector<Idle>& out) {
   const auto fresh = std::find_if(idle_.begin(), idle_.end(), [&](const Idle& i) { return now - i.since < config_.idle_timeout; });
   std::move(idle_.begin(), fresh, std::back_inserter(out));
@@ -16,9 +20,18 @@ std::unique_ptr<http::HttpClient> UpstreamPool::take(const boost::asio::any_io_e
   {
     std::lock_guard lock(mutex_);
     take_expired(now, expired);
-    if (!idle_.empty()) {
-      client = std::move(idle_.back().client);
-      idle_.pop_back();
+    // Newest first, but one already on this executor (the strand of the client connection that
+    // used it last: a keep-alive client's next request) needs no re-registration.
+    auto chosen = idle_.rbegin();
+    for (auto it = idle_.rbegin(); it != idle_.rend() && it - idle_.rbegin() < kExecutorSearch; ++it) {
+      if (it->client->executor() == executor) {
+        chosen = it;
+        break;
+      }
+    }
+    if (chosen != idle_.rend()) {
+      client = std::move(chosen->client);
+      idle_.erase(std::next(chosen).base());
     }
   }
   if (client) client->rebind(executor);

@@ -35,7 +35,8 @@ class UpstreamPool {
   using Clock = std::chrono::steady_clock;
   explicit UpstreamPool(UpstreamPoolConfig config) : config_(config) {}
 
-  // The newest idle connection younger than idle_timeout, moved onto `executor`; nullptr if none.
+  // An idle connection younger than idle_timeout, moved onto `executor`; nullptr if none. Newest
+  // first, preferring one already on `executor` among the newest few.
   std::unique_ptr<http::HttpClient> take(const boost::asio::any_io_executor& executor, Clock::time_point now = Clock::now());
   // Keeps `client` for reuse if it is reusable() and there is room; closes it otherwise.
   void give_back(std::unique_ptr<http::HttpClient> client, Clock::time_point now = Clock::now());

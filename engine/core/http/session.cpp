@@ -136,8 +136,12 @@ class SessionWriter final : public ResponseWriter {
   bool finished_ = false;
 };
 
+// Beast reads at most the buffer's free capacity (at least 512 bytes) per call, and an empty buffer
+// never grows: a 6 kB chat request took 13 recvmsg calls. Room for a typical request in one.
 Session::Session(HttpServer::State& server, asio::ip::tcp::socket socket)
-    : server_(server), stream_(std::move(socket)) {}
+    : server_(server), stream_(std::move(socket)) {
+  buffer_.reserve(16 * 1024);
+}
 
 Session::~Session() { server_.remove_session(this); }
 

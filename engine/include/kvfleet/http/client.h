@@ -78,7 +78,9 @@ class HttpClient {
   bool reusable() const;
   // Moves the open connection onto `executor` (e.g. a pool handing it to a coroutine on another
   // strand), so that its completions and deadline timer run there. No operation may be pending.
+  // Nothing to do (no system call) when it already is on `executor`.
   void rebind(boost::asio::any_io_executor executor);
+  boost::asio::any_io_executor executor() const;
 
  private:
   struct Impl;
