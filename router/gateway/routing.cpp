@@ -1,4 +1,5 @@
 // Prompt -> block hashes -> policy decision, and the router's own load bookkeeping.
+#include <algorithm>
 #include <boost/json.hpp>
 
 #include "kvfleet/block_hash.h"
@@ -43,7 +44,15 @@ RoutePlan Gateway::plan(std::string_view path, const json::object& body, const h
         ChatTemplateOptions opts;
         if (const auto* g = body.if_contains("add_generation_prompt"); g && g->is_bool()) opts.add_generation_prompt = g->as_bool();
         if (const auto* tools = body.if_contains("tools")) opts.tools = *tools;
-        tokens = tokenizer_.encode(chat_template_->render(normalize_messages(messages->as_array()), opts), false);
+        const json::array& given = messages->as_array();
+        const bool parts = std::any_of(given.begin(), given.end(), [](const json::value& m) {
+          const json::value* c = m.is_object() ? m.as_object().if_contains("content") : nullptr;
+          return !m.is_object() || (c && c->is_array());
+        });
+        // Only content given as parts needs a rewritten copy (of every message's text).
+        json::array normalized;
+        if (parts) normalized = normalize_messages(given);
+        tokens = tokenizer_.encode(chat_template_->render(parts ? normalized : given, opts), false);
       }
     } else if (const auto* prompt = body.if_contains("prompt")) {
       // A list of prompts routes by its first one.
