@@ -6,7 +6,10 @@
 //   bench_proxy_load serve PORT                    stand-in replica: /health, /v1/completions, /v1/chat/completions
 //   bench_proxy_load tokens MODEL_DIR              average rendered prompt tokens of the bodies (chat template)
 //   bench_proxy_load latency N ROUNDS NAME=PORT... one connection per target; request i goes to every target
-//                                                  in turn (order rotated), so drift and noise hit all alike
+//                                                  in turn (order rotated), so drift and noise hit all alike;
+//                                                  a NAME ending in "_raw" gets the same body with "messages"
+//                                                  renamed, which a router forwards without templating,
+//                                                  tokenizing or matching: the proxying cost alone
 //   bench_proxy_load throughput PORT N CONNECTIONS req/s with CONNECTIONS keep-alive connections
 //
 // Added latency (latency mode): per round, a target's percentile minus the same percentile of the
@@ -128,19 +131,23 @@ int tokens(const std::string& model_dir) {
 
 int latency(int n, int rounds, const std::vector<std::pair<std::string, std::uint16_t>>& targets) {
   const auto bodies = bench::chat_bodies(n, "kvfleet-tiny");
+  std::vector<std::string> raw_bodies;
+  for (std::string b : bodies) raw_bodies.push_back(b.replace(b.find("\"messages\""), 10, "\"messagez\""));
   const std::size_t t_count = targets.size();
+  std::vector<const std::vector<std::string>*> body_of;
+  for (const auto& t : targets) body_of.push_back(t.first.ends_with("_raw") ? &raw_bodies : &bodies);
   std::vector<std::vector<double>> p50(t_count), p99(t_count), pair50(t_count), pair99(t_count), raw50(t_count), raw99(t_count);
   int errors = 0;
   for (int round = 0; round < rounds; ++round) {
     std::vector<std::unique_ptr<KeepAlive>> clients;
     for (const auto& t : targets) clients.push_back(std::make_unique<KeepAlive>(t.second));
     for (std::size_t t = 0; t < t_count; ++t)  // warm-up: connections, pools, caches of the shared prompt
-      for (int i = 0; i < 50; ++i) clients[t]->post(bodies[static_cast<std::size_t>(i)]);
+      for (int i = 0; i < 50; ++i) clients[t]->post((*body_of[t])[static_cast<std::size_t>(i)]);
     std::vector<std::vector<double>> lat(t_count, std::vector<double>(static_cast<std::size_t>(n)));
     for (int i = 0; i < n; ++i)
       for (std::size_t k = 0; k < t_count; ++k) {
         const std::size_t t = (k + static_cast<std::size_t>(i)) % t_count;
-        const double us = clients[t]->post(bodies[static_cast<std::size_t>(i)]);
+        const double us = clients[t]->post((*body_of[t])[static_cast<std::size_t>(i)]);
         errors += us < 0;
         lat[t][static_cast<std::size_t>(i)] = us;
       }

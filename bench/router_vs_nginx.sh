@@ -10,6 +10,9 @@
 # rotated), N per round; added pXX = pXX(via proxy) - pXX(direct) over the same interleaved requests, median
 # of ROUNDS rounds. "paired" is the per-request difference (same body, back to back), as a cross-check.
 # Throughput: 16 keep-alive connections, 2N requests, per target (the client shares core 1 with the upstream).
+# CPU per request: each proxy's on-CPU time (all its threads and worker processes, /proc/*/schedstat) over
+# the latency phase, divided by the requests it served: what a request costs, whatever else the machine runs
+# (on a shared machine the wall-clock percentiles mostly measure the scheduler).
 #
 #   bench/router_vs_nginx.sh [N=2000] [ROUNDS=3]   (needs build/bin: kvfleet-router, bench_proxy_load)
 set -euo pipefail
@@ -51,23 +54,43 @@ http {
   }
 }
 NGINX
-taskset -c 0 "$nginx_bin" -c "$work/nginx.conf" -p "$work" & pids+=($!)
+taskset -c 0 "$nginx_bin" -c "$work/nginx.conf" -p "$work" & pids+=($!); nginx_pid=$!
 taskset -c 0 "$bin/kvfleet-router" --model "$model" --served-model-name kvfleet-tiny --replica "$upstream" \
-  --policy cache_aware --port 0 --http-threads 1 --kv-events false >"$work/router.log" 2>&1 & pids+=($!)
+  --policy cache_aware --port 0 --http-threads 1 --kv-events false >"$work/router.log" 2>&1 & pids+=($!); router_pid=$!
 router=$(wait_url "$work/router.log"); router_port=${router##*:}
+# A second router that gets the same bodies with "messages" renamed: it forwards them without templating,
+# tokenizing, hashing or matching, which splits the router's cost into routing work and proxying.
+taskset -c 0 "$bin/kvfleet-router" --model "$model" --served-model-name kvfleet-tiny --replica "$upstream" \
+  --policy cache_aware --port 0 --http-threads 1 --kv-events false >"$work/router_raw.log" 2>&1 & pids+=($!); raw_pid=$!
+router_raw=$(wait_url "$work/router_raw.log"); raw_port=${router_raw##*:}
 sleep 0.5
 
+# Nanoseconds on CPU of a process, its threads and its child processes (nginx's worker).
+cpu_ns() {
+  local total=0 p t
+  for p in "$1" $(pgrep -P "$1" || true); do
+    for t in /proc/"$p"/task/*/schedstat; do total=$((total + $(cut -d' ' -f1 "$t"))); done
+  done
+  echo "$total"
+}
 tokens=$("$bin/bench_proxy_load" tokens "$model")
-lat=$(taskset -c 1 "$bin/bench_proxy_load" latency "$n" "$rounds" direct="$up_port" nginx="$nginx_port" router="$router_port")
+nginx_cpu0=$(cpu_ns "$nginx_pid"); router_cpu0=$(cpu_ns "$router_pid"); raw_cpu0=$(cpu_ns "$raw_pid")
+lat=$(taskset -c 1 "$bin/bench_proxy_load" latency "$n" "$rounds" direct="$up_port" nginx="$nginx_port" \
+  router="$router_port" router_raw="$raw_port")
+served=$((rounds * (n + 50)))
+declare -A cpu=([direct]="-" [nginx]=$((($(cpu_ns "$nginx_pid") - nginx_cpu0) / served / 1000))
+  [router]=$((($(cpu_ns "$router_pid") - router_cpu0) / served / 1000))
+  [router_raw]=$((($(cpu_ns "$raw_pid") - raw_cpu0) / served / 1000)))
 thr() { taskset -c 1 "$bin/bench_proxy_load" throughput "$1" $((2 * n)) 16; }
-declare -A rps=([direct]=$(thr "$up_port") [nginx]=$(thr "$nginx_port") [router]=$(thr "$router_port"))
+declare -A rps=([direct]=$(thr "$up_port") [nginx]=$(thr "$nginx_port") [router]=$(thr "$router_port") [router_raw]="-")
 get() { echo "$1" | grep -o "\"$2\": [0-9.-]*" | cut -d' ' -f2; }
 echo "chat prompts of ~$tokens tokens (shared system prompt + distinct user message); $rounds rounds x $n requests;"
-echo "proxies pinned to core 0, client and upstream to core 1; added = pXX(proxy) - pXX(direct), median of rounds"
-printf '%-8s %9s %9s %10s %10s %11s %11s %9s\n' target p50_us p99_us added_p50 added_p99 paired_p50 paired_p99 req/s
+echo "proxies pinned to core 0, client and upstream to core 1; added = pXX(proxy) - pXX(direct), median of rounds;"
+echo "router_raw: a second router sent the bodies with \"messages\" renamed (no template/tokenize/match: proxying alone)"
+printf '%-10s %9s %9s %10s %10s %11s %11s %9s %11s\n' target p50_us p99_us added_p50 added_p99 paired_p50 paired_p99 req/s cpu_us/req
 while read -r line; do
-  name=$(echo "$line" | grep -o '"target": "[a-z]*"' | cut -d'"' -f4)
-  printf '%-8s %9s %9s %10s %10s %11s %11s %9s\n' "$name" "$(get "$line" p50_us)" "$(get "$line" p99_us)" \
+  name=$(echo "$line" | grep -o '"target": "[a-z_]*"' | cut -d'"' -f4)
+  printf '%-10s %9s %9s %10s %10s %11s %11s %9s %11s\n' "$name" "$(get "$line" p50_us)" "$(get "$line" p99_us)" \
     "$(get "$line" added_p50_us)" "$(get "$line" added_p99_us)" "$(get "$line" paired_p50_us)" \
-    "$(get "$line" paired_p99_us)" "$(get "${rps[$name]}" req_per_s)"
+    "$(get "$line" paired_p99_us)" "$(get "${rps[$name]}" req_per_s)" "${cpu[$name]}"
 done <<<"$lat"
