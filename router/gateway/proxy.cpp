@@ -143,6 +143,29 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
 
 namespace {
 
+// The client request as the replica gets it (only the kForwarded headers).
+http::Request upstream_request(const http::Request& req) {
+  http::Request upstream;
+  upstream.method = req.method;
+  upstream.target = req.target;
+  upstream.body = req.body;
+  for (const auto& name : kForwarded)
+    if (const std::string* v = req.headers.find(name)) upstream.headers.set(name, *v);
+  return upstream;
+}
+
+// A whole (non-streamed) answer as the client gets it.
+http::Response replica_response(const http::ResponseHead& head, std::string body, const std::string& replica) {
+  http::Response response;
+  response.status = head.status;
+  response.body = std::move(body);
+  const std::string* type = head.headers.find("content-type");
+  response.headers.set("content-type", type ? *type : "application/json");
+  response.headers.set("x-kvfleet-replica", replica);
+  if (const std::string* after = head.headers.find("retry-after")) response.headers.set("retry-after", *after);
+  return response;
+}
+
 // What a pooled connection that the replica closed while it sat idle fails with, before any byte
 // of a response arrived: safe to send again on a new connection.
 bool stale_connection_error(const boost::system::system_error& e) {
@@ -202,12 +225,7 @@ awaitable<Gateway::Outcome> Gateway::forward(ReplicaLink& link, const http::Requ
     ~Unhook() { w.on_disconnect([] {}); }
   } unhook{w};
 
-  http::Request upstream;
-  upstream.method = req.method;
-  upstream.target = req.target;
-  upstream.body = req.body;
-  for (const auto& name : kForwarded)
-    if (const std::string* v = req.headers.find(name)) upstream.headers.set(name, *v);
+  const http::Request upstream = upstream_request(req);
   const double started = seconds_now();
   bool connected = false;
   bool failed = false;
@@ -246,12 +264,7 @@ awaitable<Gateway::Outcome> Gateway::forward(ReplicaLink& link, const http::Requ
   }
   link.pool.give_back(std::move(client));  // read to its end: free for the next request
   result.verdict = head.status >= 500 ? Verdict::failure : Verdict::success;
-  http::Response response;
-  response.status = head.status;
-  response.body = std::move(body);
-  response.headers.set("content-type", type ? *type : "application/json");
-  response.headers.set("x-kvfleet-replica", link.url);
-  if (const std::string* after = head.headers.find("retry-after")) response.headers.set("retry-after", *after);
+  http::Response response = replica_response(head, std::move(body), link.url);
   if (retry_overload) {
     metrics_.counter("kvfleet_router_upstream_overloaded_total", "503/429 answers retried on another replica",
                      {{"replica", link.url}, {"status", std::to_string(head.status)}})

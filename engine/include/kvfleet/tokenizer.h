@@ -8,8 +8,10 @@
 //
 // Thread-safety: a loaded Tokenizer is immutable. encode(), decode() and every other const member may
 // be called concurrently from any number of threads on one const Tokenizer (the internal word cache
-// is sharded and locked). A StreamDecoder is a small per-stream object: one thread at a time, and the
-// Tokenizer it refers to must outlive it.
+// is sharded and locked; so is the exact cache of long recurring sections between special tokens,
+// such as a chat prompt's system message: stored on its second sighting, then not re-tokenized).
+// A StreamDecoder is a small per-stream object: one thread at a time, and the Tokenizer it refers to
+// must outlive it.
 #pragma once
 
 #include "kvfleet/block_hash.h"  // TokenId
