@@ -85,6 +85,8 @@ Gateway::Gateway(RouterConfig config)
 Gateway::~Gateway() {
   stopping_ = true;
   server_->stop(std::chrono::milliseconds(0));
+  // Pooled upstream sockets belong to the io_context: close them while it still exists.
+  for (const auto& link : links_) link->pool.clear();
   server_.reset();  // destroys the io_context, and with it the suspended background loops
 }
 
