@@ -40,7 +40,8 @@ PolicyRun run_policy(const CompareOptions& o, const std::string& policy) {
   fc.policy = policy;
   fc.replica_flags = o.replica_flags;
   fc.replica_flags.push_back("--block-size=" + std::to_string(o.block_size));
-  fc.router_flags = {"--block-size=" + std::to_string(o.block_size)};
+  fc.router_flags = o.router_flags;
+  fc.router_flags.push_back("--block-size=" + std::to_string(o.block_size));
   fc.log_dir = fs::path(o.out_dir) / "logs";
   std::cerr << "== " << policy << ": starting " << o.replicas << " replicas and the router\n";
   Fleet fleet(fc);
@@ -97,6 +98,8 @@ void add_compare_flags(CLI::App& app, CompareOptions& o) {
   app.add_option("--replicas", o.replicas, "Replicas per fleet")->check(CLI::PositiveNumber);
   app.add_option("--policies", o.policies, "Router policies, in order")->delimiter(',');
   app.add_option("--replica-flag", o.replica_flags, "A flag for every replica, e.g. --replica-flag=--num-kv-blocks=256")
+      ->allow_extra_args(false);
+  app.add_option("--router-flag", o.router_flags, "A flag for the router, e.g. --router-flag=--http-threads=1")
       ->allow_extra_args(false);
   app.add_option("--block-size", o.block_size, "KV block size of replicas and router");
   app.add_option("--out-dir", o.out_dir, "Report folder");

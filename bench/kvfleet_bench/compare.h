@@ -25,6 +25,7 @@ struct CompareOptions {
   int replicas = 4;
   std::vector<std::string> policies{"cache_aware", "round_robin", "least_load"};
   std::vector<std::string> replica_flags;  // passed to every replica, e.g. --num-kv-blocks=256
+  std::vector<std::string> router_flags;   // passed to the router
   std::int32_t block_size = 16;
   std::string out_dir = "routing-report";
 };
