@@ -160,3 +160,18 @@ TEST_CASE("multi-turn chat: each turn carries the conversation so far, answers i
   CHECK(messages[2].at("content") == "t0t1");
   CHECK(messages[3].at("content") == " second question");
 }
+
+TEST_CASE("two thousand concurrent streams from one thread") {
+  REQUIRE(raise_open_file_limit() >= 4200);  // both ends of every connection live in this process
+  StreamScript script;
+  script.first = std::chrono::milliseconds(1500);  // every stream is open at once before any token comes
+  script.gap = std::chrono::milliseconds(10);
+  script.tokens = 2;
+  StandInServer server(script);
+  const RunOutput run = run_benchmark(config_for(server.url(), "/v1/completions"), single_turns(2000, 2));
+  const BenchResult b = compute_result(run, Goodput{});
+  CHECK(b.completed == 2000);
+  CHECK(b.failed == 0);
+  CHECK(run.max_in_flight == 2000);
+  CHECK(b.total_output_tokens == 4000);
+}
