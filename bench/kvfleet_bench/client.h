@@ -38,6 +38,7 @@ struct RequestResult {
   std::int64_t output_tokens = 0;
   std::string text;      // generated text (multi-turn feeds it back)
   std::string replica;   // the router's x-kvfleet-replica header
+  int group = -1;        // the workload chain's group (shared prefix), for per-group analysis
 };
 
 struct ClientConfig {

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "bench/kvfleet_bench/fleet.h"
@@ -53,7 +54,7 @@ PolicyRun run_policy(const CompareOptions& o, const std::string& policy) {
   so.plot_dir.clear();
   ServeReport report = run_serve(so, std::cerr);
   fleet.stop();
-  PolicyRun run{{policy, report.result}, {}, {}};
+  PolicyRun run{{policy, report.result, replicas_per_group(report.run)}, {}, {}};
   for (const RequestResult& r : report.run.results)
     if (r.success) run.ttft_ms.push_back(r.ttft * 1000);
   for (const std::string& url : fleet.replica_urls()) {
@@ -105,6 +106,15 @@ void add_compare_flags(CLI::App& app, CompareOptions& o) {
   app.add_option("--out-dir", o.out_dir, "Report folder");
 }
 
+double replicas_per_group(const RunOutput& run) {
+  std::map<int, std::set<std::string>> groups;
+  for (const RequestResult& r : run.results)
+    if (r.success && r.group >= 0) groups[r.group].insert(r.replica);
+  double sum = 0;
+  for (const auto& [group, replicas] : groups) sum += static_cast<double>(replicas.size());
+  return groups.empty() ? 0 : sum / static_cast<double>(groups.size());
+}
+
 double best_hit_rate(const Workload& workload, const Tokenizer& tokenizer, std::int32_t block_size) {
   std::map<int, std::vector<std::vector<TokenId>>> groups;
   double queries = 0, hits = 0;
@@ -137,15 +147,15 @@ std::string markdown_report(const CompareOptions& o, const std::vector<PolicyOut
                       w.prompts_per_group, w.system_prompt_len, w.question_len, w.output_len);
   md += fmt::format(", request rate {}, max concurrency {}, seed {}. Best achievable hit rate: {}.\n\n",
                     o.serve.request_rate, o.serve.max_concurrency, o.serve.seed, percent(best));
-  md += "| policy | req/s | output tok/s | TTFT p50 (ms) | TTFT p99 (ms) | E2EL p50 (ms) | hit rate | preemptions | failed | requests per replica |\n";
-  md += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+  md += "| policy | req/s | output tok/s | TTFT p50 (ms) | TTFT p99 (ms) | E2EL p50 (ms) | hit rate | replicas per group | preemptions | failed | requests per replica |\n";
+  md += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
   for (const PolicyOutcome& p : outcomes) {
     const BenchResult& b = p.result;
     std::string load;
     for (const auto& [url, n] : b.per_replica) load += (load.empty() ? "" : " / ") + std::to_string(n);
-    md += fmt::format("| {} | {:.2f} | {:.1f} | {:.0f} | {:.0f} | {:.0f} | {} | {:.0f} | {} | {} |\n", p.policy,
+    md += fmt::format("| {} | {:.2f} | {:.1f} | {:.0f} | {:.0f} | {:.0f} | {} | {:.2f} | {:.0f} | {} | {} |\n", p.policy,
                       b.request_throughput, b.output_throughput, b.ttft_ms.p50, b.ttft_ms.p99, b.e2el_ms.p50,
-                      b.prefix_cache_hit_rate() ? percent(*b.prefix_cache_hit_rate()) : "n/a",
+                      b.prefix_cache_hit_rate() ? percent(*b.prefix_cache_hit_rate()) : "n/a", p.replicas_per_group,
                       b.fleet ? b.fleet->preemptions : 0.0, b.failed, load);
   }
   const PolicyOutcome* ca = nullptr;

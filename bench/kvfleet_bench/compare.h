@@ -33,7 +33,11 @@ struct CompareOptions {
 struct PolicyOutcome {
   std::string policy;
   BenchResult result;
+  double replicas_per_group = 0;  // distinct replicas that served a group, averaged over groups
 };
+
+// For grouped workloads: how many distinct replicas served each group, averaged (1 is the ideal).
+double replicas_per_group(const RunOutput& run);
 
 void add_compare_flags(CLI::App& app, CompareOptions& options);
 

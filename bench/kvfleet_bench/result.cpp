@@ -166,7 +166,7 @@ json::object result_json(const BenchResult& b, const RunInfo& info, const RunOut
   o["prefix_cache_hit_rate"] = rate ? json::value(*rate) : json::value(nullptr);
   o["preemptions"] = b.fleet ? json::value(b.fleet->preemptions) : json::value(nullptr);
   if (detailed) {
-    json::array input_lens, output_lens, ttfts, itls, errors_list, replica_list;
+    json::array input_lens, output_lens, ttfts, itls, errors_list, replica_list, groups;
     for (const RequestResult& r : run.results) {
       input_lens.push_back(r.prompt_tokens);
       output_lens.push_back(r.output_tokens);
@@ -175,6 +175,7 @@ json::object result_json(const BenchResult& b, const RunInfo& info, const RunOut
       itls.push_back(std::move(gaps));
       errors_list.push_back(json::string(r.success ? "" : r.error_kind + ": " + r.error));
       replica_list.push_back(json::string(r.replica));
+      groups.push_back(r.group);
     }
     o["input_lens"] = std::move(input_lens);
     o["output_lens"] = std::move(output_lens);
@@ -182,6 +183,7 @@ json::object result_json(const BenchResult& b, const RunInfo& info, const RunOut
     o["itls"] = std::move(itls);
     o["errors"] = std::move(errors_list);
     o["replicas"] = std::move(replica_list);
+    o["groups"] = std::move(groups);
   }
   return o;
 }

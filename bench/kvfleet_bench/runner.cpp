@@ -79,6 +79,7 @@ asio::awaitable<void> run_chain(RunState& s, std::size_t chain_index) {
     s.max_in_flight = std::max(s.max_in_flight, ++s.progress.in_flight);
     const std::string body = request_body(s.config, history, turn, s.config.target.chat());
     RequestResult& result = s.results[s.first_result[chain_index] + t];
+    result.group = chain.group;
     co_await stream_request(s.config.target, body, s.start, s.config.client, result);
     --s.progress.in_flight;
     ++s.progress.done;

@@ -26,7 +26,7 @@ void add_serve_flags(CLI::App& app, ServeOptions& o) {
   app.add_option("--model-dir", o.model_dir, "Model directory to take the tokenizer from");
   app.add_option("--dataset-name", w.dataset, "random, shared-prefix, multi-turn or trace")
       ->check(CLI::IsMember({"random", "shared-prefix", "multi-turn", "trace"}));
-  app.add_option("--num-prompts", w.num_prompts, "Requests (random); shared-prefix: groups x prompts per group");
+  app.add_option("--num-prompts", w.num_prompts, "random: requests (shared-prefix: groups x prompts per group; multi-turn: sessions x turns; trace: its lines)");
   app.add_option("--request-rate", o.request_rate, "Requests per second (inf: all at once)");
   app.add_option("--burstiness", o.burstiness, "Gamma shape of the gaps (1: Poisson)");
   app.add_option("--max-concurrency", o.max_concurrency, "Most requests in flight (0: no cap)");

@@ -82,7 +82,7 @@ TEST_CASE("the result JSON has exactly vllm's keys where they overlap, plus ours
   CHECK(o.at("max_concurrency") == 4);
 
   const boost::json::object detailed = result_json(b, RunInfo{}, run, true);
-  for (const char* k : {"input_lens", "output_lens", "ttfts", "itls", "errors", "replicas"}) CHECK(detailed.contains(k));
+  for (const char* k : {"input_lens", "output_lens", "ttfts", "itls", "errors", "replicas", "groups"}) CHECK(detailed.contains(k));
   CHECK(detailed.at("ttfts").as_array().size() == 3);
 }
 
@@ -183,4 +183,18 @@ TEST_CASE("SVG charts: one polyline per series, one bar per value, escaped text"
   CHECK(line.find("a&lt;b") != std::string::npos);
   const std::string bars = render_svg(BarChart{"b", "y", {"p", "q"}, {{"s1", {}, {1, 2}}, {"s2", {}, {3, 4}}}});
   CHECK(count(bars, "<rect x=") == 4 + 1 + 2);  // bars + plot frame + legend swatches
+}
+
+TEST_CASE("replicas per group: distinct replicas that served each group, averaged") {
+  RunOutput run;
+  auto on = [](int group, const char* replica) {
+    RequestResult r = done(0, 0.1, {}, 1);
+    r.group = group;
+    r.replica = replica;
+    return r;
+  };
+  run.results = {on(0, "a"), on(0, "a"), on(0, "b"), on(1, "c"), on(1, "c"), on(-1, "d")};
+  CHECK(replicas_per_group(run) == doctest::Approx(1.5));  // group 0 on a and b, group 1 on c only
+  const std::string md = markdown_report(CompareOptions{}, {PolicyOutcome{"cache_aware", BenchResult{}, 1.5}}, 0.5);
+  CHECK(md.find("| cache_aware | 0.00 | 0.0 | 0 | 0 | 0 | n/a | 1.50 | 0 | 0 |  |") != std::string::npos);
 }
