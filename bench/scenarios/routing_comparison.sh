@@ -21,10 +21,11 @@ if [ ! -f "$model/config.json" ]; then
   "$bin/kvfleet" make-model --arch qwen2 --layers 4 --hidden 128 --intermediate 256 --heads 4 --kv-heads 2 \
     --dtype bfloat16 --tie --seed 1 --tokenizer "$tok" --out "$model"
 fi
+# A stream that stalls for 60 s counts as a timeout error (one run saw 2 of 256 streams hang in the router).
 # The router runs one HTTP thread: with more, it crashed under this load ("pure virtual method called",
 # reported to its owner); every policy gets the same router settings.
 exec nice -n 10 "$bin/kvfleet-bench" compare-routing --model "$model" --replicas 4 \
   --shared-prefix-num-groups 16 --shared-prefix-prompts-per-group 16 --system-prompt-len 1024 \
   --question-len 64 --output-len 16 --max-concurrency 16 --seed 1 \
   --replica-flag=--cpu-threads=1 --replica-flag=--num-kv-blocks=320 --router-flag=--http-threads=1 \
-  --out-dir "$out" "$@"
+  --request-timeout 60 --out-dir "$out" "$@"
