@@ -19,7 +19,7 @@ std::function<void(const Progress&)> progress_printer(std::ostream& out, bool te
   return [&out, terminal, last_decile](const Progress& p) {
     const bool finished = p.done == p.total;
     if (terminal) {
-      out << "\r" << progress_bar(p, 30) << (finished ? "\n" : "") << std::flush;
+      out << "\r" << progress_bar(p, 30) << "\033[K" << (finished ? "\n" : "") << std::flush;  // K: clear the rest
       return;
     }
     const int decile = p.total == 0 ? 10 : static_cast<int>(p.done * 10 / p.total);
