@@ -166,13 +166,14 @@ json::object result_json(const BenchResult& b, const RunInfo& info, const RunOut
   o["prefix_cache_hit_rate"] = rate ? json::value(*rate) : json::value(nullptr);
   o["preemptions"] = b.fleet ? json::value(b.fleet->preemptions) : json::value(nullptr);
   if (detailed) {
-    json::array input_lens, output_lens, ttfts, itls, errors_list, replica_list, groups;
+    json::array input_lens, output_lens, ttfts, itls, texts, errors_list, replica_list, groups;
     for (const RequestResult& r : run.results) {
       input_lens.push_back(r.prompt_tokens);
       output_lens.push_back(r.output_tokens);
       ttfts.push_back(r.ttft);
       json::array gaps(r.itl.begin(), r.itl.end());
       itls.push_back(std::move(gaps));
+      texts.push_back(json::string(r.text));
       errors_list.push_back(json::string(r.success ? "" : r.error_kind + ": " + r.error));
       replica_list.push_back(json::string(r.replica));
       groups.push_back(r.group);
@@ -181,6 +182,7 @@ json::object result_json(const BenchResult& b, const RunInfo& info, const RunOut
     o["output_lens"] = std::move(output_lens);
     o["ttfts"] = std::move(ttfts);
     o["itls"] = std::move(itls);
+    o["generated_texts"] = std::move(texts);
     o["errors"] = std::move(errors_list);
     o["replicas"] = std::move(replica_list);
     o["groups"] = std::move(groups);

@@ -55,7 +55,7 @@ BenchResult compute_result(const RunOutput& run, const Goodput& goodput);
 std::vector<double> output_tokens_per_second(const RunOutput& run);
 
 // vllm's keys plus ours; `detailed` adds the per-request arrays (input_lens, output_lens, ttfts, itls,
-// errors; ours: replicas, groups) that `vllm bench serve --save-detailed` writes.
+// generated_texts, errors; ours: replicas, groups) that `vllm bench serve --save-detailed` writes.
 boost::json::object result_json(const BenchResult& result, const RunInfo& info, const RunOutput& run, bool detailed);
 
 // The table `vllm bench serve` prints.

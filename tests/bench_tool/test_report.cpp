@@ -82,7 +82,7 @@ TEST_CASE("the result JSON has exactly vllm's keys where they overlap, plus ours
   CHECK(o.at("max_concurrency") == 4);
 
   const boost::json::object detailed = result_json(b, RunInfo{}, run, true);
-  for (const char* k : {"input_lens", "output_lens", "ttfts", "itls", "errors", "replicas", "groups"}) CHECK(detailed.contains(k));
+  for (const char* k : {"input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors", "replicas", "groups"}) CHECK(detailed.contains(k));
   CHECK(detailed.at("ttfts").as_array().size() == 3);
 }
 
