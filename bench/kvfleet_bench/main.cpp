@@ -1,0 +1,31 @@
+// kvfleet-bench: `serve` (the load generator, flags as in `vllm bench serve`) and `compare-routing`
+// (the same workload through a fresh loopback fleet per router policy, one report).
+#include <CLI/CLI.hpp>
+#include <exception>
+#include <iostream>
+
+#include "bench/kvfleet_bench/compare.h"
+#include "bench/kvfleet_bench/serve.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvfleet-bench: load generator and routing comparison for OpenAI-compatible servers"};
+  app.require_subcommand(1);
+  kvfleet::bench::ServeOptions serve;
+  CLI::App* serve_cmd = app.add_subcommand("serve", "Benchmark one endpoint (vllm bench serve's flags)");
+  kvfleet::bench::add_serve_flags(*serve_cmd, serve);
+  kvfleet::bench::CompareOptions compare;
+  compare.serve.workload.dataset = "shared-prefix";
+  CLI::App* compare_cmd = app.add_subcommand("compare-routing", "Start a fleet per router policy and compare them");
+  kvfleet::bench::add_compare_flags(*compare_cmd, compare);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (serve_cmd->parsed()) {
+      const kvfleet::bench::ServeReport report = kvfleet::bench::run_serve(serve, std::cout);
+      return report.result.completed > 0 ? 0 : 1;
+    }
+    return kvfleet::bench::run_compare(compare);
+  } catch (const std::exception& e) {
+    std::cerr << "kvfleet-bench: " << e.what() << "\n";
+    return 2;
+  }
+}

@@ -1,0 +1,71 @@
+// Workloads: what to send, independent of how fast. A Workload is a list of Chains; a chain is one
+// arrival (a session) whose turns run one after another, each turn extending the conversation. Every
+// dataset but multi-turn has one turn per chain.
+//
+// Prompt text is built from "word tokens": vocabulary entries that decode to a space plus lowercase
+// letters and encode back to themselves alone. Such words never merge across the space, so a text of
+// N words is exactly N tokens and any concatenation keeps the counts (a system prompt plus a
+// question is system_tokens + question_tokens).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvfleet/tokenizer.h"
+
+namespace kvfleet::bench {
+
+struct Turn {
+  std::string user_text;  // the prompt (single turn) or the new user message
+  std::int32_t user_tokens = 0;
+  std::int32_t output_len = 0;
+};
+
+struct Chain {
+  std::string system_text;  // shared prefix (shared-prefix groups, trace prefix ids); may be empty
+  std::int32_t system_tokens = 0;
+  std::vector<Turn> turns;
+  int group = -1;                 // shared-prefix group or trace prefix id index; -1: none
+  std::optional<double> arrival;  // trace replay: seconds after the first request
+};
+
+struct Workload {
+  std::string name;
+  std::vector<Chain> chains;
+  std::size_t request_count() const;
+};
+
+struct WorkloadOptions {
+  std::string dataset = "random";  // random | shared-prefix | multi-turn | trace
+  std::size_t num_prompts = 1000;
+  std::uint64_t seed = 0;
+  std::int32_t random_input_len = 1024, random_output_len = 128;
+  double random_range_ratio = 0.0;
+  // SGLang's generated-shared-prefix defaults.
+  std::int32_t num_groups = 64, prompts_per_group = 16, system_prompt_len = 2048, question_len = 128,
+               output_len = 256;
+  std::int32_t num_sessions = 16, turns = 4;  // multi-turn: each turn random_input_len user tokens
+  std::string trace_file;                     // JSONL: timestamp, input_len, output_len[, prefix_id, prefix_len]
+};
+
+class PromptBuilder {
+ public:
+  explicit PromptBuilder(const Tokenizer& tokenizer);
+  // `tokens` word tokens drawn uniformly, each with its leading space.
+  std::string text(std::int32_t tokens, std::mt19937_64& rng) const;
+  std::size_t vocabulary_size() const { return words_.size(); }
+
+ private:
+  std::vector<std::string> words_;
+};
+
+// Throws std::invalid_argument on a bad option or trace line (naming the line).
+Workload make_workload(const WorkloadOptions& options, const PromptBuilder& prompts);
+
+// The first `tokens` words of a word-token text.
+std::string first_words(const std::string& text, std::int32_t tokens);
+
+}  // namespace kvfleet::bench
