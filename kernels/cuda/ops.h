@@ -80,4 +80,16 @@ void paged_attention(const AttentionArgs& a, KvLayer cache, void* workspace, cud
 void argmax_rows(const float* logits, std::int64_t rows, std::int64_t vocab, std::int32_t* out,
                  cudaStream_t stream);
 
+// Sampling with the semantics of kvfleet::sample(): one row of parameters per logits row.  (sampling.cu)
+struct SampleRow {
+  float temperature = 1.0f;  // 0: greedy
+  std::int32_t top_k = 0;    // 0 or -1: off
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  std::uint64_t seed = 0, draw_index = 0;
+};
+std::size_t sample_workspace_bytes(std::int64_t rows, std::int64_t vocab);
+void sample_rows(const float* logits, std::int64_t rows, std::int64_t vocab, const SampleRow* d_rows, void* workspace,
+                 std::int32_t* out, cudaStream_t stream);
+
 }  // namespace kvfleet::cuda
