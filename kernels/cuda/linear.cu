@@ -77,7 +77,11 @@ __global__ void add_bias_kernel(float* y, std::int64_t rows, std::int64_t out, c
 void linear(const float* x, std::int64_t rows, std::int64_t in, WeightRef w, std::int64_t out, WeightRef bias,
             float* y, cudaStream_t stream) {
   if (rows == 0 || out == 0) return;
-  if (bias.data && bias.dtype != w.dtype) throw std::invalid_argument("linear: bias dtype differs from the weight's");
+  // A bias in another dtype than the weight (rare) is added by a second kernel: one instantiation per dtype.
+  if (bias.data && bias.dtype != w.dtype) {
+    linear(x, rows, in, w, out, {}, y, stream);
+    return add_bias(y, rows, out, bias, stream);
+  }
   // Depends on the weight alone, never on x or the batch: both paths sum in the same order anyway.
   const bool vec = in % 8 == 0 && reinterpret_cast<std::uintptr_t>(w.data) % 16 == 0;
   const dim3 grid(static_cast<unsigned>((out + kWarps - 1) / kWarps), static_cast<unsigned>((rows + kRows - 1) / kRows));

@@ -78,7 +78,7 @@ TEST_CASE("cuda: ModelRunner logits match the CPU backend on tiny random models"
       // max|diff| / max|logit|. fp32: 1e-4, the transformers parity goal. bf16 checkpoints: the GPU keeps
       // K/V in bf16 (and cuBLAS rounds activations to bf16), the CPU in fp32: 3e-2.
       const double ratio = max_ratio(got, want);
-      MESSAGE(name << (invariant ? " invariant" : " cublas") << ": max|diff|/max|logit| = " << ratio);
+      MESSAGE(name << std::string(invariant ? " invariant" : " cublas") << ": max|diff|/max|logit| = " << ratio);
       CHECK(ratio < (v.o.dtype == DType::f32 ? 1e-4 : 3e-2));
     }
   }
