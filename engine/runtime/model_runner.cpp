@@ -160,7 +160,8 @@ std::vector<float> ModelRunner::forward(const ForwardBatch& batch) {
   up(s.tables, tables);
   up(s.logit_rows, logit_rows);
   const AttentionMeta meta{rows, s.positions, s.slots, s.table_offsets, s.tables,
-                           *std::max_element(positions.begin(), positions.end())};
+                           *std::max_element(positions.begin(), positions.end()),
+                           static_cast<std::int32_t>(batch.chunks.size())};
 
   backend_.embedding(weights_->embed, c.hidden_size, s.ids, rows, s.residual);
   for (std::int64_t li = 0; li < c.num_layers; ++li) run_layer(li, rows, meta);

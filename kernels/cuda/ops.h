@@ -76,6 +76,12 @@ std::size_t paged_attention_workspace_bytes(std::int64_t rows, std::int64_t num_
                                             std::int32_t max_position);
 void paged_attention(const AttentionArgs& a, KvLayer cache, void* workspace, cudaStream_t stream);
 
+// The same attention on tensor cores, flash-attention style, for prefill-heavy steps (prefill_attention.cu).
+// Needs a bf16 cache and head_dim % 16 == 0 (<= 256). Not batch-invariant: a row's sums depend on which
+// rows share its 16-row tile, so the backend uses it only with batch_invariant off.
+bool prefill_attention_supported(const KvLayer& cache);
+void prefill_attention(const AttentionArgs& a, KvLayer cache, cudaStream_t stream);
+
 // out[r] = argmax of logits row r (ties: the lowest id), as sample() does at temperature 0.  (argmax.cu)
 void argmax_rows(const float* logits, std::int64_t rows, std::int64_t vocab, std::int32_t* out,
                  cudaStream_t stream);

@@ -4,7 +4,8 @@
 // (partition, head, row) computes scores into shared memory, their max and exp-sum, and the unnormalised
 // weighted sum of V; a second kernel merges the partitions in order (the split-K "reduce" step). Because
 // the cuts depend only on the position, a row's result never depends on the batch or on chunking.
-// Not yet on tensor cores: prefill re-reads K/V per query row (issue 9 replaces it with a flash kernel).
+// The batch-invariant path, and decode's: prefill rows re-read K/V per row. prefill_attention.cu is the
+// tensor-core (flash) kernel the fast mode uses for prefill-heavy steps.
 #include <algorithm>
 #include <cfloat>
 

@@ -73,6 +73,7 @@ void check_attention(const Dims& d) {
   const AttentionMeta meta{rows, d_pos.get(), d_slots.get(), d_off.get(), d_tab.get(), max_pos};
 
   const bool bf16_cache = d.weights != DType::f32;
+  const std::vector<float> q_raw_host = q;  // before rope_store_kv rotates q in place
   cpu->rope_store_kv(layer, inv_freq.data(), q.data(), k.data(), v.data(), d.heads, host_meta);
   gpu->rope_store_kv(layer, d_inv.get(), d_q.get(), d_k.get(), d_v.get(), d.heads, meta);
   CHECK(test::rel_error(d_q.host(), q) < 1e-6);  // cosf/sinf vs std::cos/sin: an ulp or two
@@ -91,6 +92,25 @@ void check_attention(const Dims& d) {
   const auto batch = d_out.host();
   // f32 cache: fp32 sums in another order. bf16 cache: K and V rounded to bf16 (the CPU keeps fp32).
   CHECK(test::rel_error(batch, out) < (bf16_cache ? 2e-2 : 1e-5));
+
+  // The tensor-core prefill kernel (fast mode, bf16 cache): q and P rounded to bf16 on top.
+  if (bf16_cache) {
+    BackendOptions fast_options;
+    fast_options.batch_invariant = false;
+    auto fast = make_cuda_backend(fast_options);
+    fast->upload_weight(dummy.view);
+    fast->allocate_kv_cache(shape);
+    DeviceVec<float> fk(*fast, k), fv(*fast, v), finv(*fast, inv_freq), fout(*fast, out.size());
+    DeviceVec<float> q_raw(*fast, q_raw_host);
+    DeviceVec<std::int32_t> fpos(*fast, s.positions), foff(*fast, s.table_offsets), ftab(*fast, s.tables);
+    DeviceVec<std::int64_t> fslots(*fast, s.slots);
+    const AttentionMeta fmeta{rows, fpos.get(), fslots.get(), foff.get(), ftab.get(), max_pos, 3};
+    fast->rope_store_kv(layer, finv.get(), q_raw.get(), fk.get(), fv.get(), d.heads, fmeta);
+    fast->paged_attention(layer, q_raw.get(), d.heads, fmeta, scale, fout.get());
+    const double err = test::rel_error(fout.host(), out);
+    MESSAGE("tensor-core prefill attention vs CPU: " << err);
+    CHECK(err < 3e-2);
+  }
 
   // A row alone (decode-style, one row, max_position unknown to the backend) equals its row in the batch.
   for (std::int64_t r : {std::int64_t{699}, std::int64_t{255}, std::int64_t{256}, rows - 1}) {

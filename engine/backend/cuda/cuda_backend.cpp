@@ -157,9 +157,15 @@ class CudaBackend final : public Backend {
     a.max_position = meta.max_position >= 0 ? meta.max_position : read_max_position(meta);
     a.scale = scale;
     a.out = out;
+    const cuda::KvLayer cache = layer_view(layer);
+    // Tensor cores for prefill-heavy steps (16-row tiles pay from ~4 rows per sequence), in the fast mode
+    // only: the flash kernel's sums depend on the tile, so the invariant mode keeps the partitioned one.
+    if (!options_.batch_invariant && meta.num_seqs > 0 && meta.rows >= 4 * std::int64_t{meta.num_seqs} &&
+        cuda::prefill_attention_supported(cache))
+      return cuda::prefill_attention(a, cache, stream_);
     void* ws = attn_ws_.reserve(
         cuda::paged_attention_workspace_bytes(meta.rows, num_heads, shape_.head_dim, a.max_position));
-    cuda::paged_attention(a, layer_view(layer), ws, stream_);
+    cuda::paged_attention(a, cache, ws, stream_);
   }
   void synchronize() override { KVF_CUDA(cudaStreamSynchronize(stream_)); }
 

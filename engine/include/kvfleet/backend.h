@@ -29,6 +29,9 @@ struct AttentionMeta {
   // Host copy of max(positions) when the caller knows it (-1: unknown). Lets a device backend size its
   // launch without reading d_positions back; the CPU backend ignores it.
   std::int32_t max_position = -1;
+  // Host count of the sequences the rows belong to (-1: unknown). Rows per sequence tell a device backend
+  // whether the step is prefill-heavy (a tensor-core prefill kernel pays) or decode rows.
+  std::int32_t num_seqs = -1;
 };
 
 struct KvCacheShape {
