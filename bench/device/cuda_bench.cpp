@@ -49,16 +49,27 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument(k + " needs a value");
       return argv[++i];
     };
-    if (k == "--model-dir") a.model_dir = next();
-    else if (k == "--out") a.out = next();
-    else if (k == "--batches") { a.batches.clear(); for (auto& b : split(next())) a.batches.push_back(std::stoi(b)); }
-    else if (k == "--context") a.context = std::stoi(next());
-    else if (k == "--steps") a.steps = std::stoi(next());
-    else if (k == "--prefill") a.prefill = std::stoi(next());
-    else if (k == "--modes") a.modes = split(next());
-    else if (k == "--backend") a.backend = next();
-    else if (k == "--small") a.small = true;
-    else throw std::invalid_argument("unknown argument " + k);
+    if (k == "--model-dir")
+      a.model_dir = next();
+    else if (k == "--out")
+      a.out = next();
+    else if (k == "--batches") {
+      a.batches.clear();
+      for (auto& b : split(next())) a.batches.push_back(std::stoi(b));
+    } else if (k == "--context")
+      a.context = std::stoi(next());
+    else if (k == "--steps")
+      a.steps = std::stoi(next());
+    else if (k == "--prefill")
+      a.prefill = std::stoi(next());
+    else if (k == "--modes")
+      a.modes = split(next());
+    else if (k == "--backend")
+      a.backend = next();
+    else if (k == "--small")
+      a.small = true;
+    else
+      throw std::invalid_argument("unknown argument " + k);
   }
   return a;
 }
@@ -126,8 +137,8 @@ Result time_decode(ModelRunner& runner, int batch, int context, int steps) {
 Result time_prefill(ModelRunner& runner, int length, int repeats) {
   std::vector<TokenId> prompt(static_cast<std::size_t>(length));
   for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<TokenId>((i * 104729 + 7) % 1000);
-  std::vector<std::int32_t> table(static_cast<std::size_t>((length + runner.options().block_size - 1) /
-                                                           runner.options().block_size));
+  std::vector<std::int32_t> table(
+      static_cast<std::size_t>((length + runner.options().block_size - 1) / runner.options().block_size));
   std::iota(table.begin(), table.end(), 0);
   ForwardBatch fb;
   fb.chunks.push_back({prompt, 0, table, SeqChunk::Logits::last});
@@ -146,9 +157,10 @@ Result time_prefill(ModelRunner& runner, int length, int repeats) {
 void write_json(const Args& a, const ModelConfig& c, double weight_gb, const std::vector<Result>& results) {
   if (a.out.empty()) return;
   std::ofstream f(a.out);
-  f << "{\"model\": {\"layers\": " << c.num_layers << ", \"hidden\": " << c.hidden_size << ", \"heads\": "
-    << c.num_heads << ", \"kv_heads\": " << c.num_kv_heads << ", \"intermediate\": " << c.intermediate_size
-    << ", \"vocab\": " << c.vocab_size << ", \"dtype\": \"bf16\", \"weight_gb\": " << weight_gb << "},\n"
+  f << "{\"model\": {\"layers\": " << c.num_layers << ", \"hidden\": " << c.hidden_size
+    << ", \"heads\": " << c.num_heads << ", \"kv_heads\": " << c.num_kv_heads
+    << ", \"intermediate\": " << c.intermediate_size << ", \"vocab\": " << c.vocab_size
+    << ", \"dtype\": \"bf16\", \"weight_gb\": " << weight_gb << "},\n"
     << " \"backend\": \"" << a.backend << "\", \"context\": " << a.context << ", \"steps\": " << a.steps
     << ",\n \"results\": [\n";
   for (std::size_t i = 0; i < results.size(); ++i) {
@@ -166,10 +178,11 @@ int run(const Args& a) {
     make_model(llama_1b_shape(a.small), a.model_dir);
   const Model model = Model::load(a.model_dir);
   const ModelConfig& c = model.config();
-  const double params = static_cast<double>(c.vocab_size * c.hidden_size) +
-                        static_cast<double>(c.num_layers) *
-                            static_cast<double>(c.hidden_size * (2 * c.num_heads * c.head_dim + 2 * c.num_kv_heads * c.head_dim) +
-                                                3 * c.hidden_size * c.intermediate_size);
+  const double params =
+      static_cast<double>(c.vocab_size * c.hidden_size) +
+      static_cast<double>(c.num_layers) *
+          static_cast<double>(c.hidden_size * (2 * c.num_heads * c.head_dim + 2 * c.num_kv_heads * c.head_dim) +
+                              3 * c.hidden_size * c.intermediate_size);
   std::printf("model ready in %.1f s: %.2f B parameters (%.2f GB bf16)\n", seconds_since(t_make), params / 1e9,
               params * 2 / 1e9);
   const int max_batch = *std::max_element(a.batches.begin(), a.batches.end());
@@ -205,8 +218,8 @@ int run(const Args& a) {
   std::printf("\n%-10s %-8s %6s %12s %14s\n", "mode", "kind", "batch", "tokens/s", "ms/step");
   for (const Result& r : results) {
     const double step_ms = 1e3 * r.seconds / (r.kind == "decode" ? r.tokens / r.batch : r.tokens / a.prefill);
-    std::printf("%-10s %-8s %6d %12.1f %14.2f\n", r.mode.c_str(), r.kind.c_str(), r.kind == "decode" ? r.batch : a.prefill,
-                r.tokens_per_s, step_ms);
+    std::printf("%-10s %-8s %6d %12.1f %14.2f\n", r.mode.c_str(), r.kind.c_str(),
+                r.kind == "decode" ? r.batch : a.prefill, r.tokens_per_s, step_ms);
   }
   std::printf("(forward() as the engine calls it: metadata upload and the fp32 logits copy to the host included)\n");
   write_json(a, c, params * 2 / 1e9, results);

@@ -18,8 +18,8 @@ void embedding(WeightRef table, std::int64_t dim, const std::int32_t* ids, std::
                cudaStream_t stream) {
   if (n == 0) return;
   KVF_DISPATCH_DTYPE(table.dtype, T,
-                     embedding_kernel<T><<<static_cast<unsigned>(n), 256, 0, stream>>>(
-                         static_cast<const T*>(table.data), dim, ids, out));
+                     embedding_kernel<T>
+                     <<<static_cast<unsigned>(n), 256, 0, stream>>>(static_cast<const T*>(table.data), dim, ids, out));
   check_launch("embedding_kernel");
 }
 

@@ -12,8 +12,8 @@
 namespace kvfleet::cuda {
 namespace {
 
-constexpr int kRows = 8;       // rows per tile: each weight chunk is loaded once for all of them
-constexpr int kWarps = 4;      // output features per block
+constexpr int kRows = 8;   // rows per tile: each weight chunk is loaded once for all of them
+constexpr int kWarps = 4;  // output features per block
 
 // Eight consecutive weights widened to fp32. `vec`: the row is 16-byte aligned and in % 8 == 0.
 template <typename W>
@@ -35,9 +35,9 @@ __device__ __forceinline__ void load8(const W* w, std::int64_t k, std::int64_t i
 }
 
 template <typename W>
-__global__ void __launch_bounds__(kWarps * 32) linear_kernel(const float* x, std::int64_t rows, std::int64_t in,
-                                                             const W* w, std::int64_t out, const W* bias, float* y,
-                                                             bool vec) {
+__global__ void __launch_bounds__(kWarps * 32)
+    linear_kernel(const float* x, std::int64_t rows, std::int64_t in, const W* w, std::int64_t out, const W* bias,
+                  float* y, bool vec) {
   const int lane = threadIdx.x % 32;
   const std::int64_t n = blockIdx.x * static_cast<std::int64_t>(kWarps) + threadIdx.x / 32;
   const std::int64_t r0 = blockIdx.y * static_cast<std::int64_t>(kRows);
@@ -74,8 +74,8 @@ __global__ void add_bias_kernel(float* y, std::int64_t rows, std::int64_t out, c
 
 }  // namespace
 
-void linear(const float* x, std::int64_t rows, std::int64_t in, WeightRef w, std::int64_t out, WeightRef bias,
-            float* y, cudaStream_t stream) {
+void linear(const float* x, std::int64_t rows, std::int64_t in, WeightRef w, std::int64_t out, WeightRef bias, float* y,
+            cudaStream_t stream) {
   if (rows == 0 || out == 0) return;
   // A bias in another dtype than the weight (rare) is added by a second kernel: one instantiation per dtype.
   if (bias.data && bias.dtype != w.dtype) {
@@ -84,10 +84,11 @@ void linear(const float* x, std::int64_t rows, std::int64_t in, WeightRef w, std
   }
   // Depends on the weight alone, never on x or the batch: both paths sum in the same order anyway.
   const bool vec = in % 8 == 0 && reinterpret_cast<std::uintptr_t>(w.data) % 16 == 0;
-  const dim3 grid(static_cast<unsigned>((out + kWarps - 1) / kWarps), static_cast<unsigned>((rows + kRows - 1) / kRows));
+  const dim3 grid(static_cast<unsigned>((out + kWarps - 1) / kWarps),
+                  static_cast<unsigned>((rows + kRows - 1) / kRows));
   KVF_DISPATCH_DTYPE(w.dtype, W,
-                     linear_kernel<W><<<grid, kWarps * 32, 0, stream>>>(x, rows, in, static_cast<const W*>(w.data),
-                                                                        out, static_cast<const W*>(bias.data), y, vec));
+                     linear_kernel<W><<<grid, kWarps * 32, 0, stream>>>(x, rows, in, static_cast<const W*>(w.data), out,
+                                                                        static_cast<const W*>(bias.data), y, vec));
   check_launch("linear_kernel");
 }
 

@@ -41,8 +41,8 @@ void add_rms_norm(float* residual, const float* delta, std::int64_t rows, std::i
 
 // y[t][n] = x[t] . w[n] + bias[n], w [out][in] in its checkpoint dtype, fp32 accumulation in a fixed
 // order per output element: batch-invariant.  (linear.cu)
-void linear(const float* x, std::int64_t rows, std::int64_t in, WeightRef w, std::int64_t out, WeightRef bias,
-            float* y, cudaStream_t stream);
+void linear(const float* x, std::int64_t rows, std::int64_t in, WeightRef w, std::int64_t out, WeightRef bias, float* y,
+            cudaStream_t stream);
 // y[t][n] += bias[n]  (linear.cu; the cuBLAS path's epilogue)
 void add_bias(float* y, std::int64_t rows, std::int64_t out, WeightRef bias, cudaStream_t stream);
 
@@ -83,8 +83,7 @@ bool prefill_attention_supported(const KvLayer& cache);
 void prefill_attention(const AttentionArgs& a, KvLayer cache, cudaStream_t stream);
 
 // out[r] = argmax of logits row r (ties: the lowest id), as sample() does at temperature 0.  (argmax.cu)
-void argmax_rows(const float* logits, std::int64_t rows, std::int64_t vocab, std::int32_t* out,
-                 cudaStream_t stream);
+void argmax_rows(const float* logits, std::int64_t rows, std::int64_t vocab, std::int32_t* out, cudaStream_t stream);
 
 // Sampling with the semantics of kvfleet::sample(): one row of parameters per logits row.  (sampling.cu)
 struct SampleRow {

@@ -15,8 +15,8 @@
 namespace kvfleet::cuda {
 namespace {
 
-constexpr int kPart = 256;        // context tokens per partition
-constexpr int kThreads = 128;     // 4 warps
+constexpr int kPart = 256;     // context tokens per partition
+constexpr int kThreads = 128;  // 4 warps
 constexpr int kMaxHeadDim = 256;
 
 struct Workspace {
@@ -50,8 +50,8 @@ __device__ float block_reduce_max(float v, float* shared) {
 }
 
 template <typename KV>
-__global__ void __launch_bounds__(kThreads) attention_part_kernel(AttentionArgs a, KvLayer c, std::int64_t parts,
-                                                                  Workspace ws) {
+__global__ void __launch_bounds__(kThreads)
+    attention_part_kernel(AttentionArgs a, KvLayer c, std::int64_t parts, Workspace ws) {
   __shared__ float q_s[kMaxHeadDim];
   __shared__ float p_s[kPart];
   __shared__ float red[kThreads / 32];
@@ -107,7 +107,8 @@ __global__ void attention_reduce_kernel(AttentionArgs a, std::int64_t head_dim, 
   for (std::int64_t p = 0; p < used; ++p) l += expf(ws.ml[(first + p) * 2] - m) * ws.ml[(first + p) * 2 + 1];
   for (std::int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float acc = 0.0f;
-    for (std::int64_t p = 0; p < used; ++p) acc += expf(ws.ml[(first + p) * 2] - m) * ws.acc[(first + p) * head_dim + d];
+    for (std::int64_t p = 0; p < used; ++p)
+      acc += expf(ws.ml[(first + p) * 2] - m) * ws.acc[(first + p) * head_dim + d];
     a.out[(row * a.num_heads + head) * head_dim + d] = acc / l;
   }
 }
@@ -132,9 +133,14 @@ void paged_attention(const AttentionArgs& a, KvLayer cache, void* workspace, cud
   const Workspace ws = carve(workspace, a.rows, a.num_heads, parts, cache.head_dim);
   const dim3 grid(static_cast<unsigned>(parts), static_cast<unsigned>(a.num_heads), static_cast<unsigned>(a.rows));
   switch (cache.dtype) {
-    case DType::f32: attention_part_kernel<float><<<grid, kThreads, 0, stream>>>(a, cache, parts, ws); break;
-    case DType::bf16: attention_part_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(a, cache, parts, ws); break;
-    case DType::f16: throw std::invalid_argument("paged_attention: the KV cache is f32 or bf16");
+    case DType::f32:
+      attention_part_kernel<float><<<grid, kThreads, 0, stream>>>(a, cache, parts, ws);
+      break;
+    case DType::bf16:
+      attention_part_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(a, cache, parts, ws);
+      break;
+    case DType::f16:
+      throw std::invalid_argument("paged_attention: the KV cache is f32 or bf16");
   }
   check_launch("attention_part_kernel");
   const dim3 reduce_grid(static_cast<unsigned>(a.num_heads), static_cast<unsigned>(a.rows));

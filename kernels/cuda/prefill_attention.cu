@@ -119,7 +119,8 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(AttentionAr
         s_s[my_row * kKeysTile + col] = s;
         local_max = fmaxf(local_max, s);
       }
-      for (int o = kThreadsPerRow / 2; o > 0; o >>= 1) local_max = fmaxf(local_max, __shfl_xor_sync(0xffffffffu, local_max, o));
+      for (int o = kThreadsPerRow / 2; o > 0; o >>= 1)
+        local_max = fmaxf(local_max, __shfl_xor_sync(0xffffffffu, local_max, o));
       const float m_old = m_s[my_row], m_new = fmaxf(m_old, local_max);
       float local_sum = 0.0f;
       for (int col = sub; col < kKeysTile; col += kThreadsPerRow) {
@@ -155,7 +156,8 @@ __global__ void __launch_bounds__(kThreads) prefill_attention_kernel(AttentionAr
     __syncthreads();
     if (row_active) {
       const std::int64_t r = r0 + my_row;
-      for (std::int64_t d = sub; d < D; d += kThreadsPerRow) a.out[(r * a.num_heads + head) * D + d] = o_s[my_row * D + d] / l_s[my_row];
+      for (std::int64_t d = sub; d < D; d += kThreadsPerRow)
+        a.out[(r * a.num_heads + head) * D + d] = o_s[my_row * D + d] / l_s[my_row];
     }
     __syncthreads();
     if (row_active && sub == 0) seq_s[my_row] = -1;  // done
@@ -170,8 +172,10 @@ bool prefill_attention_supported(const KvLayer& cache) {
 
 void prefill_attention(const AttentionArgs& a, KvLayer cache, cudaStream_t stream) {
   if (a.rows == 0) return;
-  if (!prefill_attention_supported(cache)) throw std::invalid_argument("prefill_attention: needs a bf16 cache, head_dim % 16 == 0, <= 256");
-  if (a.num_heads % cache.num_kv_heads != 0) throw std::invalid_argument("prefill_attention: num_heads % num_kv_heads != 0");
+  if (!prefill_attention_supported(cache))
+    throw std::invalid_argument("prefill_attention: needs a bf16 cache, head_dim % 16 == 0, <= 256");
+  if (a.num_heads % cache.num_kv_heads != 0)
+    throw std::invalid_argument("prefill_attention: num_heads % num_kv_heads != 0");
   const Smem L(cache.head_dim);
   KVF_CUDA(cudaFuncSetAttribute(prefill_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(L.total)));

@@ -9,9 +9,8 @@ namespace {
 
 template <typename KV>
 __global__ void rope_store_kv_kernel(const float* inv_freq, float* q, const float* k, const float* v,
-                                     std::int64_t num_heads, const std::int32_t* positions,
-                                     const std::int64_t* slots, KV* cache, std::int64_t block_size,
-                                     std::int64_t kv_heads, std::int64_t head_dim) {
+                                     std::int64_t num_heads, const std::int32_t* positions, const std::int64_t* slots,
+                                     KV* cache, std::int64_t block_size, std::int64_t kv_heads, std::int64_t head_dim) {
   const std::int64_t row = blockIdx.x, half = head_dim / 2;
   const float pos = static_cast<float>(positions[row]);
   const std::int64_t block = slots[row] / block_size, offset = slots[row] % block_size;
@@ -51,8 +50,8 @@ void rope_store_kv(const float* inv_freq, float* q, const float* k, const float*
   if (cache.dtype == DType::f16) throw std::invalid_argument("rope_store_kv: the KV cache is f32 or bf16");
   KVF_DISPATCH_DTYPE(cache.dtype, KV,
                      rope_store_kv_kernel<KV><<<static_cast<unsigned>(rows), 256, 0, stream>>>(
-                         inv_freq, q, k, v, num_heads, positions, slots, static_cast<KV*>(cache.base),
-                         cache.block_size, cache.num_kv_heads, cache.head_dim));
+                         inv_freq, q, k, v, num_heads, positions, slots, static_cast<KV*>(cache.base), cache.block_size,
+                         cache.num_kv_heads, cache.head_dim));
   check_launch("rope_store_kv_kernel");
 }
 

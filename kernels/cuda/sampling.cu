@@ -4,12 +4,11 @@
 // min-p cut and an inverse-CDF draw with the same counter-based uniform number (splitmix64 of seed, index).
 // Sums are block reductions, not the CPU's left-to-right loop, so a draw that lands within rounding of a
 // boundary may pick a neighbour: "the same token where possible" (tests/cuda counts the exceptions).
+#include <algorithm>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_segmented_radix_sort.cuh>
 #include <cuda/functional>
-
-#include <algorithm>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/common.cuh"
@@ -101,8 +100,8 @@ __device__ std::int64_t first_crossing(const double* p, std::int64_t n, double t
     Scan(scan_tmp).InclusiveSum(v, incl);
     const double cum = carry + incl;
     const bool hit = i < n && (kStrict ? target < cum : cum >= target);
-    const std::int32_t first = ReduceInt(min_tmp).Reduce(hit ? static_cast<std::int32_t>(threadIdx.x) : kThreads,
-                                                         ::cuda::minimum<>{});
+    const std::int32_t first =
+        ReduceInt(min_tmp).Reduce(hit ? static_cast<std::int32_t>(threadIdx.x) : kThreads, ::cuda::minimum<>{});
     __syncthreads();
     if (threadIdx.x == kThreads - 1) carry = cum;
     if (threadIdx.x == 0) found = first;
@@ -123,8 +122,8 @@ __device__ double block_sum(const double* p, std::int64_t n) {
   return total;
 }
 
-__global__ void __launch_bounds__(kThreads) pick_kernel(Buffers b, std::int64_t vocab, const SampleRow* rows,
-                                                        std::int32_t* out) {
+__global__ void __launch_bounds__(kThreads)
+    pick_kernel(Buffers b, std::int64_t vocab, const SampleRow* rows, std::int32_t* out) {
   const std::int64_t r = blockIdx.x;
   const SampleRow p = rows[r];
   const float* keys = b.keys + r * vocab;
@@ -176,9 +175,9 @@ void sample_rows(const float* logits, std::int64_t rows, std::int64_t vocab, con
   const auto blocks = static_cast<unsigned>(std::min<std::int64_t>((rows * vocab + 255) / 256, 65535));
   iota_kernel<<<blocks, 256, 0, stream>>>(b.ids_in, rows, vocab, b.offsets);
   check_launch("iota_kernel");
-  KVF_CUDA(cub::DeviceSegmentedRadixSort::SortPairsDescending(
-      b.cub_temp, b.cub_bytes, logits, b.keys, b.ids_in, b.ids, static_cast<int>(rows * vocab), static_cast<int>(rows),
-      b.offsets, b.offsets + 1, 0, 32, stream));
+  KVF_CUDA(cub::DeviceSegmentedRadixSort::SortPairsDescending(b.cub_temp, b.cub_bytes, logits, b.keys, b.ids_in, b.ids,
+                                                              static_cast<int>(rows * vocab), static_cast<int>(rows),
+                                                              b.offsets, b.offsets + 1, 0, 32, stream));
   pick_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(b, vocab, d_rows, out);
   check_launch("pick_kernel");
 }

@@ -57,7 +57,8 @@ void check_attention(const Dims& d) {
   // 700 tokens: three partitions; 37: several blocks; 1: a lone first token.
   const Step s = make_step({700, 37, 1}, block_size, num_blocks, rng);
   const auto rows = static_cast<std::int64_t>(s.positions.size());
-  auto q = test::random_floats(rows * d.heads * d.head_dim, rng), k = test::random_floats(rows * d.kv_heads * d.head_dim, rng);
+  auto q = test::random_floats(rows * d.heads * d.head_dim, rng),
+       k = test::random_floats(rows * d.kv_heads * d.head_dim, rng);
   const auto v = test::random_floats(rows * d.kv_heads * d.head_dim, rng);
   ModelConfig cfg;
   cfg.head_dim = d.head_dim;
@@ -65,7 +66,8 @@ void check_attention(const Dims& d) {
   const auto inv_freq = rope_inv_freq(cfg);
 
   const std::int32_t max_pos = *std::max_element(s.positions.begin(), s.positions.end());
-  const AttentionMeta host_meta{rows, s.positions.data(), s.slots.data(), s.table_offsets.data(), s.tables.data(), max_pos};
+  const AttentionMeta host_meta{rows,   s.positions.data(), s.slots.data(), s.table_offsets.data(), s.tables.data(),
+                                max_pos};
   DeviceVec<std::int32_t> d_pos(*gpu, s.positions), d_off(*gpu, s.table_offsets), d_tab(*gpu, s.tables);
   DeviceVec<std::int64_t> d_slots(*gpu, s.slots);
   DeviceVec<float> d_q(*gpu, q), d_k(*gpu, k), d_v(*gpu, v), d_inv(*gpu, inv_freq);

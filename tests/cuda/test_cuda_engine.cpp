@@ -87,10 +87,8 @@ TEST_CASE("cuda engine: batched, cached, chunked and preempted runs equal each r
     EngineConfig c;
   };
   const Case cases[] = {
-      {"batched, prefix cache", config(128, 256, true)},
-      {"batched, no prefix cache", config(128, 256, false)},
-      {"chunked prefill, budget 8", config(128, 8, true)},
-      {"chunked prefill, budget 61", config(128, 61, true)},
+      {"batched, prefix cache", config(128, 256, true)},   {"batched, no prefix cache", config(128, 256, false)},
+      {"chunked prefill, budget 8", config(128, 8, true)}, {"chunked prefill, budget 61", config(128, 61, true)},
       {"small cache: preemption", config(14, 64, true)},
   };
   for (const auto& k : cases) {

@@ -178,7 +178,7 @@ TEST_CASE("cuda: greedy argmax equals the CPU, ties to the lowest id") {
   const std::int64_t rows = 9, vocab = 128256;
   auto logits = test::random_floats(rows * vocab, rng, 3.0f);
   logits[1 * vocab + 5000] = logits[1 * vocab + 90000] = 50.0f;  // a tie: 5000 wins
-  logits[2 * vocab + vocab - 1] = 60.0f;                          // the last id
+  logits[2 * vocab + vocab - 1] = 60.0f;                         // the last id
   std::vector<std::int32_t> want(rows);
   cpu::argmax_rows(logits.data(), rows, vocab, want.data());
   CHECK(want[1] == 5000);

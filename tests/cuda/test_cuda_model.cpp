@@ -106,7 +106,8 @@ TEST_CASE("cuda: a decode step after a prefill equals the same positions compute
   runner.forward(prefill);
   for (std::int64_t pos = 33; pos < 40; ++pos) {
     ForwardBatch step;
-    step.chunks.push_back({all.subspan(static_cast<std::size_t>(pos), 1), static_cast<std::int32_t>(pos), table, SeqChunk::Logits::last});
+    step.chunks.push_back(
+        {all.subspan(static_cast<std::size_t>(pos), 1), static_cast<std::int32_t>(pos), table, SeqChunk::Logits::last});
     const auto got = runner.forward(step);
     const auto vocab = static_cast<std::ptrdiff_t>(model.config().vocab_size);
     CAPTURE(pos);

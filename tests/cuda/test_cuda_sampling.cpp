@@ -17,9 +17,9 @@ TEST_CASE("cuda: sampling picks the CPU sampler's token for the same seed") {
     std::int32_t top_k;
     float top_p, min_p;
   };
-  const P params[] = {{0.0f, 0, 1.0f, 0.0f},  {1.0f, 0, 1.0f, 0.0f},   {0.7f, 50, 1.0f, 0.0f},
-                      {0.8f, 0, 0.9f, 0.0f},  {1.2f, 0, 1.0f, 0.05f},  {0.8f, 50, 0.9f, 0.0f},
-                      {1.0f, 200, 0.95f, 0.02f}, {0.5f, 1, 1.0f, 0.0f}, {2.0f, 0, 0.5f, 0.1f}};
+  const P params[] = {{0.0f, 0, 1.0f, 0.0f},     {1.0f, 0, 1.0f, 0.0f},  {0.7f, 50, 1.0f, 0.0f},
+                      {0.8f, 0, 0.9f, 0.0f},     {1.2f, 0, 1.0f, 0.05f}, {0.8f, 50, 0.9f, 0.0f},
+                      {1.0f, 200, 0.95f, 0.02f}, {0.5f, 1, 1.0f, 0.0f},  {2.0f, 0, 0.5f, 0.1f}};
   int total = 0, mismatches = 0, greedy_mismatches = 0;
   for (std::int64_t vocab : {5000, 128256}) {
     const std::int64_t rows = 24;
@@ -27,11 +27,16 @@ TEST_CASE("cuda: sampling picks the CPU sampler's token for the same seed") {
     auto logits = test::random_floats(static_cast<std::size_t>(rows * vocab), rng, 2.0f);
     for (std::int64_t r = 0; r < rows; r += 2)
       for (int j = 0; j < 5; ++j) logits[static_cast<std::size_t>(r * vocab + rng() % vocab)] += 8.0f;
-    logits[static_cast<std::size_t>(3 * vocab + 17)] = logits[static_cast<std::size_t>(3 * vocab + 4000)] = 30.0f;  // tie
+    logits[static_cast<std::size_t>(3 * vocab + 17)] = logits[static_cast<std::size_t>(3 * vocab + 4000)] =
+        30.0f;  // tie
     std::vector<cuda::SampleRow> rowp(static_cast<std::size_t>(rows));
     for (std::int64_t r = 0; r < rows; ++r) {
       const P& p = params[r % std::size(params)];
-      rowp[static_cast<std::size_t>(r)] = {p.temperature, p.top_k, p.top_p, p.min_p, 1000u + static_cast<std::uint64_t>(r),
+      rowp[static_cast<std::size_t>(r)] = {p.temperature,
+                                           p.top_k,
+                                           p.top_p,
+                                           p.min_p,
+                                           1000u + static_cast<std::uint64_t>(r),
                                            static_cast<std::uint64_t>(r * 3)};
     }
     DeviceVec<float> d_logits(*gpu, logits);

@@ -30,9 +30,12 @@ cuda::WeightRef ref(DeviceWeight w) { return {w.data, w.dtype}; }
 
 cudaDataType_t cublas_type(DType t) {
   switch (t) {
-    case DType::f32: return CUDA_R_32F;
-    case DType::f16: return CUDA_R_16F;
-    case DType::bf16: return CUDA_R_16BF;
+    case DType::f32:
+      return CUDA_R_32F;
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::bf16:
+      return CUDA_R_16BF;
   }
   return CUDA_R_32F;
 }
@@ -128,8 +131,8 @@ class CudaBackend final : public Backend {
   void rms_norm(const float* x, std::int64_t rows, std::int64_t dim, DeviceWeight w, float eps, float* out) override {
     cuda::rms_norm(x, rows, dim, ref(w), eps, out, stream_);
   }
-  void add_rms_norm(float* residual, const float* delta, std::int64_t rows, std::int64_t dim, DeviceWeight w,
-                    float eps, float* out) override {
+  void add_rms_norm(float* residual, const float* delta, std::int64_t rows, std::int64_t dim, DeviceWeight w, float eps,
+                    float* out) override {
     cuda::add_rms_norm(residual, delta, rows, dim, ref(w), eps, out, stream_);
   }
   void linear(const float* x, std::int64_t rows, std::int64_t in, DeviceWeight w, std::int64_t out, DeviceWeight bias,
@@ -163,8 +166,8 @@ class CudaBackend final : public Backend {
     if (!options_.batch_invariant && meta.num_seqs > 0 && meta.rows >= 4 * std::int64_t{meta.num_seqs} &&
         cuda::prefill_attention_supported(cache))
       return cuda::prefill_attention(a, cache, stream_);
-    void* ws = attn_ws_.reserve(
-        cuda::paged_attention_workspace_bytes(meta.rows, num_heads, shape_.head_dim, a.max_position));
+    void* ws =
+        attn_ws_.reserve(cuda::paged_attention_workspace_bytes(meta.rows, num_heads, shape_.head_dim, a.max_position));
     cuda::paged_attention(a, cache, ws, stream_);
   }
   void synchronize() override { KVF_CUDA(cudaStreamSynchronize(stream_)); }
