@@ -59,7 +59,7 @@ run() {  # run NAME LIMIT_S LOG CMD...: runs CMD under a time limit, logs it, no
 } > "$out/env.txt" 2>&1
 # cuBLAS is linked dynamically (static cuBLAS would not fit the 64 MiB carry): find libcublas.so.13 in
 # the CUDA toolkit or in the pip wheels beside torch.
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib \
   $("${PYTHON:-python3}" -c 'import nvidia.cublas, os; print(os.path.join(nvidia.cublas.__path__[0], "lib"))' 2>/dev/null); do
   if ls "$d"/libcublas.so.* > /dev/null 2>&1; then export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
 done

@@ -9,8 +9,10 @@
 namespace kvfleet::cuda {
 
 inline void check(cudaError_t e, const char* call) {
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string(call) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
+  if (e == cudaSuccess) return;
+  // Clear a non-sticky error (an allocation that failed) so the next launch check does not report it again.
+  (void)cudaGetLastError();
+  throw std::runtime_error(std::string(call) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
                              ")");
 }
 

@@ -52,6 +52,11 @@ TEST_CASE("cuda: a failing CUDA call throws, naming the call") {
   CHECK_THROWS_WITH_AS(p.gpu->allocate(std::size_t{1} << 52), doctest::Contains("cudaMalloc"), std::runtime_error);
   DeviceVec<float> still_usable(*p.gpu, std::vector<float>{1.5f, 2.5f});  // not a sticky error
   CHECK(still_usable.host() == std::vector<float>{1.5f, 2.5f});
+  // The next launch's check must not report the old allocation failure.
+  DeviceVec<float> up(*p.gpu, std::vector<float>{2.0f, 2.0f});
+  CHECK_NOTHROW(p.gpu->silu_mul(still_usable.get(), up.get(), 2));
+  const auto got = still_usable.host();
+  CHECK(got[0] == doctest::Approx(2.0f * 1.5f / (1.0f + std::exp(-1.5f))));
 }
 
 TEST_CASE("cuda: embedding gather equals the CPU exactly") {
