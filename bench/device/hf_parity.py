@@ -4,7 +4,8 @@ transformers, on small random-weight models that transformers itself writes.
 
 Usage (normally through run_parity.sh):
     python3 bench/device/hf_parity.py --bin build/bin --out $OUT [--only NAME ...]
-        [--hf-device cpu|cuda] [--kvfleet-args="--device cuda"] [--keep-models]
+        [--hf-device cpu|cuda] [--kvfleet-args="--backend cuda"] [--compare-backend cpu]
+        [--keep-models]
 (--kvfleet-args takes one string, split like a shell would; write it with '=' when it starts
 with a dash.)
 
@@ -18,6 +19,10 @@ Writes $OUT/parity.json and prints a table. Exit status: 0 when every float32 va
 and reference) is within max|diff| / max|logit| < 1e-4, 1 when one misses, 2 when kvfleet could
 not be run at all. bf16 variants are reported, never gating (bf16 activations in transformers
 differ from fp32 accumulation by design).
+--compare-backend B also runs `kvfleet logits` with `--backend B` (replacing any --backend in
+--kvfleet-args) and compares the greedy choice (argmax) at every position: a disagreement where B's
+top two logits are closer than TOLERANCE * max|logit| is a near-tie and only counted; any other
+fails the variant (a float32 one gates the exit status).
 """
 
 import argparse
@@ -273,6 +278,37 @@ def compare(test, truth):
             "argmax_agree": agree / positions if positions else 0.0, "positions": positions}
 
 
+def with_backend(extra_args, backend):
+    """extra_args with any --backend X / --backend=X replaced by --backend `backend`."""
+    out, skip = [], False
+    for a in extra_args:
+        if skip:
+            skip = False
+        elif a == "--backend":
+            skip = True
+        elif not a.startswith("--backend="):
+            out.append(a)
+    return out + ["--backend", backend]
+
+
+def greedy_compare(test, other):
+    """Argmax of `test` vs `other` at every position; disagreements at a near-tie of `other`'s top
+    two logits (gap < TOLERANCE * max|logit| of that row) are counted apart from clear ones."""
+    agree, near_tie, clear = 0, 0, 0
+    for a, b in zip(test, other):
+        for ra, rb in zip(a, b):
+            if int(np.argmax(ra)) == int(np.argmax(rb)):
+                agree += 1
+                continue
+            top2 = np.sort(rb)[-2:]
+            if top2[1] - top2[0] < TOLERANCE * float(np.max(np.abs(rb))):
+                near_tie += 1
+            else:
+                clear += 1
+    return {"agree": agree, "near_tie": near_tie, "clear": clear,
+            "positions": agree + near_tie + clear}
+
+
 def run_variant(v, args, work_dir, kvfleet_exe):
     import zlib
     import torch
@@ -300,11 +336,19 @@ def run_variant(v, args, work_dir, kvfleet_exe):
                                 args.kvfleet_timeout)
             res["kvfleet_vs_hf"] = compare(kv, hf)
             res["kvfleet_vs_reference"] = compare(kv, ref)
+            if args.compare_backend:
+                other = kvfleet_logits(kvfleet_exe, path, id_lists,
+                                       with_backend(shlex.split(args.kvfleet_args),
+                                                    args.compare_backend), args.kvfleet_timeout)
+                res["greedy_vs_backend"] = dict(greedy_compare(kv, other),
+                                                backend=args.compare_backend)
         except Exception as e:  # one broken variant must not hide the others
             res["kvfleet_error"] = "%s: %s" % (type(e).__name__, e)
     res["gating"] = v["dtype"] == "float32"
     res["pass"] = (res["reference_vs_hf"]["ratio"] < TOLERANCE
-                   and "kvfleet_vs_hf" in res and res["kvfleet_vs_hf"]["ratio"] < TOLERANCE)
+                   and "kvfleet_vs_hf" in res and res["kvfleet_vs_hf"]["ratio"] < TOLERANCE
+                   and (not args.compare_backend
+                        or res.get("greedy_vs_backend", {"clear": 1})["clear"] == 0))
     res["seconds"] = round(time.time() - start, 2)
     return res
 
@@ -332,6 +376,11 @@ def print_table(results):
                       fmt(r, "kvfleet_vs_hf", "argmax_agree"), fmt(r, "reference_vs_hf"),
                       fmt(r, "reference_vs_hf_fp64"), r.get("seconds", "-"), status))
     print("ratio = max|logits - transformers| / max|transformers logits|; fp32 goal < %g" % TOLERANCE)
+    for r in results:
+        g = r.get("greedy_vs_backend")
+        if g:
+            print("%s: greedy vs --backend %s: %d/%d agree, %d near-ties, %d clear misses"
+                  % (r["name"], g["backend"], g["agree"], g["positions"], g["near_tie"], g["clear"]))
     bf16 = [r for r in results if r.get("dtype") == "bfloat16" and "kvfleet_vs_reference" in r]
     for r in bf16:
         print("%s: kvfleet vs float64 reference on the same bf16 weights: ratio %s, argmax %s"
@@ -346,6 +395,8 @@ def parse_args(argv):
     p.add_argument("--only", action="append", help="run only variants whose name contains this")
     p.add_argument("--hf-device", default="cpu", help="device for transformers (cpu: no TF32)")
     p.add_argument("--kvfleet-args", default="", help="extra arguments for `kvfleet logits`")
+    p.add_argument("--compare-backend", default=None,
+                   help="also run kvfleet with --backend B and compare greedy choices (e.g. cpu)")
     p.add_argument("--kvfleet-timeout", type=float, default=60.0, help="seconds per invocation")
     p.add_argument("--keep-models", action="store_true", help="write models under OUT/models")
     return p.parse_args(argv)

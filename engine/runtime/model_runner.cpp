@@ -1,5 +1,6 @@
 #include "kvfleet/model_runner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
@@ -158,7 +159,9 @@ std::vector<float> ModelRunner::forward(const ForwardBatch& batch) {
   up(s.table_offsets, table_offsets);
   up(s.tables, tables);
   up(s.logit_rows, logit_rows);
-  const AttentionMeta meta{rows, s.positions, s.slots, s.table_offsets, s.tables};
+  const AttentionMeta meta{rows, s.positions, s.slots, s.table_offsets, s.tables,
+                           *std::max_element(positions.begin(), positions.end()),
+                           static_cast<std::int32_t>(batch.chunks.size())};
 
   backend_.embedding(weights_->embed, c.hidden_size, s.ids, rows, s.residual);
   for (std::int64_t li = 0; li < c.num_layers; ++li) run_layer(li, rows, meta);

@@ -26,6 +26,12 @@ struct AttentionMeta {
   const std::int64_t* d_slots = nullptr;         // [rows] cache slot: block * block_size + offset
   const std::int32_t* d_table_offsets = nullptr; // [rows] start of the row's block table in d_tables
   const std::int32_t* d_tables = nullptr;        // block tables of all sequences, concatenated
+  // Host copy of max(positions) when the caller knows it (-1: unknown). Lets a device backend size its
+  // launch without reading d_positions back; the CPU backend ignores it.
+  std::int32_t max_position = -1;
+  // Host count of the sequences the rows belong to (-1: unknown). Rows per sequence tell a device backend
+  // whether the step is prefill-heavy (a tensor-core prefill kernel pays) or decode rows.
+  std::int32_t num_seqs = -1;
 };
 
 struct KvCacheShape {
@@ -66,15 +72,28 @@ class Backend {
   virtual void paged_attention(std::int64_t layer, const float* d_q, std::int64_t num_heads,
                                const AttentionMeta& meta, float scale, float* d_out) = 0;
   virtual void synchronize() {}
+  // How many KV blocks of `shape` (num_blocks ignored) fit in the memory this backend may give the cache:
+  // a fraction of free device memory for CUDA; 0 when the backend sets no limit (the CPU).
+  virtual std::int64_t kv_blocks_that_fit(const KvCacheShape& shape) const {
+    (void)shape;
+    return 0;
+  }
 };
 
 struct BackendOptions {
   std::string kind = "auto";  // cpu | cuda | auto
   unsigned threads = 0;       // CPU threads; 0 = all cores
+  // CUDA: our own GEMM, whose result for a row does not depend on the other rows of the batch (the
+  // engine's equivalence guarantee); false: cuBLAS on bf16/f16-rounded activations (faster, not invariant).
+  bool batch_invariant = true;
+  double kv_memory_fraction = 0.9;  // CUDA: share of free device memory kv_blocks_that_fit may use
+  int device = 0;                   // CUDA device ordinal
 };
 
 // Makes the backend `options.kind` names; "auto" picks CUDA when a GPU is present, else the CPU.
 std::unique_ptr<Backend> make_backend(const BackendOptions& options);
 std::unique_ptr<Backend> make_cpu_backend(unsigned threads);
+// Only in builds with KVFLEET_CUDA; throws std::runtime_error("no CUDA device found: ...") without a GPU.
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);
 
 }  // namespace kvfleet

@@ -1,0 +1,235 @@
+// The CUDA backend: weights on the GPU in the checkpoint dtype, fp32 activations, a paged KV cache in
+// bf16 (f32 for f32 models) with the CPU's block layout, the kernels of kernels/cuda, and linear layers
+// either through our batch-invariant GEMM (the default; the engine's equivalence guarantee) or cuBLAS.
+// Everything runs on one stream owned by the backend; to_host and synchronize wait for it.
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/ops.h"
+#include "kvfleet/backend.h"
+
+namespace kvfleet {
+namespace {
+
+void check_cublas(cublasStatus_t s, const char* call) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string(call) + " failed: " + cublasGetStatusName(s) + " (" +
+                             cublasGetStatusString(s) + ")");
+}
+#define KVF_CUBLAS(call) check_cublas((call), #call)
+
+cuda::WeightRef ref(DeviceWeight w) { return {w.data, w.dtype}; }
+
+cudaDataType_t cublas_type(DType t) {
+  switch (t) {
+    case DType::f32:
+      return CUDA_R_32F;
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+  }
+  return CUDA_R_32F;
+}
+
+// A device buffer that only grows; for per-call scratch (cuBLAS inputs, attention partitions).
+struct Growable {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;
+  void* reserve(std::size_t n) {
+    if (n <= bytes) return ptr;
+    if (ptr) KVF_CUDA(cudaFree(ptr));
+    ptr = nullptr;
+    bytes = 0;
+    KVF_CUDA(cudaMalloc(&ptr, n));
+    bytes = n;
+    return ptr;
+  }
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const BackendOptions& o) : options_(o) {
+    KVF_CUDA(cudaSetDevice(o.device));
+    KVF_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    KVF_CUBLAS(cublasCreate(&cublas_));
+    KVF_CUBLAS(cublasSetStream(cublas_, stream_));
+  }
+  ~CudaBackend() override {
+    // Destructors must not throw: report failures instead.
+    report(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    for (void* p : weights_) report(cudaFree(p), "cudaFree(weight)");
+    for (void* p : {cache_, half_x_.ptr, attn_ws_.ptr})
+      if (p) report(cudaFree(p), "cudaFree(scratch)");
+    if (cublas_) cublasDestroy(cublas_);
+    report(cudaStreamDestroy(stream_), "cudaStreamDestroy");
+  }
+
+  std::string_view name() const override { return "cuda"; }
+
+  void* allocate(std::size_t bytes) override {
+    void* p = nullptr;
+    KVF_CUDA(cudaMalloc(&p, std::max<std::size_t>(bytes, 1)));
+    return p;
+  }
+  void deallocate(void* p) override { report(cudaFree(p), "cudaFree"); }
+  // The host buffer may be reused once this returns: pageable copies are staged before returning.
+  void to_device(void* dst, const void* src, std::size_t n) override {
+    if (n) KVF_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_));
+  }
+  void to_host(void* dst, const void* src, std::size_t n) override {
+    if (n) KVF_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream_));
+    synchronize();
+  }
+  DeviceWeight upload_weight(const TensorView& t) override {
+    void* p = allocate(t.bytes());
+    weights_.push_back(p);
+    KVF_CUDA(cudaMemcpy(p, t.data, t.bytes(), cudaMemcpyHostToDevice));
+    if (t.dtype != DType::f32) half_weights_ = true;
+    return {p, t.dtype};
+  }
+
+  // bf16 for bf16/f16 checkpoints, f32 for f32 ones (their logits are compared with transformers at 1e-4).
+  DType kv_dtype() const { return half_weights_ ? DType::bf16 : DType::f32; }
+
+  void allocate_kv_cache(const KvCacheShape& s) override {
+    if (cache_) KVF_CUDA(cudaFree(cache_));
+    cache_ = nullptr;
+    shape_ = s;
+    const std::size_t bytes = cache_bytes_per_block(s) * static_cast<std::size_t>(s.num_blocks);
+    KVF_CUDA(cudaMalloc(&cache_, std::max<std::size_t>(bytes, 1)));
+    KVF_CUDA(cudaMemsetAsync(cache_, 0, bytes, stream_));
+  }
+  const KvCacheShape& kv_cache_shape() const override { return shape_; }
+  std::int64_t kv_blocks_that_fit(const KvCacheShape& s) const override {
+    std::size_t free = 0, total = 0;
+    KVF_CUDA(cudaMemGetInfo(&free, &total));
+    return static_cast<std::int64_t>(static_cast<double>(free) * options_.kv_memory_fraction /
+                                     static_cast<double>(cache_bytes_per_block(s)));
+  }
+  void read_kv_block(std::int64_t layer, std::int64_t block, float* host) override {
+    const cuda::KvLayer l = layer_view(layer);
+    const auto n = static_cast<std::size_t>(shape_.block_elems());
+    const std::size_t elem = dtype_size(l.dtype);
+    std::vector<std::uint16_t> raw(l.dtype == DType::f32 ? 0 : n);
+    void* dst = l.dtype == DType::f32 ? static_cast<void*>(host) : raw.data();
+    to_host(dst, static_cast<const char*>(l.base) + static_cast<std::size_t>(block) * n * elem, n * elem);
+    for (std::size_t i = 0; i < raw.size(); ++i) host[i] = bf16_to_f32(raw[i]);
+  }
+
+  void embedding(DeviceWeight table, std::int64_t dim, const std::int32_t* ids, std::int64_t n, float* out) override {
+    cuda::embedding(ref(table), dim, ids, n, out, stream_);
+  }
+  void rms_norm(const float* x, std::int64_t rows, std::int64_t dim, DeviceWeight w, float eps, float* out) override {
+    cuda::rms_norm(x, rows, dim, ref(w), eps, out, stream_);
+  }
+  void add_rms_norm(float* residual, const float* delta, std::int64_t rows, std::int64_t dim, DeviceWeight w, float eps,
+                    float* out) override {
+    cuda::add_rms_norm(residual, delta, rows, dim, ref(w), eps, out, stream_);
+  }
+  void linear(const float* x, std::int64_t rows, std::int64_t in, DeviceWeight w, std::int64_t out, DeviceWeight bias,
+              float* y) override {
+    if (options_.batch_invariant) return cuda::linear(x, rows, in, ref(w), out, ref(bias), y, stream_);
+    cublas_linear(x, rows, in, w, out, y);
+    cuda::add_bias(y, rows, out, ref(bias), stream_);
+  }
+  void silu_mul(float* gate, const float* up, std::int64_t n) override { cuda::silu_mul(gate, up, n, stream_); }
+  void rope_store_kv(std::int64_t layer, const float* inv_freq, float* q, const float* k, const float* v,
+                     std::int64_t num_heads, const AttentionMeta& meta) override {
+    cuda::rope_store_kv(inv_freq, q, k, v, meta.rows, num_heads, meta.d_positions, meta.d_slots, layer_view(layer),
+                        stream_);
+  }
+  void paged_attention(std::int64_t layer, const float* q, std::int64_t num_heads, const AttentionMeta& meta,
+                       float scale, float* out) override {
+    if (meta.rows == 0) return;
+    cuda::AttentionArgs a;
+    a.q = q;
+    a.rows = meta.rows;
+    a.num_heads = num_heads;
+    a.positions = meta.d_positions;
+    a.table_offsets = meta.d_table_offsets;
+    a.tables = meta.d_tables;
+    a.max_position = meta.max_position >= 0 ? meta.max_position : read_max_position(meta);
+    a.scale = scale;
+    a.out = out;
+    const cuda::KvLayer cache = layer_view(layer);
+    // Tensor cores for prefill-heavy steps (16-row tiles pay from ~4 rows per sequence), in the fast mode
+    // only: the flash kernel's sums depend on the tile, so the invariant mode keeps the partitioned one.
+    if (!options_.batch_invariant && meta.num_seqs > 0 && meta.rows >= 4 * std::int64_t{meta.num_seqs} &&
+        cuda::prefill_attention_supported(cache))
+      return cuda::prefill_attention(a, cache, stream_);
+    void* ws =
+        attn_ws_.reserve(cuda::paged_attention_workspace_bytes(meta.rows, num_heads, shape_.head_dim, a.max_position));
+    cuda::paged_attention(a, cache, ws, stream_);
+  }
+  void synchronize() override { KVF_CUDA(cudaStreamSynchronize(stream_)); }
+
+ private:
+  static void report(cudaError_t e, const char* call) {
+    if (e != cudaSuccess) std::fprintf(stderr, "kvfleet cuda: %s failed: %s\n", call, cudaGetErrorString(e));
+  }
+
+  std::size_t cache_bytes_per_block(const KvCacheShape& s) const {
+    return static_cast<std::size_t>(s.num_layers * s.block_elems()) * dtype_size(kv_dtype());
+  }
+
+  cuda::KvLayer layer_view(std::int64_t layer) const {
+    const std::size_t layer_bytes =
+        static_cast<std::size_t>(shape_.num_blocks * shape_.block_elems()) * dtype_size(kv_dtype());
+    return {static_cast<char*>(cache_) + static_cast<std::size_t>(layer) * layer_bytes, kv_dtype(), shape_.block_size,
+            shape_.num_kv_heads, shape_.head_dim};
+  }
+
+  // Callers outside ModelRunner may leave AttentionMeta::max_position unset: read the positions back.
+  std::int32_t read_max_position(const AttentionMeta& meta) {
+    std::vector<std::int32_t> pos(static_cast<std::size_t>(meta.rows));
+    to_host(pos.data(), meta.d_positions, pos.size() * sizeof(std::int32_t));
+    return *std::max_element(pos.begin(), pos.end());
+  }
+
+  // y = x w^T through cuBLAS: x rounded to the weight's 16-bit type (f32 weights: plain fp32 GEMM), fp32
+  // output and accumulation. Column-major view: y^T [out x rows] = W [out x in] . x^T [in x rows].
+  void cublas_linear(const float* x, std::int64_t rows, std::int64_t in, DeviceWeight w, std::int64_t out, float* y) {
+    const void* b = x;
+    if (w.dtype != DType::f32) {
+      void* xh = half_x_.reserve(static_cast<std::size_t>(rows * in) * 2);
+      cuda::f32_to_half(x, rows * in, w.dtype, xh, stream_);
+      b = xh;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    KVF_CUBLAS(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out), static_cast<int>(rows),
+                            static_cast<int>(in), &one, w.data, cublas_type(w.dtype), static_cast<int>(in), b,
+                            cublas_type(w.dtype), static_cast<int>(in), &zero, y, CUDA_R_32F, static_cast<int>(out),
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+
+  BackendOptions options_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  std::vector<void*> weights_;
+  bool half_weights_ = false;
+  KvCacheShape shape_;
+  void* cache_ = nullptr;
+  Growable half_x_, attn_ws_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
+  const CudaProbe probe = cuda_probe();
+  if (probe.devices == 0) throw std::runtime_error("no CUDA device found: " + probe.error);
+  if (options.device < 0 || options.device >= probe.devices)
+    throw std::runtime_error("CUDA device " + std::to_string(options.device) + " does not exist (" +
+                             std::to_string(probe.devices) + " found)");
+  return std::make_unique<CudaBackend>(options);
+}
+
+}  // namespace kvfleet
