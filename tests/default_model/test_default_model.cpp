@@ -117,12 +117,16 @@ TEST_CASE("kvfleet's logits on the default model equal the numpy reference's") {
   auto ids = ids_of(reference().at("heldout_ids"));
   ids.resize(48);
   std::string list;
-  for (auto id : ids) list += (list.empty() ? "" : ",") + std::to_string(id);
+  for (auto id : ids) {
+    if (!list.empty()) list += ',';
+    list += std::to_string(id);
+  }
   const auto r = test::run_command("/usr/bin/python3 " + std::string(KVFLEET_SOURCE_DIR) +
                                    "/tests/reference/llama_ref.py --model " + kModelDir.string() + " --ids " + list);
   REQUIRE_MESSAGE(r.status == 0, "the numpy reference failed (python3-numpy missing?)");
   std::vector<double> ref;
-  for (const auto& row : json::parse(r.out).at("logits").as_array().at(0).as_array())
+  const json::value doc = json::parse(r.out);  // kept alive: the loop below reads into it
+  for (const auto& row : doc.at("logits").as_array().at(0).as_array())
     for (const auto& v : row.as_array()) ref.push_back(v.to_number<double>());
   auto backend = make_cpu_backend(2);
   const auto ours = all_position_logits(model(), *backend, ids);
