@@ -84,7 +84,7 @@ a toy: {st['params'] / 1e6:.2f}M parameters trained for {st['steps']} steps on a
 Bible-like and fortune-like word sequences, not answers.
 
 ## Data
-Public domain / freely redistributable text from Debian packages plus this repository:
+Freely redistributable English text from Debian packages plus this repository:
 - the King James Bible (package bible-kjv-text, public domain): {s['kjv_chapters']} chapters,
   {s['kjv_chars']:,} characters, one verse per line, one chapter per document;
 - the fortune cookie databases (packages fortunes, fortunes-min; the offensive set is not installed/used;
@@ -96,9 +96,10 @@ Every 50th chapter and every 50th fortune is held out for validation. Train stre
 tokens, validation {st['val_tokens']:,} tokens (documents separated by `<|endoftext|>`).
 
 ## Licence
-Weights, tokenizer and this card: same licence as kvfleet (see LICENSE). The training text is public domain
-(KJV) or distributed by Debian under its packages' terms (fortunes: BSD-style, see
-/usr/share/doc/fortunes-min/copyright); the documentation is kvfleet's own.
+Weights, tokenizer and this card: Apache-2.0, as kvfleet (LICENSE). The King James Bible text is in the
+public domain. The fortune databases are quotations collected by the BSD fortune program and redistributed
+by Debian under that package's terms (/usr/share/doc/fortunes-min/copyright); not every quotation in them is
+itself public domain, so treat the model's fortune-like output accordingly. The documentation is kvfleet's.
 
 ## Tokenizer
 Byte-level BPE trained by `scripts/default_model/bpe.py` (GPT-2 ByteLevel pre-tokenizer and regex split, no
