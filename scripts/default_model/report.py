@@ -137,7 +137,8 @@ Greedy continuations ({args.greedy_tokens} tokens, PyTorch; kvfleet's equal them
 {_command(args)}
 ```
 The corpus includes the repository's Markdown files as they are when the command runs, so a later checkout
-gives a slightly different corpus. CPU runs with the same thread count and BLAS are bit-reproducible.
+gives a slightly different corpus. Training is seeded (data order, initialisation); a rerun on the same
+CPU, thread count and BLAS should give the same weights, but no second run has checked that yet.
 `eval/reference.json` holds the PyTorch model's token ids, perplexity and greedy continuations that the C++
 tests compare against.
 """
