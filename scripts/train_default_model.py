@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Trains kvfleet's default model: a byte-level BPE tokenizer and a small Llama on a public-domain corpus,
 written as a Hugging Face directory with a model card and the parity fixtures the C++ tests read.
-Run through scripts/train-default-model. Seeded: the same flags on the same corpus give the same model on
-the same device (CPU runs are bit-reproducible with the same thread count)."""
+Run through scripts/train-default-model. Seeded (data order, initialisation), so the same flags on the same
+corpus, device, thread count and BLAS should give the same model (not yet checked by a second run)."""
 import argparse
 import json
 import math
