@@ -10,7 +10,8 @@
 #
 # Environment: PYTHON (default python3) must import torch, transformers and numpy.
 # Exit status is hf_parity.py's: 0 all float32 variants within 1e-4 relative, 1 a miss or an
-# error, 2 kvfleet missing (reference checked only); 124 when the 175 s guard fires.
+# error, 2 kvfleet missing (reference checked only); 124 when the 175 s guard fires. A failure of the
+# default-model check (hf_default_model.py, 60 s guard, writes default_model_parity.json) makes it 1.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -39,5 +40,12 @@ set +e
 timeout 175 "$python" "$here/hf_parity.py" --bin "$bin_dir" --out "$out_dir" "$@" 2>&1 \
   | tee -a "$out_dir/parity.log"
 status=${PIPESTATUS[0]}
+# Then the trained default model (models/kvfleet-default): tokenizer, logits, perplexity and greedy text
+# against transformers. It only adds a failure; hf_parity.py's exit codes keep their meaning.
+if [[ -f "$root/models/kvfleet-default/eval/reference.json" ]]; then
+  timeout 60 "$python" "$here/hf_default_model.py" --bin "$bin_dir" --out "$out_dir" 2>&1 \
+    | tee -a "$out_dir/parity.log"
+  [[ ${PIPESTATUS[0]} -eq 0 || $status -ne 0 ]] || status=1
+fi
 set -e
 exit "$status"

@@ -11,6 +11,7 @@ void register_generate(CLI::App& app);
 void register_inspect(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_detokenize(CLI::App& app);
+void register_perplexity(CLI::App& app);
 }  // namespace kvfleet::cli
 
 int main(int argc, char** argv) {
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   kvfleet::cli::register_inspect(app);
   kvfleet::cli::register_tokenize(app);
   kvfleet::cli::register_detokenize(app);
+  kvfleet::cli::register_perplexity(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
