@@ -9,6 +9,8 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
@@ -16,6 +18,8 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <string>
 #include <tuple>
 #include <thread>
@@ -29,6 +33,10 @@ class StandinUpstream {
   // True: the second and later requests on a connection are read and then the connection is closed
   // unanswered, like a replica whose keep-alive timeout hit just as the request came.
   std::atomic<bool> drop_reused{false};
+  // Above 0: completions answer 200 with a chunked SSE stream of this many events, one every
+  // event_gap (a replica generating tokens).
+  std::atomic<int> stream_events{0};
+  std::chrono::milliseconds event_gap{1};
 
   StandinUpstream() : acceptor_(io_, {boost::asio::ip::make_address("127.0.0.1"), 0}) {
     boost::asio::co_spawn(io_, accept_loop(), boost::asio::detached);
@@ -75,6 +83,10 @@ class StandinUpstream {
         if (drop_reused && served_here > 0) co_return;  // closes unanswered
       }
       ++served_here;
+      if (completion && stream_events > 0) {
+        if (!co_await send_stream(stream)) co_return;
+        continue;
+      }
       http::response<http::string_body> response{http::status(completion ? status.load() : 200), 11};
       response.set(http::field::content_type, "application/json");
       if (completion && response.result_int() == 503) response.set(http::field::retry_after, "1");
@@ -85,6 +97,29 @@ class StandinUpstream {
       auto written = co_await http::async_write(stream, response, tuple);
       if (std::get<0>(written) || !request.keep_alive()) co_return;
     }
+  }
+
+  // Chunked SSE, written as raw bytes; false when the router closed the connection.
+  boost::asio::awaitable<bool> send_stream(Stream& stream) {
+    constexpr auto tuple = boost::asio::as_tuple(boost::asio::use_awaitable);
+    std::string out =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+    boost::asio::steady_timer timer(stream.get_executor());
+    const int events = stream_events;
+    for (int i = 0; i <= events; ++i) {
+      const std::string event = i < events ? "data: {\"choices\":[{\"text\":\"t" + std::to_string(i) + "\"}]}\n\n"
+                                           : "data: [DONE]\n\n";
+      char size[16];
+      std::snprintf(size, sizeof size, "%zx\r\n", event.size());
+      out += size + event + "\r\n";
+      if (i == events) out += "0\r\n\r\n";
+      auto written = co_await boost::asio::async_write(stream.socket(), boost::asio::buffer(out), tuple);
+      if (std::get<0>(written)) co_return false;
+      out.clear();
+      timer.expires_after(event_gap);
+      co_await timer.async_wait(tuple);
+    }
+    co_return true;
   }
 
   boost::asio::io_context io_;

@@ -39,11 +39,13 @@ struct HttpClient::Impl {
     close();
     throw system_error(ec);
   }
+  // The parser stays: a read may be pending (close() from a disconnect callback), or its completion
+  // already queued with bytes that it will still feed to the parser. That read then fails with
+  // operation_aborted; a closed socket is never reusable().
   void close() {
     error_code ignored;
     stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream.close();
-    parser.reset();
   }
 
   HttpClientConfig config;
