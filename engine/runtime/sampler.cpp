@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/uniform_draw.h"
+
 namespace kvfleet {
 
 void SamplingParams::validate() const {
@@ -19,16 +21,7 @@ void SamplingParams::validate() const {
   if (!(min_p >= 0.0f && min_p <= 1.0f)) bad("min_p", "must be in [0, 1]");
 }
 
-double uniform_draw(std::uint64_t seed, std::uint64_t index) {
-  auto mix = [](std::uint64_t z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
-  const std::uint64_t bits = mix(mix(seed) ^ index);
-  return static_cast<double>(bits >> 11) * 0x1.0p-53;
-}
+double uniform_draw(std::uint64_t seed, std::uint64_t index) { return kernels::uniform_draw(seed, index); }
 
 TokenId sample(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index) {
   if (logits.empty()) throw std::invalid_argument("sample: empty logits");

@@ -12,6 +12,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/uniform_draw.h"
 
 namespace kvfleet::cuda {
 namespace {
@@ -67,17 +68,6 @@ __global__ void iota_kernel(std::int32_t* ids, std::int64_t rows, std::int64_t v
   if (blockIdx.x == 0 && threadIdx.x == 0) offsets[rows] = static_cast<std::int32_t>(rows * vocab);
 }
 
-// kvfleet::uniform_draw, bit for bit.
-__device__ double uniform_draw(std::uint64_t seed, std::uint64_t index) {
-  auto mix = [](std::uint64_t z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
-  const std::uint64_t bits = mix(mix(seed) ^ index);
-  return static_cast<double>(bits >> 11) * 0x1.0p-53;
-}
 
 using Scan = cub::BlockScan<double, kThreads>;
 using Reduce = cub::BlockReduce<double, kThreads>;
@@ -155,7 +145,7 @@ __global__ void __launch_bounds__(kThreads)
     keep = 1 + count;
   }
   const double mass = block_sum(probs, keep);
-  const double target = uniform_draw(p.seed, p.draw_index) * mass;
+  const double target = kernels::uniform_draw(p.seed, p.draw_index) * mass;
   const std::int64_t i = first_crossing<true>(probs, keep, target);
   if (threadIdx.x == 0) out[r] = ids[i < keep ? i : keep - 1];
 }

@@ -4,10 +4,6 @@
 
 namespace kvfleet::router {
 
-namespace {
-constexpr std::ptrdiff_t kExecutorSearch = 8;  // newest idle connections looked at for a same-executor one
-}  // namespace
-
 void UpstreamPool::take_expired(Clock::time_point now, std::vector<Idle>& out) {
   const auto fresh = std::find_if(idle_.begin(), idle_.end(), [&](const Idle& i) { return now - i.since < config_.idle_timeout; });
   std::move(idle_.begin(), fresh, std::back_inserter(out));
@@ -20,21 +16,17 @@ std::unique_ptr<http::HttpClient> UpstreamPool::take(const boost::asio::any_io_e
   {
     std::lock_guard lock(mutex_);
     take_expired(now, expired);
-    // Newest first, but one already on this executor (the strand of the client connection that
-    // used it last: a keep-alive client's next request) needs no re-registration.
-    auto chosen = idle_.rbegin();
-    for (auto it = idle_.rbegin(); it != idle_.rend() && it - idle_.rbegin() < kExecutorSearch; ++it) {
+    // Only a connection already on this executor (the strand of the client connection that used it
+    // last: a keep-alive client's next request). Moving one to another strand (HttpClient::rebind)
+    // left some upstream operations never completing under load; see router/README.md.
+    for (auto it = idle_.rbegin(); it != idle_.rend(); ++it) {
       if (it->client->executor() == executor) {
-        chosen = it;
+        client = std::move(it->client);
+        idle_.erase(std::next(it).base());
         break;
       }
     }
-    if (chosen != idle_.rend()) {
-      client = std::move(chosen->client);
-      idle_.erase(std::next(chosen).base());
-    }
   }
-  if (client) client->rebind(executor);
   return client;  // `expired` closes its connections here, outside the lock
 }
 
@@ -43,7 +35,11 @@ void UpstreamPool::give_back(std::unique_ptr<http::HttpClient> client, Clock::ti
   std::vector<Idle> expired;
   std::lock_guard lock(mutex_);
   take_expired(now, expired);
-  if (idle_.size() >= config_.max_idle) return;
+  if (config_.max_idle == 0) return;
+  if (idle_.size() >= config_.max_idle) {  // full: the oldest goes (its client connection may be gone)
+    expired.push_back(std::move(idle_.front()));
+    idle_.erase(idle_.begin());
+  }
   idle_.push_back(Idle{std::move(client), now});
 }
 

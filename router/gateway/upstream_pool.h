@@ -1,5 +1,6 @@
 // UpstreamPool: one replica's idle keep-alive connections, so that a request skips the TCP connect
-// (and the replica's accept) that dominated the router's added latency.
+// (and the replica's accept) that dominated the router's added latency. A connection is reused only by
+// the same client connection (the same strand): a keep-alive client's requests share one upstream.
 //
 // A connection comes back only when its response was read to the end with clean framing
 // (HttpClient::reusable()); one whose client went away, that failed, or that answered with
@@ -35,10 +36,11 @@ class UpstreamPool {
   using Clock = std::chrono::steady_clock;
   explicit UpstreamPool(UpstreamPoolConfig config) : config_(config) {}
 
-  // An idle connection younger than idle_timeout, moved onto `executor`; nullptr if none. Newest
-  // first, preferring one already on `executor` among the newest few.
+  // The newest idle connection younger than idle_timeout that is already on `executor` (the strand
+  // of the client connection whose earlier request used it); nullptr if none. Connections are not
+  // moved between strands: HttpClient::rebind() left some upstream operations never completing.
   std::unique_ptr<http::HttpClient> take(const boost::asio::any_io_executor& executor, Clock::time_point now = Clock::now());
-  // Keeps `client` for reuse if it is reusable() and there is room; closes it otherwise.
+  // Keeps `client` for reuse if it is reusable() (closing the oldest idle one when full); closes it otherwise.
   void give_back(std::unique_ptr<http::HttpClient> client, Clock::time_point now = Clock::now());
   // Closes the connections idle longer than idle_timeout (the router's maintenance loop calls it).
   void prune(Clock::time_point now = Clock::now());

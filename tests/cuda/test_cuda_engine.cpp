@@ -3,7 +3,6 @@
 // Needs the batch-invariant GEMM (BackendOptions::batch_invariant, on by default).
 #include <algorithm>
 #include <functional>
-#include <random>
 
 #include "../engine/engine_harness.h"
 #include "cuda_test_env.h"
@@ -16,31 +15,6 @@ using namespace kvfleet;
 namespace {
 
 constexpr std::int32_t kVocab = 300;
-
-std::vector<GenerationRequest> make_requests() {
-  std::mt19937 rng(1234);
-  std::vector<TokenId> system(40);  // a shared "system prompt"
-  for (auto& t : system) t = static_cast<TokenId>(rng() % kVocab);
-  std::vector<GenerationRequest> out;
-  for (int i = 0; i < 24; ++i) {
-    GenerationRequest r;
-    if (i % 3 != 2) r.prompt = system;
-    const int extra = 1 + static_cast<int>(rng() % 60);
-    for (int k = 0; k < extra; ++k) r.prompt.push_back(static_cast<TokenId>(rng() % kVocab));
-    r.max_tokens = 1 + static_cast<std::int32_t>(rng() % 12);
-    r.ignore_eos = true;
-    if (i % 2) {  // seeded sampling
-      r.sampling.temperature = 0.8f;
-      r.sampling.top_k = 50;
-      r.sampling.top_p = 0.9f;
-      r.sampling.seed = static_cast<std::uint64_t>(i);
-    } else {
-      r.sampling.temperature = 0.0f;
-    }
-    out.push_back(r);
-  }
-  return out;
-}
 
 EngineConfig config(std::int32_t num_blocks, std::int32_t budget, bool prefix_cache) {
   EngineConfig c;
@@ -78,7 +52,7 @@ TEST_CASE("cuda engine: batched, cached, chunked and preempted runs equal each r
   o.layers = 2;
   make_model(o, dir.path());
   const Model model = Model::load(dir.path());
-  const auto requests = make_requests();
+  const auto requests = test::equivalence_requests(kVocab);
   const auto alone = run(model, requests, config(64, 256, false), true, nullptr);
   REQUIRE(alone.size() == requests.size());
   for (const auto& [i, c] : alone) CHECK(c.tokens.size() == static_cast<std::size_t>(requests[i].max_tokens));
@@ -114,7 +88,7 @@ TEST_CASE("cuda engine: greedy output on an fp32 model equals the CPU engine's")
   o.layers = 2;
   make_model(o, dir.path());
   const Model model = Model::load(dir.path());
-  auto requests = make_requests();
+  auto requests = test::equivalence_requests(kVocab);
   for (auto& r : requests) r.sampling.temperature = 0.0f;
   EngineConfig cpu = config(128, 256, true);
   cpu.backend.kind = "cpu";

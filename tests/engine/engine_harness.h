@@ -3,6 +3,7 @@
 
 #include <map>
 #include <mutex>
+#include <random>
 #include <vector>
 
 #include "kvfleet/engine.h"
@@ -39,5 +40,32 @@ class Collector {
   std::mutex mu_;
   std::map<std::size_t, Collected> results_;
 };
+
+// The equivalence tests' workload (CPU and CUDA): 24 requests, two thirds behind a shared 40-token
+// "system prompt", 1-60 more prompt tokens, 1-12 output tokens, greedy and seeded sampling alternating.
+inline std::vector<GenerationRequest> equivalence_requests(std::int32_t vocab) {
+  std::mt19937 rng(1234);
+  std::vector<TokenId> system(40);
+  for (auto& t : system) t = static_cast<TokenId>(rng() % vocab);
+  std::vector<GenerationRequest> out;
+  for (int i = 0; i < 24; ++i) {
+    GenerationRequest r;
+    if (i % 3 != 2) r.prompt = system;
+    const int extra = 1 + static_cast<int>(rng() % 60);
+    for (int k = 0; k < extra; ++k) r.prompt.push_back(static_cast<TokenId>(rng() % vocab));
+    r.max_tokens = 1 + static_cast<std::int32_t>(rng() % 12);
+    r.ignore_eos = true;
+    if (i % 2) {  // seeded sampling
+      r.sampling.temperature = 0.8f;
+      r.sampling.top_k = 50;
+      r.sampling.top_p = 0.9f;
+      r.sampling.seed = static_cast<std::uint64_t>(i);
+    } else {
+      r.sampling.temperature = 0.0f;
+    }
+    out.push_back(r);
+  }
+  return out;
+}
 
 }  // namespace kvfleet::test

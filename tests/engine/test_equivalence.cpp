@@ -2,7 +2,6 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <random>
 #include <stdexcept>
 
 #include "engine_harness.h"
@@ -20,28 +19,7 @@ struct Fixture {
   Model model;
   std::vector<GenerationRequest> requests;
 
-  Fixture() : model(make()) {
-    std::mt19937 rng(1234);
-    std::vector<TokenId> system(40);  // a shared "system prompt"
-    for (auto& t : system) t = static_cast<TokenId>(rng() % kVocab);
-    for (int i = 0; i < 24; ++i) {
-      GenerationRequest r;
-      if (i % 3 != 2) r.prompt = system;
-      const int extra = 1 + static_cast<int>(rng() % 60);
-      for (int k = 0; k < extra; ++k) r.prompt.push_back(static_cast<TokenId>(rng() % kVocab));
-      r.max_tokens = 1 + static_cast<std::int32_t>(rng() % 12);
-      r.ignore_eos = true;
-      if (i % 2) {  // seeded sampling
-        r.sampling.temperature = 0.8f;
-        r.sampling.top_k = 50;
-        r.sampling.top_p = 0.9f;
-        r.sampling.seed = static_cast<std::uint64_t>(i);
-      } else {
-        r.sampling.temperature = 0.0f;
-      }
-      requests.push_back(r);
-    }
-  }
+  Fixture() : model(make()), requests(test::equivalence_requests(kVocab)) {}
 
   Model make() {
     MakeModelOptions o;

@@ -33,15 +33,55 @@ std::vector<std::string> standin_flags(const std::vector<const StandinUpstream*>
   return flags;
 }
 
+// One client connection reused for every request (HTTP keep-alive), as OpenAI clients do. The router
+// reuses an upstream connection only for the client connection that used it before.
+class KeepAliveClient {
+ public:
+  explicit KeepAliveClient(std::uint16_t port) : client_(io_.get_executor()) {
+    run([&]() -> boost::asio::awaitable<void> {
+      const std::string host = "127.0.0.1";
+      co_await client_.connect(host, port);
+    });
+  }
+  http::Response post(const std::string& target, const std::string& body) {
+    http::Response out;
+    run([&]() -> boost::asio::awaitable<void> {
+      http::Request request;
+      request.method = "POST";
+      request.target = target;
+      request.body = body;
+      request.headers.set("content-type", "application/json");
+      out = co_await client_.request(request);
+    });
+    return out;
+  }
+
+ private:
+  template <typename Make>
+  void run(Make make) {
+    io_.restart();
+    boost::asio::co_spawn(io_, make(), [](std::exception_ptr e) {
+      if (e) std::rethrow_exception(e);
+    });
+    io_.run();
+  }
+  boost::asio::io_context io_;
+  http::HttpClient client_;
+};
+
 }  // namespace
 
 TEST_CASE("upstream keep-alive: sequential requests share one upstream connection") {
   StandinUpstream up;
   RouterProcess router({}, standin_flags({&up}, {}));
-  for (int i = 0; i < 20; ++i) REQUIRE(router.post("/v1/completions", kBody).status == 200);
+  KeepAliveClient client(router.port());
+  for (int i = 0; i < 20; ++i) REQUIRE(client.post("/v1/completions", kBody).status == 200);
   CHECK(up.completion_requests() == 20);
   CHECK(up.completion_connections() == 1);
   CHECK(router.metric("kvfleet_router_upstream_idle_connections") == 1);
+  // Another client connection gets its own upstream connection.
+  REQUIRE(router.post("/v1/completions", kBody).status == 200);
+  CHECK(up.completion_connections() == 2);
 }
 
 TEST_CASE("upstream keep-alive off: a new connection per request") {
@@ -52,7 +92,8 @@ TEST_CASE("upstream keep-alive off: a new connection per request") {
     yaml << "upstream_keepalive: 0\n";
   }
   RouterProcess router({}, standin_flags({&up}, {"--config", (dir / "router.yaml").string()}));
-  for (int i = 0; i < 5; ++i) REQUIRE(router.post("/v1/completions", kBody).status == 200);
+  KeepAliveClient client(router.port());
+  for (int i = 0; i < 5; ++i) REQUIRE(client.post("/v1/completions", kBody).status == 200);
   CHECK(up.completion_connections() == 5);
 }
 
@@ -64,11 +105,12 @@ TEST_CASE("upstream keep-alive: a connection idle longer than upstream_idle_time
     yaml << "upstream_idle_timeout_ms: 200\n";
   }
   RouterProcess router({}, standin_flags({&up}, {"--config", (dir / "router.yaml").string()}));
-  REQUIRE(router.post("/v1/completions", kBody).status == 200);
-  REQUIRE(router.post("/v1/completions", kBody).status == 200);  // at once: reused
+  KeepAliveClient client(router.port());
+  REQUIRE(client.post("/v1/completions", kBody).status == 200);
+  REQUIRE(client.post("/v1/completions", kBody).status == 200);  // at once: reused
   CHECK(up.completion_connections() == 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
-  REQUIRE(router.post("/v1/completions", kBody).status == 200);
+  REQUIRE(client.post("/v1/completions", kBody).status == 200);
   CHECK(up.completion_connections() == 2);
 }
 
@@ -76,8 +118,9 @@ TEST_CASE("a pooled connection closed by the replica is retried once on a new on
   StandinUpstream up;
   up.drop_reused = true;  // every reuse finds the connection closed, unanswered
   RouterProcess router({}, standin_flags({&up}, {}));
+  KeepAliveClient client(router.port());
   for (int i = 0; i < 3; ++i) {
-    const http::Response r = router.post("/v1/completions", kBody);
+    const http::Response r = client.post("/v1/completions", kBody);
     REQUIRE(r.status == 200);
     CHECK(served_by(r) == up.url());
   }
