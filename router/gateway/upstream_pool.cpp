@@ -17,8 +17,8 @@ std::unique_ptr<http::HttpClient> UpstreamPool::take(const boost::asio::any_io_e
     std::lock_guard lock(mutex_);
     take_expired(now, expired);
     // Only a connection already on this executor (the strand of the client connection that used it
-    // last: a keep-alive client's next request). Moving one to another strand (HttpClient::rebind)
-    // left some upstream operations never completing under load; see router/README.md.
+    // last: a keep-alive client's next request). Moving one to another strand (releasing the
+    // descriptor into a new socket object) left some upstream operations never completing under load; see router/README.md.
     for (auto it = idle_.rbegin(); it != idle_.rend(); ++it) {
       if (it->client->executor() == executor) {
         client = std::move(it->client);

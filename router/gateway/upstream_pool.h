@@ -38,7 +38,8 @@ class UpstreamPool {
 
   // The newest idle connection younger than idle_timeout that is already on `executor` (the strand
   // of the client connection whose earlier request used it); nullptr if none. Connections are not
-  // moved between strands: HttpClient::rebind() left some upstream operations never completing.
+  // moved between strands: doing so (a descriptor released into a new socket object) left some upstream
+  // operations never completing.
   std::unique_ptr<http::HttpClient> take(const boost::asio::any_io_executor& executor, Clock::time_point now = Clock::now());
   // Keeps `client` for reuse if it is reusable() (closing the oldest idle one when full); closes it otherwise.
   void give_back(std::unique_ptr<http::HttpClient> client, Clock::time_point now = Clock::now());

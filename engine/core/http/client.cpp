@@ -31,8 +31,6 @@ struct HttpClient::Impl {
       : config(std::move(c)), stream(std::move(executor)), piece(config.piece_size) {
     buffer.reserve(16 * 1024);
   }
-  Impl(tcp::socket socket, HttpClientConfig c)
-      : config(std::move(c)), stream(std::move(socket)), piece(config.piece_size) {}
 
   // Closes the connection and throws: a half-read response leaves the stream unusable.
   [[noreturn]] void fail(error_code ec) {
@@ -54,7 +52,6 @@ struct HttpClient::Impl {
   std::optional<bhttp::response_parser<bhttp::buffer_body>> parser;
   std::vector<char> piece;
   std::string host_header;
-  tcp protocol = tcp::v4();  // of the connected socket, for rebind()
   bool head_request = false;  // a HEAD response has no body whatever its headers say
 };
 
@@ -81,7 +78,6 @@ asio::awaitable<void> HttpClient::connect(std::string host, uint16_t port) {
   s.stream.expires_after(s.config.connect_timeout);
   auto [connect_ec, endpoint] = co_await s.stream.async_connect(endpoints, tuple_awaitable);
   if (connect_ec) s.fail(connect_ec);
-  s.protocol = endpoint.protocol();
   s.stream.socket().set_option(tcp::no_delay(true), ec);
   s.host_header = host + ":" + std::to_string(port);
   s.buffer.clear();
@@ -168,26 +164,8 @@ bool HttpClient::reusable() const {
          s.buffer.size() == 0;
 }
 
-// The socket's executor is fixed at construction, so the descriptor moves to a new socket object.
 asio::any_io_executor HttpClient::executor() const { return impl_->stream.get_executor(); }
 
-void HttpClient::rebind(asio::any_io_executor executor) {
-  Impl& s = *impl_;
-  if (executor == s.stream.get_executor()) return;
-  tcp::socket moved(std::move(executor));
-  if (s.stream.socket().is_open()) {
-    error_code ec;
-    tcp::socket old = s.stream.release_socket();
-    const auto fd = old.release(ec);
-    if (!ec) moved.assign(s.protocol, fd, ec);
-    if (ec) moved.close(ec);
-  }
-  auto next = std::make_unique<Impl>(std::move(moved), s.config);
-  next->host_header = s.host_header;
-  next->protocol = s.protocol;
-  next->buffer = std::move(s.buffer);  // empty (reusable() checked it), but keeps its capacity
-  impl_ = std::move(next);  // the parser is gone, so the connection is not reusable() until its next response
-}
 
 namespace {
 

@@ -76,11 +76,7 @@ class HttpClient {
   // read to its end, framed cleanly (Content-Length or chunked, keep-alive), with no byte buffered
   // beyond it: another request may follow on it.
   bool reusable() const;
-  // Moves the open connection onto `executor` (e.g. a pool handing it to a coroutine on another
-  // strand), so that its completions and deadline timer run there. No operation may be pending.
-  // Nothing to do (no system call) when it already is on `executor`.
-  void rebind(boost::asio::any_io_executor executor);
-  boost::asio::any_io_executor executor() const;
+  boost::asio::any_io_executor executor() const;  // the one it was made with (a pool matches on it)
 
  private:
   struct Impl;
