@@ -92,6 +92,8 @@ void hang_up_mid_stream(std::uint16_t port, const std::string& body) {
   const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
                           std::to_string(body.size()) + "\r\n\r\n" + body;
   REQUIRE(::send(fd, req.data(), req.size(), 0) == static_cast<ssize_t>(req.size()));
+  const timeval limit{30, 0};  // a stream that never starts fails here instead of hanging the test
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
   std::string got;
   char buf[4096];
   while (got.find("data: ") == std::string::npos) {
