@@ -20,7 +20,7 @@ struct RouterConfig {
   std::string served_model_name;  // default: the directory's base name (the block hash namespace)
   std::string host = "127.0.0.1";
   std::uint16_t port = 8080;
-  int http_threads = 1;  // more than 1 can leave upstream streams hanging (see router/README.md)
+  int http_threads = 2;
   std::vector<std::string> replicas;  // base URLs, http://HOST:PORT
   YAML::Node policy{"cache_aware"};   // a name, or {name: ..., knobs...} (make_policy)
   std::uint64_t block_size = 16;      // must match the replicas' (checked against KV event config)

@@ -13,6 +13,10 @@
 #include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
 
+#include <sys/socket.h>
+
+#include <cerrno>
+
 #include "kvfleet/http/json_error.h"
 
 namespace kvfleet::http {
@@ -205,14 +209,21 @@ asio::awaitable<bool> Session::serve(const Request& request, bool keep_alive) {
 // until the next write. Waiting for readability catches the FIN (or RST) at once.
 asio::awaitable<void> Session::watch_disconnect(uint64_t generation) {
   auto self = shared_from_this();
-  auto [ec] = co_await stream_.socket().async_wait(
-      asio::ip::tcp::socket::wait_read,
-      asio::bind_cancellation_slot(watch_cancel_.slot(), tuple_awaitable));
-  if (generation != watch_generation_ || ec == asio::error::operation_aborted) co_return;
-  if (!ec) {
-    char byte = 0;
-    size_t n = stream_.socket().receive(asio::buffer(&byte, 1), asio::socket_base::message_peek, ec);
-    if (!ec && n > 0) co_return;  // a pipelined request: data, not a disconnect
+  for (;;) {
+    auto [ec] = co_await stream_.socket().async_wait(
+        asio::ip::tcp::socket::wait_read,
+        asio::bind_cancellation_slot(watch_cancel_.slot(), tuple_awaitable));
+    if (generation != watch_generation_ || ec == asio::error::operation_aborted) co_return;
+    if (!ec) {
+      // Never a blocking peek: a readiness report can be spurious, and asio's synchronous receive
+      // on such a socket waits (in poll) for data that may never come, holding this io thread and
+      // the session's strand until the client hangs up.
+      char byte = 0;
+      const ssize_t n = ::recv(stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n > 0) co_return;  // a pipelined request: data, not a disconnect
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;  // spurious
+    }
+    break;  // EOF, reset or an error: the client is gone
   }
   mark_gone();
 }
