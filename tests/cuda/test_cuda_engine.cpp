@@ -66,17 +66,9 @@ TEST_CASE("cuda engine: batched, cached, chunked and preempted runs equal each r
       {"small cache: preemption", config(14, 64, true)},
   };
   for (const auto& k : cases) {
-    const std::string name = k.name;
-    CAPTURE(name);
     EngineStats stats;
     const auto got = run(model, requests, k.c, false, &stats);
-    for (const auto& [i, c] : alone) {
-      CAPTURE(i);
-      CHECK(got.at(i).tokens == c.tokens);
-      CHECK(got.at(i).finals == 1);
-    }
-    if (name == "small cache: preemption") CHECK(stats.scheduler.num_preemptions > 0);
-    if (name == "batched, prefix cache") CHECK(stats.scheduler.kv.prefix_hit_tokens > 0);
+    test::check_equals_alone(k.name, alone, got, stats);
   }
 }
 

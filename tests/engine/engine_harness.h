@@ -1,9 +1,12 @@
 // Runs requests through an Engine and collects their outputs, for the engine tests.
 #pragma once
 
+#include <doctest/doctest.h>
+
 #include <map>
 #include <mutex>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kvfleet/engine.h"
@@ -40,6 +43,20 @@ class Collector {
   std::mutex mu_;
   std::map<std::size_t, Collected> results_;
 };
+
+// The equivalence tests' verdict for one engine configuration `name`: every request's tokens equal its
+// run alone, one final output each, and the cases named for preemption and prefix caching show them.
+inline void check_equals_alone(const std::string& name, const std::map<std::size_t, Collected>& alone,
+                               const std::map<std::size_t, Collected>& got, const EngineStats& stats) {
+  CAPTURE(name);
+  for (const auto& [i, c] : alone) {
+    CAPTURE(i);
+    CHECK(got.at(i).tokens == c.tokens);
+    CHECK(got.at(i).finals == 1);
+  }
+  if (name == "small cache: preemption") CHECK(stats.scheduler.num_preemptions > 0);
+  if (name == "batched, prefix cache") CHECK(stats.scheduler.kv.prefix_hit_tokens > 0);
+}
 
 // The equivalence tests' workload (CPU and CUDA): 24 requests, two thirds behind a shared 40-token
 // "system prompt", 1-60 more prompt tokens, 1-12 output tokens, greedy and seeded sampling alternating.
