@@ -126,7 +126,7 @@ boost::asio::awaitable<void> stream_request(const Target& target, const std::str
     if (head.status != 200) {
       out.error_kind = "http_" + std::to_string(head.status);
       std::string error_body = co_await client.read_body();
-      out.error = error_body.substr(0, 300);
+      out.error = error_body.substr(0, 4096);  // an OpenAI error object, parsed for the summary
       co_return;
     }
     http::SseParser parser;

@@ -43,6 +43,31 @@ void put_summary(json::object& o, const char* metric, const Summary& s) {
   o["p99_" + m + "_ms"] = s.p99;
 }
 
+// Digit runs as '#': messages that differ only in their numbers are one kind of failure.
+std::string message_key(const std::string& kind, const std::string& message) {
+  std::string key = kind + ":";
+  for (std::size_t i = 0; i < message.size(); ++i) {
+    if (message[i] >= '0' && message[i] <= '9') {
+      if (key.back() != '#') key += '#';
+    } else {
+      key += message[i];
+    }
+  }
+  return key;
+}
+
+void add_error_sample(std::vector<ErrorSample>& samples, std::map<std::string, std::size_t>& index,
+                      const RequestResult& r) {
+  const std::string message = error_message(r);
+  const std::string key = message_key(r.error_kind, message);
+  if (auto it = index.find(key); it != index.end()) {
+    ++samples[it->second].count;
+  } else if (samples.size() < kMaxErrorSamples) {
+    index.emplace(key, samples.size());
+    samples.push_back(ErrorSample{r.error_kind, message, 1});
+  }
+}
+
 std::string today() {
   const std::time_t now = std::time(nullptr);
   char buf[32];
@@ -76,14 +101,29 @@ std::optional<double> BenchResult::prefix_cache_hit_rate() const {
   return fleet->prefix_hits / fleet->prefix_queries;
 }
 
+std::string error_message(const RequestResult& r) {
+  boost::system::error_code ec;
+  const json::value v = json::parse(r.error, ec);
+  if (!ec && v.is_object()) {
+    if (const auto* e = v.as_object().if_contains("error")) {
+      if (e->is_string()) return std::string(e->as_string());
+      if (e->is_object())
+        if (const auto* m = e->as_object().if_contains("message"); m && m->is_string()) return std::string(m->as_string());
+    }
+  }
+  return r.error;
+}
+
 BenchResult compute_result(const RunOutput& run, const Goodput& goodput) {
   BenchResult b;
   std::vector<double> ttft, tpot, itl, e2el;
   std::size_t good = 0;
+  std::map<std::string, std::size_t> sample_index;
   for (const RequestResult& r : run.results) {
     if (!r.success) {
       ++b.failed;
       ++b.errors[r.error_kind];
+      add_error_sample(b.error_samples, sample_index, r);
       continue;
     }
     ++b.completed;
@@ -159,6 +199,10 @@ json::object result_json(const BenchResult& b, const RunInfo& info, const RunOut
   json::object errors;
   for (const auto& [kind, n] : b.errors) errors[kind] = n;
   o["errors_by_kind"] = std::move(errors);
+  json::array samples;
+  for (const ErrorSample& e : b.error_samples)
+    samples.push_back(json::object{{"kind", e.kind}, {"message", e.message}, {"count", e.count}});
+  o["error_messages"] = std::move(samples);
   json::object replicas;
   for (const auto& [url, n] : b.per_replica) replicas[url] = n;
   o["per_replica_requests"] = std::move(replicas);
@@ -220,6 +264,10 @@ void print_result(std::ostream& out, const BenchResult& b) {
     line("Preemptions:", fmt::format("{:.0f}", b.fleet->preemptions));
   }
   for (const auto& [kind, n] : b.errors) line("Errors (" + kind + "):", std::to_string(n));
+  if (!b.error_samples.empty()) {
+    out << fmt::format("{:-^50}\n", " First distinct errors ");
+    for (const ErrorSample& e : b.error_samples) out << fmt::format("{} x {}: {}\n", e.count, e.kind, e.message);
+  }
   for (const auto& [url, n] : b.per_replica) line("Requests on " + url + ":", std::to_string(n));
   out << std::string(50, '=') << "\n";
 }

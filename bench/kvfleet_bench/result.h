@@ -36,6 +36,15 @@ struct RunInfo {  // what was asked for, echoed into the JSON
   std::uint64_t seed = 0;
 };
 
+// One kind of failure as the server worded it: requests whose messages differ only in their numbers
+// ("... 2177 tokens" / "... 2180 tokens") count together, shown with the first such message.
+struct ErrorSample {
+  std::string kind;     // as in BenchResult::errors
+  std::string message;  // the server's error.message when it sent an OpenAI error object, else what failed
+  std::size_t count = 0;
+};
+inline constexpr std::size_t kMaxErrorSamples = 5;
+
 struct BenchResult {
   std::size_t completed = 0, failed = 0;
   std::int64_t total_input_tokens = 0, total_output_tokens = 0;
@@ -44,12 +53,17 @@ struct BenchResult {
   std::size_t max_concurrent_requests = 0;
   Summary ttft_ms, tpot_ms, itl_ms, e2el_ms;
   std::map<std::string, std::size_t> errors;       // kind -> count
+  std::vector<ErrorSample> error_samples;          // the first kMaxErrorSamples distinct messages, in order seen
   std::map<std::string, std::size_t> per_replica;  // x-kvfleet-replica -> completed requests
   std::optional<FleetCounters> fleet;              // set when /metrics was scraped
   std::optional<double> prefix_cache_hit_rate() const;
 };
 
 BenchResult compute_result(const RunOutput& run, const Goodput& goodput);
+
+// The readable part of a failure: error.message of an OpenAI error object (HTTP body or stream event),
+// otherwise the raw error text.
+std::string error_message(const RequestResult& r);
 
 // Output tokens finished in each whole second of the run (a chunk's tokens spread evenly over its chunks).
 std::vector<double> output_tokens_per_second(const RunOutput& run);

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "bench/kvfleet_bench/preflight.h"
 #include "bench/kvfleet_bench/progress.h"
 #include "bench/kvfleet_bench/scrape.h"
 #include "bench/kvfleet_bench/svg.h"
@@ -26,7 +27,10 @@ void add_serve_flags(CLI::App& app, ServeOptions& o) {
   app.add_option("--model-dir", o.model_dir, "Model directory to take the tokenizer from");
   app.add_option("--dataset-name", w.dataset, "random, shared-prefix, multi-turn or trace")
       ->check(CLI::IsMember({"random", "shared-prefix", "multi-turn", "trace"}));
-  app.add_option("--num-prompts", w.num_prompts, "random: requests (shared-prefix: groups x prompts per group; multi-turn: sessions x turns; trace: its lines)");
+  app.add_option("--num-prompts", w.num_prompts,
+                 "Requests (random; shared-prefix: spread over the groups, default groups x prompts per group; "
+                 "trace: its first N lines; multi-turn: refused, use --num-sessions and --turns)")
+      ->each([&w](const std::string&) { w.num_prompts_set = true; });
   app.add_option("--request-rate", o.request_rate, "Requests per second (inf: all at once)");
   app.add_option("--burstiness", o.burstiness, "Gamma shape of the gaps (1: Poisson)");
   app.add_option("--max-concurrency", o.max_concurrency, "Most requests in flight (0: no cap)");
@@ -38,6 +42,7 @@ void add_serve_flags(CLI::App& app, ServeOptions& o) {
   app.add_option("--plot-dir", o.plot_dir, "Write SVG (and PNG) plots here");
   app.add_flag("--save-detailed", o.save_detailed, "Per-request arrays in the JSON");
   app.add_option("--request-timeout", o.request_timeout_s, "Seconds one read may wait");
+  app.add_flag("--skip-length-check", o.skip_length_check, "Send even requests longer than /v1/models' max_model_len");
   app.add_option("--random-input-len", w.random_input_len, "random / multi-turn: prompt (turn) tokens");
   app.add_option("--random-output-len", w.random_output_len, "random / multi-turn: output tokens");
   app.add_option("--random-range-ratio", w.random_range_ratio, "Lengths drawn from [len*(1-r), len*(1+r)]");
@@ -90,6 +95,24 @@ void write_run_plots(const std::string& dir, const std::string& name, const RunO
   write_chart(base.string() + "_throughput.svg", render_svg(chart));
 }
 
+namespace {
+
+// The server's max_model_len, from its /v1/models (a router may not report one: then from the
+// --metrics-url replicas'), against the workload's longest request. A server that does not say is
+// not checked, with a note.
+void check_server_lengths(const ServeOptions& o, const std::string& model, const WorkloadOptions& wo, const Workload& w) {
+  std::string why;
+  std::optional<std::int64_t> max_len = fetch_max_model_len(o.base_url, model, &why);
+  if (!max_len) max_len = smallest_max_model_len(o.metrics_urls, model);
+  if (!max_len) {
+    std::cerr << "kvfleet-bench: not checking prompt lengths against the context length: " << why << "\n";
+    return;
+  }
+  check_lengths(w, wo, *max_len);
+}
+
+}  // namespace
+
 ServeReport run_serve(const ServeOptions& o, std::ostream& log) {
   const Goodput goodput = parse_goodput(o.goodput);
   RunConfig config;
@@ -106,6 +129,7 @@ ServeReport run_serve(const ServeOptions& o, std::ostream& log) {
   WorkloadOptions wo = o.workload;
   wo.seed = o.seed;
   const Workload workload = make_workload(wo, prompts);
+  if (!o.skip_length_check) check_server_lengths(o, config.model, wo, workload);
   raise_open_file_limit();
 
   std::vector<FleetCounters> before;

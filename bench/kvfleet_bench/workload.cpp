@@ -37,14 +37,21 @@ Workload random_workload(const WorkloadOptions& o, const PromptBuilder& p, std::
 }
 
 // SGLang's generated-shared-prefix: groups x prompts per group, one system prompt per group, a fresh
-// question per prompt, all shuffled so that groups interleave.
+// question per prompt, all shuffled so that groups interleave. With --num-prompts N the run has N
+// requests, spread over the groups as evenly as possible (the first N % groups get one more), instead
+// of prompts_per_group each.
 Workload shared_prefix_workload(const WorkloadOptions& o, const PromptBuilder& p, std::mt19937_64& rng) {
+  if (o.num_groups <= 0) throw std::invalid_argument("--shared-prefix-num-groups must be at least 1");
   Workload w{"shared-prefix", {}};
-  for (int g = 0; g < o.num_groups; ++g) {
+  const auto groups = static_cast<std::size_t>(o.num_groups);
+  for (std::size_t g = 0; g < groups; ++g) {
+    const std::size_t prompts = o.num_prompts_set ? o.num_prompts / groups + (g < o.num_prompts % groups ? 1 : 0)
+                                                  : static_cast<std::size_t>(std::max(0, o.prompts_per_group));
+    if (prompts == 0) continue;
     const std::string system = p.text(o.system_prompt_len, rng);
-    for (int i = 0; i < o.prompts_per_group; ++i) {
+    for (std::size_t i = 0; i < prompts; ++i) {
       Turn t{p.text(o.question_len, rng), o.question_len, o.output_len};
-      w.chains.push_back(Chain{system, o.system_prompt_len, {t}, g, std::nullopt});
+      w.chains.push_back(Chain{system, o.system_prompt_len, {t}, static_cast<int>(g), std::nullopt});
     }
   }
   std::shuffle(w.chains.begin(), w.chains.end(), rng);
@@ -52,6 +59,9 @@ Workload shared_prefix_workload(const WorkloadOptions& o, const PromptBuilder& p
 }
 
 Workload multi_turn_workload(const WorkloadOptions& o, const PromptBuilder& p, std::mt19937_64& rng) {
+  if (o.num_prompts_set)
+    throw std::invalid_argument("--num-prompts does not apply to multi-turn: it sends --num-sessions x --turns requests (" +
+                                std::to_string(o.num_sessions) + " x " + std::to_string(o.turns) + "); set those instead");
   Workload w{"multi-turn", {}};
   for (int s = 0; s < o.num_sessions; ++s) {
     Chain c;
@@ -85,6 +95,7 @@ Workload trace_workload(const WorkloadOptions& o, const PromptBuilder& p, std::m
   std::string line;
   double first = 0;
   for (int n = 1; std::getline(in, line); ++n) {
+    if (o.num_prompts_set && w.chains.size() >= o.num_prompts) break;  // --num-prompts: the first N lines
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = o.trace_file + ":" + std::to_string(n);
     boost::system::error_code ec;

@@ -41,6 +41,7 @@ struct Workload {
 struct WorkloadOptions {
   std::string dataset = "random";  // random | shared-prefix | multi-turn | trace
   std::size_t num_prompts = 1000;
+  bool num_prompts_set = false;  // --num-prompts was given: shared-prefix and trace honour it
   std::uint64_t seed = 0;
   std::int32_t random_input_len = 1024, random_output_len = 128;
   double random_range_ratio = 0.0;

@@ -58,7 +58,7 @@ TEST_CASE("the result JSON has exactly vllm's keys where they overlap, plus ours
                                  "request_rate", "burstiness", "max_concurrency", "seed", "duration", "completed", "failed",
                                  "total_input_tokens", "total_output_tokens", "request_throughput", "request_goodput",
                                  "output_throughput", "total_token_throughput", "max_output_tokens_per_s",
-                                 "max_concurrent_requests", "errors_by_kind", "per_replica_requests",
+                                 "max_concurrent_requests", "errors_by_kind", "error_messages", "per_replica_requests",
                                  "prefix_cache_hit_rate", "preemptions"};
   for (const char* m : {"ttft", "tpot", "itl", "e2el"})
     for (const char* s : {"mean", "median", "std", "p50", "p90", "p99"}) expected.insert(std::string(s) + "_" + m + "_ms");
