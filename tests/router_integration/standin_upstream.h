@@ -48,6 +48,10 @@ class StandinUpstream {
   // True: a streamed completion sends malformed chunk framing after its first event.
   std::atomic<bool> malformed_stream{false};
   std::atomic<bool> kv_close{false};
+  // Bytes of padding in each streamed event (a big stream that backs up behind a slow client).
+  std::atomic<int> event_padding{0};
+  // Completions being answered now, and the most at once.
+  std::atomic<int> in_flight{0}, max_in_flight{0};
 
   void set_kv_script(std::string script) {
     std::lock_guard lock(mutex_);
@@ -114,6 +118,13 @@ class StandinUpstream {
           const auto auth = request.find(http::field::authorization);
           last_authorization_ = auth == request.end() ? "<none>" : std::string(auth->value());
         }
+        const int now = ++in_flight;
+        for (int seen = max_in_flight; now > seen && !max_in_flight.compare_exchange_weak(seen, now);) {
+        }
+        struct Leave {
+          std::atomic<int>& n;
+          ~Leave() { --n; }
+        } leave{in_flight};
         if (hang_ms > 0) {
           boost::asio::steady_timer timer(stream.get_executor());
           timer.expires_after(std::chrono::milliseconds(hang_ms.load()));
@@ -149,7 +160,8 @@ class StandinUpstream {
     boost::asio::steady_timer timer(stream.get_executor());
     const int events = stream_events;
     for (int i = 0; i <= events; ++i) {
-      const std::string event = i < events ? "data: {\"choices\":[{\"text\":\"t" + std::to_string(i) + "\"}]}\n\n"
+      const std::string pad(static_cast<std::size_t>(event_padding.load()), 'p');
+      const std::string event = i < events ? "data: {\"choices\":[{\"text\":\"t" + std::to_string(i) + pad + "\"}]}\n\n"
                                            : "data: [DONE]\n\n";
       char size[16];
       std::snprintf(size, sizeof size, "%zx\r\n", event.size());

@@ -4,6 +4,13 @@
 // faults (refused, hung, died mid-stream, malformed, 5xx) with bounded memory, and metric cleanup.
 #include <doctest/doctest.h>
 
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
 #include <fstream>
 
 #include <boost/asio/co_spawn.hpp>
@@ -55,6 +62,31 @@ http::Response request(std::uint16_t port, const std::string& method, const std:
   http::Headers h{{"Content-Type", "application/json"}};
   if (!key.empty()) h.add("Authorization", "Bearer " + key);
   return http::http_request("127.0.0.1", port, method, target, body, h, std::chrono::seconds(30));
+}
+
+// A streamed completion sent on a raw socket whose receive buffer is tiny, read only after `stall`:
+// the router's writes to it block. Returns the bytes read.
+std::string slow_stream_read(std::uint16_t port, std::chrono::milliseconds stall) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  const int small = 4096;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  timeval tv{20, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                          "Content-Length: " + std::to_string(kStreamBody.size()) + "\r\n\r\n" + kStreamBody;
+  REQUIRE(::send(fd, req.data(), req.size(), 0) == static_cast<ssize_t>(req.size()));
+  std::this_thread::sleep_for(stall);
+  std::string got;
+  char buf[65536];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) got.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  return got;
 }
 
 std::size_t count_since(const std::vector<std::string>& targets, const std::string& since) {
@@ -335,6 +367,84 @@ TEST_CASE("a removed replica's labelled metric series are deleted") {
   const std::string text = router.get("/metrics").body;
   CHECK(text.find(b.url()) == std::string::npos);
   CHECK(text.find(a.url()) != std::string::npos);
+}
+
+TEST_CASE("a stream that breaks while the client reads slowly does not count against the replica") {
+  StandinUpstream up;
+  up.set_kv_script(config_event(0, 1));
+  up.stream_events = 200;
+  up.event_padding = 64 * 1024;  // ~13 MB: far beyond the socket buffers
+  up.die_after_events = 150;     // then the replica's side breaks (as its write deadline would)
+  TempDir dir;
+  {
+    std::ofstream yaml(dir / "router.yaml");
+    yaml << "circuit_breaker: {consecutive_failures: 1, open_ms: 60000, half_open_probes: 1}\nmax_attempts: 1\n";
+  }
+  RouterProcess router({}, standin_flags({&up}, {"--config", (dir / "router.yaml").string()}));
+  const std::string slow = slow_stream_read(router.port(), std::chrono::milliseconds(2500));
+  CHECK(slow.find("upstream_error") != std::string::npos);  // the client still learns it broke
+  CHECK(slow.ends_with("data: [DONE]\n\n\r\n0\r\n\r\n"));
+  CHECK(router.replica(up.url()).at("circuit_breaker") == "closed");
+  // The same break with a client that keeps up is the replica's fault.
+  const std::string fast = slow_stream_read(router.port(), std::chrono::milliseconds(0));
+  CHECK(fast.find("upstream_error") != std::string::npos);
+  CHECK(router.replica(up.url()).at("circuit_breaker") == "open");
+}
+
+TEST_CASE("5,000 concurrent connections through the router are all served") {
+  rlimit limit{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &limit) == 0);
+  const rlim_t want = 16384;
+  if (limit.rlim_cur < want && limit.rlim_max >= want) {
+    limit.rlim_cur = want;
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &limit) == 0);  // the router (a child) inherits it
+  }
+  if (limit.rlim_cur < want) {
+    MESSAGE("SKIP: RLIMIT_NOFILE hard limit " << limit.rlim_max << " is below " << want);
+    return;
+  }
+  StandinUpstream up;
+  up.set_kv_script(config_event(0, 1));
+  up.hang_ms = 1500;  // every request is held, so all connections are open at once
+  TempDir dir;
+  {
+    std::ofstream yaml(dir / "router.yaml");
+    yaml << "max_concurrency: 6000\nmax_queue: 100\nupstream_timeout_ms: 30000\n";
+  }
+  RouterProcess router({}, standin_flags({&up}, {"--config", (dir / "router.yaml").string()}));
+  constexpr int kConnections = 5000;
+  const long rss_before = router.rss_kib();
+  asio::io_context io;
+  int ok = 0;
+  const auto started = std::chrono::steady_clock::now();
+  for (int i = 0; i < kConnections; ++i) {
+    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+      try {
+        http::HttpClientConfig cc;
+        cc.io_timeout = std::chrono::seconds(30);
+        http::HttpClient client(co_await asio::this_coro::executor, cc);
+        const std::string host = "127.0.0.1";
+        co_await client.connect(host, router.port());
+        http::Request r;
+        r.method = "POST";
+        r.target = "/v1/completions";
+        r.body = kBody;
+        r.headers.set("content-type", "application/json");
+        const http::Response response = co_await client.request(r);
+        ok += response.status == 200;
+      } catch (const std::exception&) {
+      }
+    }, asio::detached);
+  }
+  io.run();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const long rss_after = router.rss_kib();
+  MESSAGE(kConnections << " concurrent connections: " << seconds << " s, at most " << up.max_in_flight.load()
+                       << " held upstream at once, router RSS " << rss_before << " -> " << rss_after << " KiB");
+  CHECK(ok == kConnections);
+  CHECK(up.completion_requests() == kConnections);  // none sent twice
+  CHECK(up.max_in_flight >= 4000);                  // they really were concurrent
+  CHECK(seconds < 60);
 }
 
 }  // namespace kvfleet::test
