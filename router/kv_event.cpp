@@ -2,6 +2,7 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <stdexcept>
 #include <string>
@@ -65,10 +66,19 @@ KvEventMessage parse_kv_event(std::string_view text) {
     const json::value* root = o.if_contains("root");
     if (root == nullptr) bad("missing 'root'");
     e.root = hash_value(*root, "root");
+    if (const json::value* instance = o.if_contains("instance")) e.instance = hash_value(*instance, "instance");
     return e;
+  }
+  if (e.type == KvEventMessage::Type::cleared && o.contains("snapshot")) e.snapshot_blocks = unsigned_field(o, "snapshot");
+  if (const json::value* snap = o.if_contains("snapshot"); snap && e.type == KvEventMessage::Type::stored) {
+    if (!snap->is_bool()) bad("'snapshot' must be true or false");
+    e.snapshot = snap->get_bool();
   }
   if (const json::value* hashes = o.if_contains("block_hashes")) {
     if (!hashes->is_array()) bad("'block_hashes' must be an array");
+    if (hashes->get_array().size() > kMaxEventHashes)
+      bad("'block_hashes' has " + std::to_string(hashes->get_array().size()) + " entries, more than " +
+          std::to_string(kMaxEventHashes));
     e.block_hashes.reserve(hashes->get_array().size());
     for (const json::value& h : hashes->get_array()) e.block_hashes.push_back(hash_value(h, "block_hashes"));
   } else if (e.type != KvEventMessage::Type::cleared) {
@@ -78,6 +88,27 @@ KvEventMessage parse_kv_event(std::string_view text) {
     e.parent = hash_value(*parent, "parent");
   }
   return e;
+}
+
+std::vector<KvEventMessage> split_kv_event(KvEventMessage event, std::size_t max_hashes) {
+  std::vector<KvEventMessage> out;
+  const bool splittable = event.type == KvEventMessage::Type::stored || event.type == KvEventMessage::Type::removed;
+  if (!splittable || max_hashes == 0 || event.block_hashes.size() <= max_hashes) {
+    out.push_back(std::move(event));
+    return out;
+  }
+  const std::vector<BlockHash> all = std::move(event.block_hashes);
+  for (std::size_t at = 0; at < all.size(); at += max_hashes) {
+    KvEventMessage piece = event;
+    const std::size_t end = std::min(all.size(), at + max_hashes);
+    piece.block_hashes.assign(all.begin() + static_cast<std::ptrdiff_t>(at), all.begin() + static_cast<std::ptrdiff_t>(end));
+    if (at > 0) {
+      piece.continuation = true;
+      if (piece.type == KvEventMessage::Type::stored) piece.parent = all[at - 1];
+    }
+    out.push_back(std::move(piece));
+  }
+  return out;
 }
 
 }  // namespace kvfleet::router

@@ -1,7 +1,10 @@
 // One Contract 2 KV event (shared/DESIGN.md), as the router reads it from a replica's
 // /v1/kv_events stream:
-//   {"type":"config","seq":N,"block_size":B,"root":H}                       (opens every stream)
+//   {"type":"config","seq":N,"block_size":B,"root":H,"instance":I}          (opens every stream)
 //   {"seq":N,"type":"stored"|"removed"|"cleared","block_hashes":[...],"parent":H,"tier":"gpu"|"cpu"}
+// "instance" (new at every replica start) tells a restarted replica apart even when its seq has
+// passed ours. A snapshot is {"seq":S,"type":"cleared","snapshot":K} followed by K events
+// {"seq":S,"type":"stored","snapshot":true,...}: the same seq, applied in full (Contract 2).
 // Hashes are JSON integers (uint64; a negative int64 is read as its two's complement bits, for
 // writers that only have signed integers) or strings ("123" or "0x7b"). "tier" is accepted and
 // ignored: a block offloaded to CPU memory is still a cached block the replica can reuse.
@@ -24,9 +27,22 @@ struct KvEventMessage {
   BlockHash root = 0;            // config
   std::vector<BlockHash> block_hashes;
   std::optional<BlockHash> parent;  // stored; absent or null = the chain starts at the root
+  std::optional<std::uint64_t> instance;  // config; absent from older replicas
+  std::uint64_t snapshot_blocks = 0;      // cleared: how many snapshot `stored` events follow
+  bool snapshot = false;                  // stored: part of the snapshot after a `cleared`
+  // Not on the wire: the rest of the event with this seq, split off by split_kv_event().
+  bool continuation = false;
 };
+
+// Most block hashes one event may carry (a 1M-token prompt at block size 16): more is malformed.
+inline constexpr std::size_t kMaxEventHashes = 65'536;
 
 // Throws std::invalid_argument with a message naming the bad or missing field.
 KvEventMessage parse_kv_event(std::string_view json);
+
+// A stored/removed event cut into pieces of at most `max_hashes` hashes (the first piece keeps the
+// event's meaning; the others are continuations, a stored one continuing after the previous piece's
+// last block), so that the router applies a huge event without holding its lock for all of it.
+std::vector<KvEventMessage> split_kv_event(KvEventMessage event, std::size_t max_hashes);
 
 }  // namespace kvfleet::router

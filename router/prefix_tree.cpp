@@ -35,12 +35,12 @@ void PrefixTree::insert(ReplicaId r, std::span<const BlockHash> hashes, Tick now
   maybe_evict();
 }
 
-void PrefixTree::insert_after(ReplicaId r, BlockHash parent, std::span<const BlockHash> hashes, Tick now) {
-  Cursor at{kRoot, 0};
+bool PrefixTree::insert_after(ReplicaId r, BlockHash parent, std::span<const BlockHash> hashes, Tick now) {
   Ref ref{};
-  if (index_find(parent, ref)) at = Cursor{ref.node, ref.offset + 1};
-  insert_from(r, at, hashes, now);
+  if (!index_find(parent, ref)) return false;  // an orphan placed at the root would block its real chain
+  insert_from(r, Cursor{ref.node, ref.offset + 1}, hashes, now);
   maybe_evict();
+  return true;
 }
 
 void PrefixTree::insert_from(ReplicaId r, Cursor at, std::span<const BlockHash> hashes, Tick now) {

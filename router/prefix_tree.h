@@ -74,9 +74,11 @@ class PrefixTree {
   // in the tree (only a 64-bit collision can cause that).
   void insert(ReplicaId r, std::span<const BlockHash> hashes, Tick now);
   // Exact mode "stored" event: the chain continues after the block `parent` (r then holds the path
-  // to parent too). An unknown parent (the namespace root, or a block the tree no longer has)
-  // attaches the chain at the root: harmless, a prompt only matches it from its first block.
-  void insert_after(ReplicaId r, BlockHash parent, std::span<const BlockHash> hashes, Tick now);
+  // to parent too). A parent the tree does not have (evicted by the memory bound, or never seen)
+  // drops the chain and returns false: no prompt can match a chain without its prefix, and placing
+  // it at the root would make it an orphan that stops the later, correct insert of the same chain
+  // (every hash appears once in the tree). The caller handles the namespace root (use insert()).
+  bool insert_after(ReplicaId r, BlockHash parent, std::span<const BlockHash> hashes, Tick now);
 
   // Read-only: per replica, how many leading blocks of `hashes` it holds. O(prompt length).
   MatchResult match(std::span<const BlockHash> hashes) const;

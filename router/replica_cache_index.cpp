@@ -33,7 +33,9 @@ void ReplicaCacheIndex::log(const std::string& line) const {
 void ReplicaCacheIndex::add_replica(ReplicaId r) {
   if (r >= kMaxReplicas) throw std::out_of_range("replica slot " + std::to_string(r) + " >= " + std::to_string(kMaxReplicas));
   tree_.remove_replica(r);  // a reused slot starts empty
-  replicas_[r] = Replica{.present = true, .reason = "no event stream yet"};
+  replicas_[r] = Replica{};
+  replicas_[r].present = true;
+  replicas_[r].reason = "no event stream yet";
 }
 
 void ReplicaCacheIndex::remove_replica(ReplicaId r) {
@@ -45,6 +47,8 @@ void ReplicaCacheIndex::remove_replica(ReplicaId r) {
 CacheMode ReplicaCacheIndex::mode(ReplicaId r) const { return at(r).mode; }
 const std::string& ReplicaCacheIndex::mode_reason(ReplicaId r) const { return at(r).reason; }
 std::uint64_t ReplicaCacheIndex::last_seq(ReplicaId r) const { return at(r).last_seq; }
+std::uint64_t ReplicaCacheIndex::orphans_dropped(ReplicaId r) const { return at(r).orphans_dropped; }
+bool ReplicaCacheIndex::in_snapshot(ReplicaId r) const { return at(r).snapshot_left > 0; }
 
 void ReplicaCacheIndex::on_routed(ReplicaId r, std::span<const BlockHash> hashes, Tick now) {
   Replica& rep = at(r);
@@ -68,6 +72,7 @@ std::size_t ReplicaCacheIndex::sweep(Tick now) {
 void ReplicaCacheIndex::reset_marks(ReplicaId r) {
   tree_.clear_replica(r);
   replicas_[r].last_seq = 0;
+  replicas_[r].snapshot_left = 0;
   replicas_[r].image_ok = true;
 }
 
@@ -75,6 +80,7 @@ std::uint64_t ReplicaCacheIndex::begin_stream(ReplicaId r) {
   Replica& rep = at(r);
   rep.stream_ok = false;
   if (!rep.image_ok) reset_marks(r);
+  rep.stream_since = rep.last_seq;
   return rep.last_seq;
 }
 
@@ -122,10 +128,17 @@ EventOutcome ReplicaCacheIndex::apply_config(ReplicaId r, const KvEventMessage& 
     return EventOutcome{EventStatus::config_rejected, rep.reason, 0};
   }
   if (!rep.image_ok) reset_marks(r);  // begin_stream was skipped: never build on guesses
-  if (e.seq < rep.last_seq) {
-    log("replica " + std::to_string(r) + ": seq went back to " + std::to_string(e.seq) + " from " +
-        std::to_string(rep.last_seq) + " (restarted): dropping its marks");
+  if (const Restart restart = restarted(r, e); restart != Restart::no) {
     reset_marks(r);
+    // A seq below since= makes the replica send cleared + a snapshot on this stream; a new instance
+    // whose seq passed since= would replay its own events after since=: meaningless here.
+    if (restart == Restart::new_instance && rep.stream_since != 0) {
+      // This stream replays the old instance's seqs after since=: start over from 0.
+      rep.stream_since = 0;
+      rep.mode = CacheMode::approximate;
+      rep.reason = "replica restarted";
+      return resync(r, "replica restarted (new instance): starting over from seq 0");
+    }
   }
   rep.stream_ok = true;
   rep.mode = CacheMode::exact;
@@ -134,15 +147,46 @@ EventOutcome ReplicaCacheIndex::apply_config(ReplicaId r, const KvEventMessage& 
   return EventOutcome{EventStatus::config_accepted, {}, 0};
 }
 
+// A new instance id, or (replicas without one) a seq below what we applied.
+ReplicaCacheIndex::Restart ReplicaCacheIndex::restarted(ReplicaId r, const KvEventMessage& e) {
+  Replica& rep = replicas_[r];
+  std::string why;
+  Restart restart = Restart::no;
+  if (e.instance && rep.instance && *e.instance != *rep.instance) {
+    why = "instance changed from " + hex(*rep.instance) + " to " + hex(*e.instance);
+    restart = Restart::new_instance;
+  } else if (!e.instance && e.seq < rep.last_seq) {
+    why = "seq went back to " + std::to_string(e.seq) + " from " + std::to_string(rep.last_seq);
+    restart = Restart::seq_went_back;
+  }
+  if (e.instance) rep.instance = e.instance;
+  if (restart != Restart::no) log("replica " + std::to_string(r) + ": restarted (" + why + "): dropping its marks");
+  return restart;
+}
+
 EventOutcome ReplicaCacheIndex::apply_event(ReplicaId r, const KvEventMessage& e, Tick now) {
   Replica& rep = at(r);
   using Type = KvEventMessage::Type;
   if (e.type == Type::config) return apply_config(r, e);
   if (!rep.stream_ok) return EventOutcome{EventStatus::ignored, "no accepted config on this stream", 0};
+  if (e.continuation) {
+    if (e.seq != rep.last_seq) return resync(r, "continuation of seq " + std::to_string(e.seq) + " out of place");
+    return apply_change(r, e, now);
+  }
   if (e.type == Type::cleared) {
     tree_.clear_replica(r);
     rep.last_seq = e.seq;
+    rep.snapshot_left = e.snapshot_blocks;
+    rep.image_ok = rep.snapshot_left == 0;  // an interrupted snapshot is not an image of seq S
     return {};
+  }
+  if (rep.snapshot_left > 0) {
+    if (e.seq != rep.last_seq || e.type != Type::stored) {
+      return resync(r, "snapshot at seq " + std::to_string(rep.last_seq) + " ended with " +
+                           std::to_string(rep.snapshot_left) + " blocks missing");
+    }
+    if (--rep.snapshot_left == 0) rep.image_ok = true;
+    return apply_change(r, e, now);
   }
   if (e.seq <= rep.last_seq) {
     return EventOutcome{EventStatus::ignored, "seq " + std::to_string(e.seq) + " already applied", 0};
@@ -150,16 +194,20 @@ EventOutcome ReplicaCacheIndex::apply_event(ReplicaId r, const KvEventMessage& e
   if (e.seq != rep.last_seq + 1) {
     return resync(r, "seq gap: expected " + std::to_string(rep.last_seq + 1) + ", got " + std::to_string(e.seq));
   }
-  if (e.type == Type::stored) {
+  rep.last_seq = e.seq;
+  return apply_change(r, e, now);
+}
+
+EventOutcome ReplicaCacheIndex::apply_change(ReplicaId r, const KvEventMessage& e, Tick now) {
+  if (e.type == KvEventMessage::Type::stored) {
     if (!e.parent || *e.parent == config_.root) {
       tree_.insert(r, e.block_hashes, now);
-    } else {
-      tree_.insert_after(r, *e.parent, e.block_hashes, now);
+    } else if (!tree_.insert_after(r, *e.parent, e.block_hashes, now)) {
+      replicas_[r].orphans_dropped += 1;
     }
-  } else {
+  } else if (e.type == KvEventMessage::Type::removed) {
     tree_.remove(r, e.block_hashes);
   }
-  rep.last_seq = e.seq;
   return {};
 }
 

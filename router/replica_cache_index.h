@@ -11,8 +11,20 @@
 // event is not applied, the stream is marked untrusted and apply_event says resync_needed with the
 // seq to resume from (reconnect with since=that: the replica replays, or sends cleared + a
 // snapshot when its ring no longer reaches back). A smaller seq is a replay overlap and is ignored.
-// "cleared" is accepted at any seq and restarts the count from its own seq. A config whose seq is
-// below our last applied one means the replica restarted: its marks are dropped.
+// "cleared" is accepted at any seq and restarts the count from its own seq.
+//
+// Snapshots. A replica that cannot replay from since= sends {"type":"cleared","seq":S,"snapshot":K}
+// and then K `stored` events that all carry seq S (its whole cache at S, parents first). They are
+// applied in full while the snapshot is open; the next event must be S + 1. A stream that ends
+// before the K-th leaves an incomplete image, so the next stream starts from 0.
+//
+// Restarts. The config event carries the replica's instance id (new at every start). When it
+// differs from the one we followed, the marks are dropped and, if this stream asked for since > 0
+// (a replay of the old instance's seqs, meaningless now), resync_needed with resume_from 0. A
+// config without an instance whose seq is below our last applied one means the same (older replicas).
+//
+// Chains whose parent the tree does not have (it evicted it) are dropped, not placed at the root
+// (PrefixTree::insert_after); orphans_dropped() counts them.
 //
 // Reconnecting. begin_stream() returns the since= to use. When the replica's marks are no longer
 // an image of its events (guesses were inserted while it was approximate, or it never synced),
@@ -25,6 +37,7 @@
 
 #include <array>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -68,6 +81,8 @@ class ReplicaCacheIndex {
   CacheMode mode(ReplicaId r) const;
   const std::string& mode_reason(ReplicaId r) const;
   std::uint64_t last_seq(ReplicaId r) const;
+  std::uint64_t orphans_dropped(ReplicaId r) const;
+  bool in_snapshot(ReplicaId r) const;
 
   MatchResult match(std::span<const BlockHash> hashes) const { return tree_.match(hashes); }
   // The request with these prompt hashes was routed to r at `now`.
@@ -93,6 +108,10 @@ class ReplicaCacheIndex {
     // The marks are what events up to last_seq left (or a subset: TTL, LRU). False before the
     // first sync and after any approximate insert (a guess may be a superset).
     bool image_ok = false;
+    std::optional<std::uint64_t> instance;  // the replica instance the marks came from
+    std::uint64_t stream_since = 0;         // since= of the current stream (begin_stream)
+    std::uint64_t snapshot_left = 0;        // snapshot `stored` events still expected at last_seq
+    std::uint64_t orphans_dropped = 0;
   };
 
   Replica& at(ReplicaId r);
@@ -100,6 +119,9 @@ class ReplicaCacheIndex {
   void reset_marks(ReplicaId r);
   EventOutcome apply_config(ReplicaId r, const KvEventMessage& event);
   EventOutcome resync(ReplicaId r, std::string why);
+  EventOutcome apply_change(ReplicaId r, const KvEventMessage& event, Tick now);
+  enum class Restart : std::uint8_t { no, new_instance, seq_went_back };
+  Restart restarted(ReplicaId r, const KvEventMessage& config);
   void log(const std::string& line) const;
 
   ReplicaCacheConfig config_;

@@ -61,7 +61,7 @@ struct Engine::Impl {
   std::condition_variable wake, idle;
   std::vector<Submission> submissions;
   std::vector<RequestId> aborts;
-  std::vector<std::promise<KvSnapshot>> snapshots;
+  std::vector<std::function<void(KvSnapshot)>> snapshots;  // run on the engine thread, under mu
   bool stop = false;
   bool busy = false;
   std::atomic<RequestId> next_id{1};
@@ -146,14 +146,18 @@ EngineStats Engine::stats() const {
 }
 
 KvSnapshot Engine::kv_snapshot() {
-  std::future<KvSnapshot> f;
+  auto promise = std::make_shared<std::promise<KvSnapshot>>();
+  std::future<KvSnapshot> f = promise->get_future();
+  kv_snapshot([promise](KvSnapshot snap) { promise->set_value(std::move(snap)); });
+  return f.get();
+}
+
+void Engine::kv_snapshot(std::function<void(KvSnapshot)> done) {
   {
     std::lock_guard lock(impl_->mu);
-    impl_->snapshots.emplace_back();
-    f = impl_->snapshots.back().get_future();
+    impl_->snapshots.push_back(std::move(done));
   }
   impl_->wake.notify_one();
-  return f.get();
 }
 
 void Engine::wait_idle() {
@@ -175,7 +179,7 @@ void Engine::loop() {
         return m.stop || !m.submissions.empty() || !m.aborts.empty() || !m.snapshots.empty() || sched.has_unfinished();
       });
       if (m.stop) break;
-      for (auto& p : m.snapshots) p.set_value(sched.kv().snapshot());
+      for (auto& done : m.snapshots) done(sched.kv().snapshot());
       m.snapshots.clear();
       subs.swap(m.submissions);
       aborts.swap(m.aborts);

@@ -1,28 +1,63 @@
 // GET /v1/kv_events?since=SEQ (Contract 2): a long-lived SSE stream of the prefix cache's changes. It opens
-// with a config event (block size and hash root, so the router can check it hashes the same way), replays
-// what the ring still holds after `since` (or sends `cleared` plus a snapshot when the reader fell behind),
-// then follows new events until the client leaves or the replica drains.
+// with a config event (block size, hash root and this process's instance id, so the router can check it
+// hashes the same way and tell a restart), replays what the ring still holds after `since` (or sends
+// `cleared` plus a snapshot when the reader fell behind), then follows new events until the client leaves
+// or the replica drains, with a `: ping` comment after each heartbeat period without output.
+//
+// Nothing here blocks an io thread: the coroutine sleeps on a timer that the ring's listener (engine
+// thread) cancels when it publishes, and the snapshot is asked of the engine asynchronously.
+#include <atomic>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 #include <charconv>
+#include <mutex>
 
 #include "engine/server/api_request.h"
 #include "engine/server/replica.h"
 
 namespace kvfleet::server {
 namespace json = boost::json;
+namespace asio = boost::asio;
 using boost::asio::awaitable;
 
 namespace {
 
-std::string event_line(const KvEvent& e, const char* tier) {
+constexpr std::size_t kEventsPerWrite = 256;  // a snapshot or a long replay goes out in pieces
+
+std::string event_line(const KvEvent& e, const char* tier, bool snapshot = false) {
   json::object o{{"seq", e.seq}, {"type", to_string(e.type)}, {"tier", tier}};
   json::array hashes;
   for (BlockHash h : e.block_hashes) hashes.emplace_back(h);
   o["block_hashes"] = std::move(hashes);
   if (e.type == KvEvent::Type::stored) o["parent"] = e.parent;
+  if (snapshot) o["snapshot"] = true;
   return "data: " + json::serialize(o) + "\n\n";
+}
+
+// Wakes the stream's coroutine from another thread: `pending` is set and the timer the coroutine sleeps
+// on is cancelled on the coroutine's executor. A wake-up while it is not sleeping stays in `pending`.
+struct StreamWaker {
+  explicit StreamWaker(asio::any_io_executor executor) : timer(std::move(executor)) {}
+  asio::steady_timer timer;
+  std::atomic<bool> pending{false};
+  std::mutex mu;
+  std::optional<KvSnapshot> snapshot;  // guarded by mu: the engine's answer
+};
+
+void wake(const std::shared_ptr<StreamWaker>& w) {
+  if (!w->pending.exchange(true)) asio::post(w->timer.get_executor(), [w] { w->timer.cancel(); });
+}
+
+// Sleeps until woken or `timeout` passes; true when woken.
+awaitable<bool> sleep(StreamWaker& w, std::chrono::milliseconds timeout) {
+  if (w.pending.exchange(false)) co_return true;
+  w.timer.expires_after(timeout);
+  boost::system::error_code ec;
+  co_await w.timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  co_return w.pending.exchange(false);
 }
 
 }  // namespace
@@ -35,34 +70,73 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
   }
   const auto ring = engine_->kv_events();
   const char* tier = config_.engine.backend.kind == "cuda" ? "gpu" : "cpu";
+  const auto heartbeat = config_.kv_events_heartbeat;
+  auto waker = std::make_shared<StreamWaker>(co_await asio::this_coro::executor);
+  const std::shared_ptr<void> subscription = ring->subscribe([waker] { wake(waker); });
+  w.on_disconnect([waker] {
+    waker->pending = true;
+    waker->timer.cancel();
+  });
+  struct Unhook {  // the callback must not outlive this frame's use of the writer
+    http::ResponseWriter& w;
+    ~Unhook() { w.on_disconnect([] {}); }
+  } unhook{w};
+
   http::Headers sse_headers{{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}};
   if (!co_await w.begin_stream(200, std::move(sse_headers))) co_return;
-  const json::object config{{"type", "config"}, {"seq", ring->last_seq()}, {"block_size", ring->block_size()},
-                            {"root", ring->root()}, {"model", name_}};
+  const json::object config{{"type", "config"},           {"seq", ring->last_seq()}, {"block_size", ring->block_size()},
+                            {"root", ring->root()},       {"model", name_},          {"instance", ring->instance()},
+                            {"heartbeat_ms", heartbeat.count()}};
   const std::string opening = "data: " + json::serialize(config) + "\n\n";
   if (!co_await w.write(opening)) co_return;
 
   KvReplay replay = ring->since(since);
   if (replay.fell_behind) {
-    // Start over: everything cached now, as one `cleared` and then stored events, parents first.
-    const KvSnapshot snap = engine_->kv_snapshot();
-    std::string out = event_line({snap.seq, KvEvent::Type::cleared, {}, 0}, tier);
-    for (const auto& b : snap.blocks) out += event_line({snap.seq, KvEvent::Type::stored, {b.hash}, b.parent}, tier);
-    if (!co_await w.write(out)) co_return;
-    since = snap.seq;
+    // Start over: everything cached now, as one `cleared` naming the count and then that many stored
+    // events at the same seq, parents first (the router applies them all).
+    engine_->kv_snapshot([waker](KvSnapshot snap) {
+      {
+        std::lock_guard lock(waker->mu);
+        waker->snapshot = std::move(snap);
+      }
+      wake(waker);
+    });
+    std::optional<KvSnapshot> snap;
+    while (!snap) {
+      {
+        std::lock_guard lock(waker->mu);
+        snap.swap(waker->snapshot);
+      }
+      if (snap) break;
+      if (w.client_gone() || draining_) co_return;
+      if (!co_await sleep(*waker, heartbeat) && !co_await w.write(": ping\n\n")) co_return;
+    }
+    json::object cleared{{"seq", snap->seq}, {"type", "cleared"}, {"tier", tier}, {"snapshot", snap->blocks.size()}};
+    std::string out = "data: " + json::serialize(cleared) + "\n\n";
+    for (std::size_t i = 0; i < snap->blocks.size(); ++i) {
+      const auto& b = snap->blocks[i];
+      out += event_line({snap->seq, KvEvent::Type::stored, {b.hash}, b.parent}, tier, true);
+      if ((i + 1) % kEventsPerWrite == 0) {
+        if (!co_await w.write(out)) co_return;
+        out.clear();
+      }
+    }
+    if (!out.empty() && !co_await w.write(out)) co_return;
+    since = snap->seq;
     replay = ring->since(since);
   }
-  boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor);
   while (!w.client_gone() && !draining_) {
     if (replay.fell_behind) co_return;  // lost events: the router reconnects and gets a snapshot
     std::string out;
-    for (const KvEvent& e : replay.events) {
-      out += event_line(e, tier);
-      since = e.seq;
+    for (std::size_t i = 0; i < replay.events.size(); ++i) {
+      out += event_line(replay.events[i], tier);
+      since = replay.events[i].seq;
+      if ((i + 1) % kEventsPerWrite == 0 || i + 1 == replay.events.size()) {
+        if (!co_await w.write(out)) co_return;
+        out.clear();
+      }
     }
-    if (!out.empty() && !co_await w.write(out)) co_return;
-    timer.expires_after(std::chrono::milliseconds(20));
-    co_await timer.async_wait(boost::asio::use_awaitable);
+    if (!co_await sleep(*waker, heartbeat) && !w.client_gone() && !co_await w.write(": ping\n\n")) co_return;
     replay = ring->since(since);
   }
   co_await w.finish();

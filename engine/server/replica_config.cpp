@@ -47,6 +47,7 @@ void apply_replica_yaml(const std::string& text, const std::string& source, Repl
     else if (key == "max_header_bytes") c.max_header_bytes = scalar<std::size_t>(v, source, key);
     else if (key == "read_timeout_ms") c.read_timeout = ms();
     else if (key == "drain_timeout_ms") c.drain_timeout = ms();
+    else if (key == "kv_events_heartbeat_ms") c.kv_events_heartbeat = ms();
     else if (key == "max_waiting_requests") c.max_waiting_requests = scalar<std::size_t>(v, source, key);
     else if (key == "default_max_tokens") c.default_max_tokens = scalar<std::int32_t>(v, source, key);
     else bad(source, key, "is not a known setting");
@@ -89,6 +90,9 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   flags.add_option("--max-body-bytes", c.max_body_bytes, "Largest request body (413 beyond)");
   flags.add_option("--max-header-bytes", c.max_header_bytes, "Largest request head (431 beyond)");
   std::int64_t read_ms = c.read_timeout.count(), drain_ms = c.drain_timeout.count();
+  std::int64_t heartbeat_ms = c.kv_events_heartbeat.count();
+  flags.add_option("--kv-events-heartbeat-ms", heartbeat_ms, "Heartbeat period of the KV event stream")
+      ->check(CLI::PositiveNumber);
   flags.add_option("--read-timeout-ms", read_ms, "Deadline for reading one request");
   flags.add_option("--drain-timeout-ms", drain_ms, "On SIGTERM, how long running requests may take to finish");
   flags.add_option("--max-waiting-requests", c.max_waiting_requests, "Queued requests beyond which new ones get 429");
@@ -103,6 +107,7 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   }
   c.read_timeout = std::chrono::milliseconds(read_ms);
   c.drain_timeout = std::chrono::milliseconds(drain_ms);
+  c.kv_events_heartbeat = std::chrono::milliseconds(heartbeat_ms);
   if (c.model.empty()) throw std::invalid_argument("--model (or 'model' in the config file) is required");
   return c;
 }

@@ -23,6 +23,7 @@ struct ReplicaConfig {
   std::size_t max_header_bytes = 16 << 10;
   std::chrono::milliseconds read_timeout{30'000};
   std::chrono::milliseconds drain_timeout{30'000};
+  std::chrono::milliseconds kv_events_heartbeat{3'000};  // `: ping` on an idle /v1/kv_events stream
   std::size_t max_waiting_requests = 1024;  // more in the queue -> 429
   std::int32_t default_max_tokens = 256;    // completions without max_tokens
 };

@@ -9,6 +9,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 #include <filesystem>
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
 
 #include "kvfleet/http/json_error.h"
 
@@ -35,17 +37,29 @@ ReplicaCacheConfig cache_config(const RouterConfig& c, BlockHash root) {
 
 http::Response json_response(int status, const json::value& v) { return http::Response::json(status, json::serialize(v)); }
 
-// The url given as ?url=... or as {"url": ...} in the body; "" when neither.
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// The url given as ?url=... (percent-decoded: clients commonly encode ':' and '/') or as {"url": ...}
+// in the body; "" when neither. Throws std::invalid_argument on a bad percent-escape.
 std::string url_param(const http::Request& req) {
   if (auto q = req.query_param("url")) {
-    std::string out;  // undo the percent-encoding of ':' and '/', which clients commonly apply
+    std::string out;
     for (std::size_t i = 0; i < q->size(); ++i) {
-      if ((*q)[i] == '%' && i + 2 < q->size()) {
-        out.push_back(static_cast<char>(std::stoi(q->substr(i + 1, 2), nullptr, 16)));
-        i += 2;
-      } else {
+      if ((*q)[i] != '%') {
         out.push_back((*q)[i]);
+        continue;
       }
+      const bool whole = i + 2 < q->size();
+      const int hi = whole ? hex_digit((*q)[i + 1]) : -1;
+      const int lo = whole ? hex_digit((*q)[i + 2]) : -1;
+      if (hi < 0 || lo < 0) throw std::invalid_argument("'url' has a bad percent-escape");
+      out.push_back(static_cast<char>(hi * 16 + lo));
+      i += 2;
     }
     return out;
   }
@@ -64,7 +78,7 @@ Gateway::Gateway(RouterConfig config)
       tokenizer_(Tokenizer::load(config_.model)),
       index_(cache_config(config_, block_hash_root(name_)),
              [](std::string_view line) { std::fprintf(stderr, "kvfleet-router: %.*s\n", int(line.size()), line.data()); }),
-      policy_(make_policy(config_.policy)), api_keys_(config_.api_keys) {
+      policy_(make_policy(config_.policy)), api_keys_(config_.api_keys), admin_api_key_(config_.admin_api_key) {
   std::string why;
   chat_template_ = ChatTemplate::from_model_dir(config_.model, &why);
   if (!chat_template_)
@@ -76,7 +90,7 @@ Gateway::Gateway(RouterConfig config)
   hc.io_threads = config_.http_threads;
   hc.read_timeout = config_.read_timeout;
   hc.body_limit = config_.max_body_bytes;
-  hc.write_timeout = config_.upstream_timeout;
+  hc.write_timeout = config_.client_write_timeout;
   hc.max_connections = config_.max_concurrency + config_.max_queue + 64;
   server_ = std::make_unique<http::HttpServer>(hc, make_routes());
   for (const auto& url : config_.replicas) add_replica(url);
@@ -123,11 +137,35 @@ http::HttpRouter Gateway::make_routes() {
   r.get("/v1/models", bind(&Gateway::models));
   r.get("/health", bind(&Gateway::health));
   r.get("/metrics", bind(&Gateway::metrics));
-  r.get("/admin/replicas", bind(&Gateway::list_replicas));
-  r.post("/admin/replicas", bind(&Gateway::add_replica_handler));
-  r.add("DELETE", "/admin/replicas", bind(&Gateway::remove_replica_handler));
-  r.post("/admin/replicas/drain", bind(&Gateway::drain_replica_handler));
+  auto admin = [this](AdminHandler method) {
+    return [this, method](const http::Request& req, http::ResponseWriter& w) { return admin_guard(method, req, w); };
+  };
+  r.get("/admin/replicas", admin(&Gateway::list_replicas));
+  r.post("/admin/replicas", admin(&Gateway::add_replica_handler));
+  r.add("DELETE", "/admin/replicas", admin(&Gateway::remove_replica_handler));
+  r.post("/admin/replicas/drain", admin(&Gateway::drain_replica_handler));
   return r;
+}
+
+// Admin: its own key; a bad ?url= escape is the client's error (400), not ours.
+awaitable<void> Gateway::admin_guard(AdminHandler method, const http::Request& req, http::ResponseWriter& w) {
+  int status = 0;
+  std::string why;
+  if (!admin_authorized(req, status, why)) {
+    co_await w.send(http::json_error(status, why, "authentication_error", "", "invalid_api_key"));
+    co_return;
+  }
+  std::string bad_url;
+  try {
+    if (req.query_param("url")) url_param(req);
+  } catch (const std::invalid_argument& e) {
+    bad_url = e.what();
+  }
+  if (!bad_url.empty()) {
+    co_await w.send(http::json_error(400, bad_url, "invalid_request_error", "url"));
+    co_return;
+  }
+  co_await (this->*method)(req, w);
 }
 
 awaitable<void> Gateway::models(const http::Request& req, http::ResponseWriter& w) {
@@ -196,6 +234,7 @@ awaitable<void> Gateway::list_replicas(const http::Request&, http::ResponseWrite
                                   {"mode_reason", index_.mode_reason(l->slot)},
                                   {"last_seq", index_.last_seq(l->slot)},
                                   {"events_applied", l->events_applied},
+                                  {"orphans_dropped", index_.orphans_dropped(l->slot)},
                                   {"in_flight_requests", l->in_flight},
                                   {"in_flight_tokens", l->in_flight_tokens},
                                   {"routed", l->routed}});
@@ -205,7 +244,7 @@ awaitable<void> Gateway::list_replicas(const http::Request&, http::ResponseWrite
     const TreeStats s = index_.tree().stats();
     tree = json::object{{"nodes", s.nodes}, {"blocks", s.blocks}, {"entries", s.entries}, {"bytes", s.bytes}};
   }
-  http::Response r = json_response(200, json::object{{"policy", policy_->name()}, {"active", active}, {"queued", queued},
+  http::Response r = json_response(200, json::object{{"policy", policy()->name()}, {"active", active}, {"queued", queued},
                                                      {"replicas", list}, {"tree", tree}});
   co_await w.send(std::move(r));
 }
@@ -243,12 +282,52 @@ bool Gateway::remove_replica(const std::string& url) {
     if (!link) return false;
     link->removed = true;  // under the lock: its loops check it there before touching the index
     index_.remove_replica(link->slot);
+    forget_metrics(url);  // under the lock: metrics() sets the gauges of listed replicas under it too
   }
   link->pool.clear();
   asio::post(link->strand, [link] {
     if (link->events_client) link->events_client->close();
   });
   return true;
+}
+
+// prometheus-cpp keeps a series until it is removed from its family; registering a family by its name
+// again returns the existing one, so each family is reached through the registry's builder.
+void Gateway::forget_metrics(const std::string& url) {
+  prometheus::Registry& registry = *metrics_.registry();
+  const http::MetricLabels labels{{"replica", url}};
+  const std::pair<const char*, const char*> gauges[] = {
+      {"kvfleet_router_replica_healthy", "1 when the replica takes requests"},
+      {"kvfleet_router_replica_in_flight_requests", "Requests in flight"},
+      {"kvfleet_router_circuit_breaker_state", "Per replica: 0 closed, 1 open, 2 half-open"},
+      {"kvfleet_router_upstream_idle_connections", "Pooled keep-alive connections to the replica"},
+      {"kvfleet_router_replica_exact_mode", "1 when following the replica's KV events"}};
+  for (const auto& [name, help] : gauges) {
+    auto& family = prometheus::BuildGauge().Name(name).Help(help).Register(registry);
+    if (family.Has(labels)) family.Remove(&family.Add(labels));
+  }
+  std::vector<std::pair<std::string, std::string>> series;
+  {
+    std::lock_guard lock(series_mutex_);
+    for (auto it = request_series_.begin(); it != request_series_.end();) {
+      if (it->first == url) {
+        series.push_back(*it);
+        it = request_series_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  const std::pair<const char*, const char*> counters[] = {
+      {"kvfleet_router_requests_total", "Requests answered, by replica and HTTP status"},
+      {"kvfleet_router_upstream_overloaded_total", "503/429 answers retried on another replica"}};
+  for (const auto& [name, help] : counters) {
+    auto& family = prometheus::BuildCounter().Name(name).Help(help).Register(registry);
+    for (const auto& [replica, status] : series) {
+      const http::MetricLabels l{{"replica", replica}, {"status", status}};
+      if (family.Has(l)) family.Remove(&family.Add(l));
+    }
+  }
 }
 
 awaitable<void> Gateway::add_replica_handler(const http::Request& req, http::ResponseWriter& w) {
@@ -315,16 +394,66 @@ void Gateway::count_request(const std::string& replica, const std::string& statu
   metrics_.counter("kvfleet_router_requests_total", "Requests answered, by replica and HTTP status",
                    {{"replica", replica}, {"status", status}})
       .Increment();
+  std::lock_guard lock(series_mutex_);
+  request_series_.emplace(replica, status);
 }
+
+namespace {
+
+// Equal strings, in a time that depends on their lengths only (not on where they differ).
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  unsigned diff = a.size() == b.size() ? 0u : 1u;
+  const std::size_t n = std::max(a.size(), b.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
+// The Bearer token of the request; nullopt without one.
+std::optional<std::string_view> bearer(const http::Request& req) {
+  const std::string* h = req.headers.find("Authorization");
+  constexpr std::string_view prefix = "Bearer ";
+  if (!h || h->size() < prefix.size() || !std::equal(prefix.begin(), prefix.end(), h->begin())) return std::nullopt;
+  return std::string_view(*h).substr(prefix.size());
+}
+
+bool loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+}  // namespace
 
 bool Gateway::authorized(const http::Request& req) const {
   std::lock_guard lock(mutex_);
   if (api_keys_.empty()) return true;
-  const std::string* h = req.headers.find("Authorization");
-  const std::string prefix = "Bearer ";
-  if (!h || h->rfind(prefix, 0) != 0) return false;
-  const std::string key = h->substr(prefix.size());
-  return std::find(api_keys_.begin(), api_keys_.end(), key) != api_keys_.end();
+  const auto key = bearer(req);
+  if (!key) return false;
+  bool match = false;
+  for (const auto& k : api_keys_) match |= constant_time_equal(*key, k);  // no early exit
+  return match;
+}
+
+bool Gateway::admin_authorized(const http::Request& req, int& status, std::string& why) const {
+  std::lock_guard lock(mutex_);
+  if (admin_api_key_.empty()) {
+    if (api_keys_.empty() && loopback_host(config_.host)) return true;
+    status = 403;
+    why = "the admin API is off: set admin_api_key (--admin-api-key) to use it";
+    return false;
+  }
+  const auto key = bearer(req);
+  if (key && constant_time_equal(*key, admin_api_key_)) return true;
+  status = 401;
+  why = "invalid or missing admin API key (Authorization: Bearer ADMIN_KEY)";
+  return false;
+}
+
+std::shared_ptr<Policy> Gateway::policy() const {
+  std::lock_guard lock(mutex_);
+  return policy_;
 }
 
 std::string Gateway::reload(const RouterConfig& next) {
@@ -345,11 +474,12 @@ std::string Gateway::reload(const RouterConfig& next) {
     remove_replica(url);
     report += "removed replica " + url + "; ";
   }
-  auto policy = make_policy(next.policy);
+  std::shared_ptr<Policy> policy = make_policy(next.policy);
   {
     std::lock_guard lock(mutex_);
-    policy_ = std::move(policy);
+    policy_.swap(policy);  // the old one is destroyed outside the lock, once no request holds it
     api_keys_ = next.api_keys;
+    admin_api_key_ = next.admin_api_key;
   }
   report += "policy and API keys applied";
   if (next.model != config_.model || next.port != config_.port || next.host != config_.host ||

@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,8 @@ class Gateway {
   awaitable<void> models(const http::Request& req, http::ResponseWriter& w);
   awaitable<void> health(const http::Request& req, http::ResponseWriter& w);
   awaitable<void> metrics(const http::Request& req, http::ResponseWriter& w);
+  using AdminHandler = awaitable<void> (Gateway::*)(const http::Request&, http::ResponseWriter&);
+  awaitable<void> admin_guard(AdminHandler method, const http::Request& req, http::ResponseWriter& w);
   awaitable<void> list_replicas(const http::Request& req, http::ResponseWriter& w);
   awaitable<void> add_replica_handler(const http::Request& req, http::ResponseWriter& w);
   awaitable<void> remove_replica_handler(const http::Request& req, http::ResponseWriter& w);
@@ -146,13 +149,23 @@ class Gateway {
   void start_loops(const std::shared_ptr<ReplicaLink>& link);
   awaitable<void> health_loop(std::shared_ptr<ReplicaLink> link);
   awaitable<void> events_loop(std::shared_ptr<ReplicaLink> link);
-  awaitable<bool> read_events(ReplicaLink& link, http::HttpClient& client);
+  struct StreamEnd {
+    std::string why = "stream ended";
+    bool worked = false;  // events were applied: the backoff starts over
+  };
+  awaitable<StreamEnd> read_events(ReplicaLink& link, http::HttpClient& client);
   void record_health(ReplicaLink& link, bool ok);
+  // Authorization: Bearer replica_api_key, when one is configured.
+  void add_replica_auth(http::Request& req) const;
 
   static Tick now_tick();
   void count_request(const std::string& replica, const std::string& status);
   // True when the request may use the API (no keys configured, or a configured Bearer key).
   bool authorized(const http::Request& req) const;
+  // The admin API's check; false with the status (401/403) and message to answer.
+  bool admin_authorized(const http::Request& req, int& status, std::string& why) const;
+  std::shared_ptr<Policy> policy() const;  // a snapshot: SIGHUP may swap policy_ at any time
+  void forget_metrics(const std::string& url);  // a removed replica's labelled series
 
   RouterConfig config_;
   std::string name_;
@@ -166,11 +179,15 @@ class Gateway {
 
   mutable std::mutex mutex_;  // guards everything below
   ReplicaCacheIndex index_;
-  std::unique_ptr<Policy> policy_;
+  std::shared_ptr<Policy> policy_;  // replaced whole by reload(); read only through a copy taken under the lock
   std::vector<std::shared_ptr<ReplicaLink>> links_;
   std::size_t active_ = 0;  // requests being forwarded
   std::deque<std::shared_ptr<SlotWaiter>> waiters_;  // requests waiting for a slot, oldest first
   std::vector<std::string> api_keys_;
+  std::string admin_api_key_;
+
+  std::mutex series_mutex_;
+  std::set<std::pair<std::string, std::string>> request_series_;  // (replica, status) counters made so far
 };
 
 }  // namespace kvfleet::router

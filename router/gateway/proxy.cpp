@@ -28,8 +28,13 @@ const std::vector<double>& latency_buckets() {
   return b;
 }
 
-// Request headers worth passing upstream (the rest are hop-by-hop or set by the client).
-constexpr std::string_view kForwarded[] = {"content-type", "accept", "authorization", "x-request-id"};
+// Request headers worth passing upstream (the rest are hop-by-hop or set by the client). The client's
+// Authorization is its key to the router, not to the replica: passed on only with forward_authorization.
+constexpr std::string_view kForwarded[] = {"content-type", "accept", "x-request-id"};
+
+// A write to the client that took this long means the client, not the replica, sets the pace: if the
+// replica's stream then breaks (its own write deadline ran out), the replica is not blamed.
+constexpr auto kClientStall = std::chrono::seconds(1);
 
 awaitable<void> sleep_for(std::chrono::milliseconds d) {
   asio::steady_timer timer(co_await asio::this_coro::executor);
@@ -143,15 +148,29 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
 
 namespace {
 
-// The client request as the replica gets it (only the kForwarded headers).
-http::Request upstream_request(const http::Request& req) {
+// The client request as the replica gets it (only the kForwarded headers, and the Authorization
+// the configuration asks for).
+http::Request upstream_request(const http::Request& req, const RouterConfig& config) {
   http::Request upstream;
   upstream.method = req.method;
   upstream.target = req.target;
   upstream.body = req.body;
   for (const auto& name : kForwarded)
     if (const std::string* v = req.headers.find(name)) upstream.headers.set(name, *v);
+  const std::string* client_auth = req.headers.find("authorization");
+  if (config.forward_authorization && client_auth) {
+    upstream.headers.set("authorization", *client_auth);
+  } else if (!config.replica_api_key.empty()) {
+    upstream.headers.set("authorization", "Bearer " + config.replica_api_key);
+  }
   return upstream;
+}
+
+// What an answer says about the replica's health: a 5xx is its fault, a 4xx the client's (it proves the
+// replica works), and 503/429 (draining, queue full) say it is busy, not broken.
+Verdict verdict_of(int status) {
+  if (status == 503 || status == 429) return Verdict::unknown;
+  return status >= 500 ? Verdict::failure : Verdict::success;
 }
 
 // A whole (non-streamed) answer as the client gets it.
@@ -200,6 +219,7 @@ awaitable<http::ResponseHead> Gateway::exchange(ReplicaLink& link, const http::R
   http::HttpClientConfig cc;
   cc.connect_timeout = config_.connect_timeout;
   cc.io_timeout = config_.upstream_timeout;
+  cc.header_limit = 64 * 1024;  // a replica's response head is small; more is a broken or hostile replica
   client = std::make_unique<http::HttpClient>(executor, cc);
   const std::string host = link.address.host;
   co_await client->connect(host, link.address.port);
@@ -225,7 +245,7 @@ awaitable<Gateway::Outcome> Gateway::forward(ReplicaLink& link, const http::Requ
     ~Unhook() { w.on_disconnect([] {}); }
   } unhook{w};
 
-  const http::Request upstream = upstream_request(req);
+  const http::Request upstream = upstream_request(req, config_);
   const double started = seconds_now();
   bool connected = false;
   bool failed = false;
@@ -246,7 +266,7 @@ awaitable<Gateway::Outcome> Gateway::forward(ReplicaLink& link, const http::Requ
   if (!retry_overload && (head.chunked || (type && type->find("text/event-stream") != std::string::npos))) {
     result.verdict = co_await relay_stream(*client, head, link, w, started);
     if (result.verdict == Verdict::success) {
-      if (head.status >= 500) result.verdict = Verdict::failure;
+      result.verdict = verdict_of(head.status);
       link.pool.give_back(std::move(client));
     }
     co_return Outcome::done;
@@ -263,13 +283,12 @@ awaitable<Gateway::Outcome> Gateway::forward(ReplicaLink& link, const http::Requ
     co_return Outcome::retry;
   }
   link.pool.give_back(std::move(client));  // read to its end: free for the next request
-  result.verdict = head.status >= 500 ? Verdict::failure : Verdict::success;
+  result.verdict = verdict_of(head.status);
   http::Response response = replica_response(head, std::move(body), link.url);
   if (retry_overload) {
     metrics_.counter("kvfleet_router_upstream_overloaded_total", "503/429 answers retried on another replica",
                      {{"replica", link.url}, {"status", std::to_string(head.status)}})
         .Increment();
-    if (head.status == 429) result.verdict = Verdict::unknown;  // busy, not broken
     result.overloaded = std::move(response);
     co_return Outcome::retry;
   }
@@ -296,6 +315,7 @@ awaitable<Verdict> Gateway::relay_stream(http::HttpClient& client, const http::R
   }
   bool first = true;
   bool broke = false;
+  bool client_stalled = false;
   for (;;) {
     std::optional<std::string> piece;
     try {
@@ -310,10 +330,12 @@ awaitable<Verdict> Gateway::relay_stream(http::HttpClient& client, const http::R
                          latency_buckets())
           .Observe(seconds_now() - started);
     }
+    const auto write_started = std::chrono::steady_clock::now();
     if (!co_await w.write(*piece)) {
       client.close();
       co_return Verdict::unknown;
     }
+    client_stalled |= std::chrono::steady_clock::now() - write_started >= kClientStall;
   }
   if (w.client_gone()) {
     client.close();
@@ -330,6 +352,7 @@ awaitable<Verdict> Gateway::relay_stream(http::HttpClient& client, const http::R
         .Observe(seconds_now() - started);
   }
   co_await w.finish();
+  if (broke && client_stalled) co_return Verdict::unknown;  // the slow client may have caused it
   co_return broke ? Verdict::failure : Verdict::success;
 }
 

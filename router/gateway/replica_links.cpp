@@ -15,6 +15,14 @@ using std::chrono::milliseconds;
 
 namespace {
 
+// A replica's /health answer is small; the KV event stream's events are bounded (kv_event.h) and so is
+// what the router applies under its lock at once.
+constexpr std::size_t kHealthBodyLimit = 64 * 1024;
+constexpr std::size_t kHeadLimit = 16 * 1024;
+constexpr std::size_t kMaxEventBytes = 4 << 20;  // one SSE event (a full kMaxEventHashes event is ~1.4 MB)
+constexpr std::size_t kApplyBatch = 1024;        // hashes applied per hold of the routing lock
+constexpr milliseconds kMinBackoff{100}, kMaxBackoff{5'000};
+
 awaitable<void> sleep_for(milliseconds d) {
   asio::steady_timer timer(co_await asio::this_coro::executor);
   timer.expires_after(d);
@@ -36,12 +44,15 @@ awaitable<void> Gateway::health_loop(std::shared_ptr<ReplicaLink> link) {
       http::HttpClientConfig cc;
       cc.connect_timeout = config_.health_timeout;
       cc.io_timeout = config_.health_timeout;
+      cc.header_limit = kHeadLimit;
+      cc.body_limit = kHealthBodyLimit;
       http::HttpClient client(executor, cc);
       const std::string host = link->address.host;
       co_await client.connect(host, link->address.port);
       http::Request req;
       req.method = "GET";
       req.target = "/health";
+      add_replica_auth(req);
       const http::Response r = co_await client.request(req);
       ok = r.status == 200;
     } catch (const std::exception&) {
@@ -53,12 +64,18 @@ awaitable<void> Gateway::health_loop(std::shared_ptr<ReplicaLink> link) {
   }
 }
 
-// Reconnects with exponential backoff (100 ms to 5 s, with jitter); a replica without the endpoint
-// (404) is asked again only every 30 s and stays approximate meanwhile.
+void Gateway::add_replica_auth(http::Request& req) const {
+  if (!config_.replica_api_key.empty()) req.headers.set("authorization", "Bearer " + config_.replica_api_key);
+}
+
+// Reconnects with exponential backoff and jitter (100 ms doubling to 5 s). The backoff starts over
+// only after a stream that applied events; a replica that sends bad JSON, oversized events, errors or
+// nothing useful is asked again ever more slowly. A replica
+// without the endpoint (404) is asked again only every 30 s and stays approximate meanwhile.
 awaitable<void> Gateway::events_loop(std::shared_ptr<ReplicaLink> link) {
   const auto executor = co_await asio::this_coro::executor;
   std::minstd_rand jitter(link->slot * 7919u + 1);
-  milliseconds backoff{100};
+  milliseconds backoff = kMinBackoff;
   while (!link->removed && !stopping_) {
     std::uint64_t since = 0;
     {
@@ -68,10 +85,10 @@ awaitable<void> Gateway::events_loop(std::shared_ptr<ReplicaLink> link) {
     }
     http::HttpClientConfig cc;
     cc.connect_timeout = config_.connect_timeout;
-    cc.io_timeout = milliseconds(24LL * 3600 * 1000);  // an idle replica sends nothing for a long time
+    cc.io_timeout = config_.kv_events_timeout;  // heartbeats every few seconds keep a live stream inside it
+    cc.header_limit = kHeadLimit;
     link->events_client = std::make_shared<http::HttpClient>(executor, cc);
-    std::string why = "stream ended";
-    bool resync = false;
+    StreamEnd end;
     bool unsupported = false;
     try {
       http::HttpClient& client = *link->events_client;
@@ -81,61 +98,83 @@ awaitable<void> Gateway::events_loop(std::shared_ptr<ReplicaLink> link) {
       req.method = "GET";
       req.target = "/v1/kv_events?since=" + std::to_string(since);
       req.headers.set("accept", "text/event-stream");
+      add_replica_auth(req);
       co_await client.send(req);
       const http::ResponseHead head = co_await client.read_head();
       if (head.status != 200) {
-        unsupported = true;
-        why = "GET /v1/kv_events answered " + std::to_string(head.status);
+        unsupported = head.status == 404;
+        end.why = "GET /v1/kv_events answered " + std::to_string(head.status);
       } else {
-        resync = co_await read_events(*link, client);
-        if (resync) why = "resync";
+        end = co_await read_events(*link, client);
       }
     } catch (const boost::system::system_error& e) {
-      why = "event stream failed: " + e.code().message();
+      end.why = "event stream failed: " + e.code().message();
     } catch (const std::exception& e) {
-      why = std::string("event stream failed: ") + e.what();
+      end.why = std::string("event stream failed: ") + e.what();
     }
     link->events_client.reset();
     {
       std::lock_guard lock(mutex_);
       if (link->removed) break;
-      index_.end_stream(link->slot, why);
+      index_.end_stream(link->slot, end.why);
       link->events_supported = !unsupported;
     }
-    if (resync) {
-      backoff = milliseconds(100);
-      continue;
-    }
-    const milliseconds wait = unsupported ? milliseconds(30'000) : backoff + milliseconds(jitter() % (backoff.count() + 1));
-    backoff = std::min(backoff * 2, milliseconds(5'000));
+    if (end.worked) backoff = kMinBackoff;
+    // Full jitter: uniform in [backoff / 2, backoff].
+    const milliseconds wait = unsupported ? milliseconds(30'000)
+                                          : backoff / 2 + milliseconds(jitter() % (backoff.count() / 2 + 1));
+    if (!end.worked) backoff = std::min(backoff * 2, kMaxBackoff);
     co_await sleep_for(wait);
   }
 }
 
-// Feeds the stream into the index until it ends; true when the index asked for a resync (a seq
-// gap, a malformed event), false when the stream simply ended.
-awaitable<bool> Gateway::read_events(ReplicaLink& link, http::HttpClient& client) {
+// Feeds the stream into the index until it ends. Events are parsed outside the routing lock and
+// applied in pieces of kApplyBatch hashes, so a huge event does not hold up routing.
+awaitable<Gateway::StreamEnd> Gateway::read_events(ReplicaLink& link, http::HttpClient& client) {
   http::SseParser parser;
+  StreamEnd end;
+  bool accepted = false;
+  std::size_t event_bytes = 0;  // bytes read since the last complete event (an upper bound)
   while (std::optional<std::string> piece = co_await client.read_some()) {
-    for (const http::SseEvent& event : parser.feed(*piece)) {
+    std::vector<http::SseEvent> events = parser.feed(*piece);
+    event_bytes = events.empty() ? event_bytes + piece->size() : piece->size();
+    if (event_bytes > kMaxEventBytes + http::HttpClientConfig{}.piece_size) {
+      end.why = "an event over " + std::to_string(kMaxEventBytes) + " bytes";
+      co_return end;
+    }
+    for (const http::SseEvent& event : events) {
       if (event.data.empty()) continue;
-      EventOutcome outcome;
-      bool removed = false;
-      {
-        std::lock_guard lock(mutex_);
-        removed = link.removed;
-        if (!removed) outcome = index_.apply_event(link.slot, event.data, now_tick());
-        if (outcome.status == EventStatus::applied) link.events_applied += 1;
+      KvEventMessage message;
+      try {
+        message = parse_kv_event(event.data);
+      } catch (const std::invalid_argument& e) {
+        end.why = std::string("malformed event: ") + e.what();
+        co_return end;  // what it said is lost: reconnect (with backoff) and replay from the last seq
       }
-      if (removed) co_return false;
-      if (outcome.status == EventStatus::resync_needed) co_return true;
-      if (outcome.status == EventStatus::config_rejected) {
-        std::fprintf(stderr, "kvfleet-router: %s: %s\n", link.url.c_str(), outcome.message.c_str());
-        co_return false;
+      for (const KvEventMessage& part : split_kv_event(std::move(message), kApplyBatch)) {
+        EventOutcome outcome;
+        {
+          std::lock_guard lock(mutex_);
+          if (link.removed) co_return end;
+          outcome = index_.apply_event(link.slot, part, now_tick());
+          if (outcome.status == EventStatus::applied) link.events_applied += 1;
+        }
+        if (outcome.status == EventStatus::config_accepted) accepted = true;
+        if (outcome.status == EventStatus::applied && accepted) end.worked = true;
+        if (outcome.status == EventStatus::resync_needed) {
+          end.why = "resync: " + outcome.message;
+          co_return end;
+        }
+        if (outcome.status == EventStatus::config_rejected) {
+          std::fprintf(stderr, "kvfleet-router: %s: %s\n", link.url.c_str(), outcome.message.c_str());
+          end.why = outcome.message;
+          co_return end;
+        }
       }
     }
   }
-  co_return false;
+  end.why = "stream ended";
+  co_return end;
 }
 
 }  // namespace kvfleet::router

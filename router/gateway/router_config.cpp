@@ -47,20 +47,35 @@ CircuitBreakerConfig circuit_breaker_yaml(const YAML::Node& node, const std::str
 
 ReplicaAddress parse_replica_url(const std::string& url) {
   const std::string scheme = "http://";
-  if (url.rfind(scheme, 0) != 0) throw std::invalid_argument("replica URL '" + url + "' must start with http://");
+  auto fail = [&](const std::string& why) -> std::invalid_argument {
+    return std::invalid_argument("replica URL '" + url + "' " + why);
+  };
+  if (url.rfind(scheme, 0) != 0) throw fail("must start with http://");
   std::string rest = url.substr(scheme.size());
   if (!rest.empty() && rest.back() == '/') rest.pop_back();
-  const auto colon = rest.rfind(':');
-  if (colon == std::string::npos || colon == 0) throw std::invalid_argument("replica URL '" + url + "' needs host:port");
+  if (rest.find_first_of("/?#@ \t\r\n") != std::string::npos) throw fail("must be http://host:port (no path, query or user)");
   ReplicaAddress a;
-  a.host = rest.substr(0, colon);
-  try {
-    const int port = std::stoi(rest.substr(colon + 1));
-    if (port <= 0 || port > 65535) throw std::out_of_range("port");
-    a.port = static_cast<std::uint16_t>(port);
-  } catch (const std::exception&) {
-    throw std::invalid_argument("replica URL '" + url + "' has a bad port");
+  std::string port;
+  if (!rest.empty() && rest.front() == '[') {
+    const auto close = rest.find(']');
+    if (close == std::string::npos || close + 1 >= rest.size() || rest[close + 1] != ':') throw fail("needs [ipv6]:port");
+    a.host = rest.substr(1, close - 1);
+    port = rest.substr(close + 2);
+    if (a.host.empty() || a.host.find_first_not_of("0123456789abcdefABCDEF:.") != std::string::npos) throw fail("has a bad IPv6 host");
+  } else {
+    const auto colon = rest.rfind(':');
+    if (colon == std::string::npos || colon == 0) throw fail("needs host:port");
+    a.host = rest.substr(0, colon);
+    port = rest.substr(colon + 1);
+    const bool name_ok = a.host.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") ==
+                             std::string::npos &&
+                         a.host.front() != '-' && a.host.front() != '.' && a.host.size() <= 253;
+    if (!name_ok) throw fail("has a bad host");
   }
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) throw fail("has a bad port");
+  const int number = std::stoi(port);
+  if (number <= 0 || number > 65535) throw fail("has a bad port");
+  a.port = static_cast<std::uint16_t>(number);
   return a;
 }
 
@@ -93,6 +108,11 @@ void apply_router_yaml(const std::string& text, const std::string& source, Route
     else if (key == "retry_backoff_ms") c.retry_backoff = ms();
     else if (key == "connect_timeout_ms") c.connect_timeout = ms();
     else if (key == "upstream_timeout_ms") c.upstream_timeout = ms();
+    else if (key == "client_write_timeout_ms") c.client_write_timeout = ms();
+    else if (key == "kv_events_timeout_ms") c.kv_events_timeout = ms();
+    else if (key == "admin_api_key") c.admin_api_key = scalar<std::string>(v, source, key);
+    else if (key == "replica_api_key") c.replica_api_key = scalar<std::string>(v, source, key);
+    else if (key == "forward_authorization") c.forward_authorization = scalar<bool>(v, source, key);
     else if (key == "upstream_keepalive") c.upstream_keepalive = scalar<std::size_t>(v, source, key);
     else if (key == "upstream_idle_timeout_ms") c.upstream_idle_timeout = ms();
     else if (key == "circuit_breaker") c.circuit_breaker = circuit_breaker_yaml(v, source, c.circuit_breaker);
@@ -148,6 +168,13 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
   flags.add_option("--max-queue", c.max_queue, "Requests waiting beyond that (then 429)");
   flags.add_option("--drain-timeout-ms", drain_ms, "On SIGTERM, how long running requests may take to finish");
   flags.add_option("--api-key", api_keys, "Require Authorization: Bearer KEY (repeat for several keys)");
+  flags.add_option("--admin-api-key", c.admin_api_key, "Key of the admin API (/admin/*)");
+  flags.add_option("--replica-api-key", c.replica_api_key, "Bearer key the router sends to replicas");
+  flags.add_option("--forward-authorization", c.forward_authorization,
+                   "Pass the client's Authorization header on to replicas (true/false)");
+  std::int64_t kv_timeout_ms = c.kv_events_timeout.count();
+  flags.add_option("--kv-events-timeout-ms", kv_timeout_ms, "Reconnect a KV event stream silent this long")
+      ->check(CLI::PositiveNumber);
   try {
     flags.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -162,6 +189,7 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
   c.health_interval = milliseconds(health_ms);
   c.health_timeout = milliseconds(health_timeout_ms);
   c.drain_timeout = milliseconds(drain_ms);
+  c.kv_events_timeout = milliseconds(kv_timeout_ms);
   const std::string where = config_file.empty() ? "flags" : config_file;
   if (c.model.empty()) throw std::invalid_argument(where + ": 'model' is required (--model DIR)");
   check(c, where);

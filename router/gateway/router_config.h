@@ -38,6 +38,13 @@ struct RouterConfig {
   milliseconds retry_backoff{20};        // doubled per retry, with jitter up to the same again
   milliseconds connect_timeout{1'000};   // per try
   milliseconds upstream_timeout{300'000};  // each upstream read/write (first token included)
+  // Each write to the client. Kept apart from upstream_timeout: a client that reads slowly is cut off
+  // on its own deadline, and a replica stream that breaks while the client stalls is not the
+  // replica's fault (its circuit breaker does not count it).
+  milliseconds client_write_timeout{30'000};
+  // KV event streams: the replica sends `: ping` every few seconds (3 s by default); hearing nothing
+  // for this long, the router reconnects.
+  milliseconds kv_events_timeout{10'000};
   // Upstream keep-alive: idle connections kept per replica (0: a new connection per request), each
   // closed after this idle time (keep it below the replicas' read_timeout, 30 s by default).
   std::size_t upstream_keepalive = 64;
@@ -55,6 +62,15 @@ struct RouterConfig {
   milliseconds drain_timeout{30'000};
   // Non-empty: the OpenAI endpoints require `Authorization: Bearer <one of these>` (401 otherwise).
   std::vector<std::string> api_keys;
+  // The admin API (/admin/*) needs `Authorization: Bearer <admin_api_key>`. Without one it is served
+  // only when the router listens on a loopback host and no api_keys are set (a local, open setup);
+  // otherwise it answers 403.
+  std::string admin_api_key;
+  // Sent as `Authorization: Bearer KEY` to replicas: the KV event stream, health checks, and forwarded
+  // requests (in place of the client's Authorization, which is not forwarded unless
+  // forward_authorization is true).
+  std::string replica_api_key;
+  bool forward_authorization = false;
 };
 
 // Parses argv (and the YAML file it names); throws std::invalid_argument naming the bad key or
@@ -64,10 +80,12 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
 void apply_router_yaml(const std::string& yaml_text, const std::string& source, RouterConfig& config);
 
 struct ReplicaAddress {
-  std::string host;
+  std::string host;  // without brackets for IPv6
   std::uint16_t port = 0;
 };
-// "http://host:port[/]" -> {host, port}; throws std::invalid_argument otherwise.
+// "http://host:port[/]" -> {host, port}; throws std::invalid_argument otherwise. The host is a DNS
+// name or IPv4 address (letters, digits, '-', '.') or a bracketed IPv6 address; the port 1-65535.
+// No user info, path, query or fragment.
 ReplicaAddress parse_replica_url(const std::string& url);
 
 }  // namespace kvfleet::router

@@ -75,7 +75,8 @@ RoutePlan Gateway::plan(std::string_view path, const json::object& body, const h
   for (const char* key : {"max_tokens", "max_completion_tokens"})
     if (const auto* m = body.if_contains(key); m && m->is_int64() && m->as_int64() > 0) max_tokens = m->as_int64();
   plan.expected_tokens = plan.prompt_tokens + max_tokens;
-  if (const std::string_view header = policy_->session_header(); !header.empty())
+  const std::shared_ptr<Policy> policy = this->policy();
+  if (const std::string_view header = policy->session_header(); !header.empty())
     if (const std::string* v = request.headers.find(header)) plan.session_key = *v;
   return plan;
 }
@@ -86,8 +87,10 @@ std::shared_ptr<ReplicaLink> Gateway::route(const RoutePlan& plan, const std::ve
   Decision decision;
   std::uint32_t matched = 0;
   const Tick now = now_tick();
+  std::shared_ptr<Policy> policy;  // kept alive past the lock for its name
   {
     std::lock_guard lock(mutex_);
+    policy = policy_;
     const MatchResult match = index_.match(plan.hashes);
     std::vector<ReplicaState> states;
     states.reserve(links_.size());
@@ -106,7 +109,7 @@ std::shared_ptr<ReplicaLink> Gateway::route(const RoutePlan& plan, const std::ve
     request.prompt_blocks = static_cast<std::uint32_t>(plan.hashes.size());
     request.prompt_tokens = plan.prompt_tokens;
     request.session_key = plan.session_key;
-    decision = policy_->choose(request, states);
+    decision = policy->choose(request, states);
     if (decision.ok()) {
       chosen = links_[decision.replica];
       matched = match.of(chosen->slot);
@@ -118,7 +121,7 @@ std::shared_ptr<ReplicaLink> Gateway::route(const RoutePlan& plan, const std::ve
     }
   }
   metrics_.counter("kvfleet_router_decisions_total", "Routing decisions by policy and reason",
-                   {{"policy", std::string(policy_->name())}, {"reason", std::string(decision.reason)}})
+                   {{"policy", std::string(policy->name())}, {"reason", std::string(decision.reason)}})
       .Increment();
   if (chosen && !plan.hashes.empty()) {
     static const std::vector<double> buckets{0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1};

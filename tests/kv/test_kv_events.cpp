@@ -82,3 +82,19 @@ TEST_CASE("readers on other threads always see a gap-free suffix") {
   CHECK(bad.load() == 0);
   CHECK(ring.last_seq() == 20000);
 }
+
+TEST_CASE("listeners hear every publish while subscribed; each ring has its own instance id") {
+  KvEventRing ring(8, 16, 1);
+  std::atomic<int> heard{0};
+  {
+    const std::shared_ptr<void> handle = ring.subscribe([&] { heard += 1; });
+    ring.publish(KvEvent::Type::stored, {1}, 1);
+    ring.publish(KvEvent::Type::removed, {1});
+    CHECK(heard == 2);
+  }
+  ring.publish(KvEvent::Type::cleared);
+  CHECK(heard == 2);  // unsubscribed when the handle went
+  KvEventRing other(8, 16, 1);
+  CHECK(ring.instance() != 0);
+  CHECK(ring.instance() != other.instance());
+}

@@ -80,14 +80,26 @@ TEST_CASE("insert_after places a stored event's chain under its parent block") {
   t.insert_after(2, 8, Chain{9}, 3);
   ok(t);
   CHECK(t.match(Chain{1, 2, 7, 8, 9}).of(2) == 5);
-  // An unknown parent (a namespace root, or a block the tree evicted) attaches at the root.
-  t.insert_after(3, 999, Chain{50, 51}, 4);
+  // An unknown parent (a block the tree evicted, or never had) drops the chain.
+  CHECK_FALSE(t.insert_after(3, 999, Chain{50, 51}, 4));
   ok(t);
-  CHECK(t.match(Chain{50, 51}).of(3) == 2);
+  CHECK(t.match(Chain{50, 51}).longest == 0);
   // An empty chain still marks the path to the parent.
   t.insert_after(4, 1, Chain{}, 5);
   ok(t);
   CHECK(t.match(Chain{1, 2, 3}).of(4) == 1);
+}
+
+TEST_CASE("a chain whose parent is unknown leaves no orphan: the later full insert of it is whole") {
+  PrefixTree t;
+  CHECK_FALSE(t.insert_after(0, 40, Chain{41, 42}, 1));  // parent 40 not in the tree
+  ok(t);
+  CHECK(t.stats().nodes == 0);
+  t.insert(1, Chain{40, 41, 42, 43}, 2);
+  ok(t);
+  CHECK(t.match(Chain{40, 41, 42, 43}).of(1) == 4);  // an orphan [41 42] at the root would stop it at 1
+  CHECK(t.insert_after(0, 41, Chain{42, 44}, 3));
+  CHECK(t.match(Chain{40, 41, 42, 44}).of(0) == 4);
 }
 
 TEST_CASE("removing one block drops that replica's mark on it and on its descendants") {

@@ -194,3 +194,104 @@ TEST_CASE("events carrying real Contract 1 hashes match the router's own hashes 
   CHECK_THROWS_AS(index.mode(3), std::out_of_range);
   CHECK_THROWS_AS(index.add_replica(64), std::out_of_range);
 }
+
+namespace {
+
+std::string config_event(std::uint64_t seq, std::uint64_t instance) {
+  return R"({"type":"config","seq":)" + std::to_string(seq) + R"(,"block_size":16,"root":11259375,"instance":)" +
+         std::to_string(instance) + "}";
+}
+
+std::string snapshot_block(std::uint64_t seq, BlockHash h, const std::string& parent) {
+  return R"({"seq":)" + std::to_string(seq) + R"(,"type":"stored","snapshot":true,"block_hashes":[)" +
+         std::to_string(h) + R"(],"parent":)" + parent + "}";
+}
+
+}  // namespace
+
+TEST_CASE("a router that fell behind the ring applies the whole snapshot after cleared") {
+  Fixture f;
+  f.index.begin_stream(0);
+  REQUIRE(f.feed(config_event(0, 7)).status == EventStatus::config_accepted);
+  REQUIRE(f.feed(stored(1, "91", "null")).status == EventStatus::applied);
+  // Reconnect since=1; the replica's ring no longer reaches back: cleared + snapshot at seq 100.
+  CHECK(f.index.begin_stream(0) == 1);
+  REQUIRE(f.feed(config_event(100, 7)).status == EventStatus::config_accepted);
+  CHECK(f.feed(R"({"seq":100,"type":"cleared","snapshot":3})").status == EventStatus::applied);
+  CHECK(f.index.in_snapshot(0));
+  CHECK(f.feed(snapshot_block(100, 11, "11259375")).status == EventStatus::applied);
+  CHECK(f.feed(snapshot_block(100, 12, "11")).status == EventStatus::applied);
+  CHECK(f.feed(snapshot_block(100, 13, "12")).status == EventStatus::applied);
+  CHECK_FALSE(f.index.in_snapshot(0));
+  CHECK(f.matched(Chain{11, 12, 13}) == 3);
+  CHECK(f.matched(Chain{91}) == 0);  // cleared
+  CHECK(f.feed(stored(100, "14", "13")).status == EventStatus::ignored);  // a replay of seq 100 now
+  CHECK(f.feed(stored(101, "14", "13")).status == EventStatus::applied);
+  CHECK(f.matched(Chain{11, 12, 13, 14}) == 4);
+  CHECK(f.index.last_seq(0) == 101);
+}
+
+TEST_CASE("an interrupted or short snapshot is not trusted: the next stream starts from 0") {
+  Fixture f;
+  f.index.begin_stream(0);
+  REQUIRE(f.feed(config_event(50, 7)).status == EventStatus::config_accepted);
+  REQUIRE(f.feed(R"({"seq":50,"type":"cleared","snapshot":2})").status == EventStatus::applied);
+  REQUIRE(f.feed(snapshot_block(50, 11, "null")).status == EventStatus::applied);
+  f.index.end_stream(0, "stream closed");
+  CHECK(f.index.begin_stream(0) == 0);
+  CHECK(f.matched(Chain{11}) == 0);
+  REQUIRE(f.feed(config_event(50, 7)).status == EventStatus::config_accepted);
+  REQUIRE(f.feed(R"({"seq":50,"type":"cleared","snapshot":2})").status == EventStatus::applied);
+  REQUIRE(f.feed(snapshot_block(50, 11, "null")).status == EventStatus::applied);
+  const EventOutcome o = f.feed(stored(51, "12", "11"));  // the snapshot said 2 blocks
+  CHECK(o.status == EventStatus::resync_needed);
+  CHECK(o.message == "snapshot at seq 50 ended with 1 blocks missing");
+  CHECK(f.index.begin_stream(0) == 0);
+}
+
+TEST_CASE("a new instance id drops the marks and restarts from 0 even when its seq passed ours") {
+  Fixture f;
+  f.index.begin_stream(0);
+  REQUIRE(f.feed(config_event(0, 7)).status == EventStatus::config_accepted);
+  REQUIRE(f.feed(stored(1, "11", "null")).status == EventStatus::applied);
+  REQUIRE(f.feed(stored(2, "12", "11")).status == EventStatus::applied);
+  CHECK(f.index.begin_stream(0) == 2);
+  // The replica restarted and already published 40 events: seq 40 > since 2, but another instance.
+  const EventOutcome o = f.feed(config_event(40, 8));
+  CHECK(o.status == EventStatus::resync_needed);
+  CHECK(o.resume_from == 0);
+  CHECK(f.matched(Chain{11}) == 0);
+  CHECK(f.index.mode(0) == CacheMode::approximate);
+  CHECK(f.index.begin_stream(0) == 0);
+  REQUIRE(f.feed(config_event(40, 8)).status == EventStatus::config_accepted);
+  CHECK(f.feed(stored(1, "21", "null")).status == EventStatus::applied);
+  CHECK(f.matched(Chain{21}) == 1);
+  // The same instance again keeps the marks.
+  CHECK(f.index.begin_stream(0) == 1);
+  REQUIRE(f.feed(config_event(40, 8)).status == EventStatus::config_accepted);
+  CHECK(f.matched(Chain{21}) == 1);
+}
+
+TEST_CASE("a chain under an unknown parent is dropped and counted; split events apply in full") {
+  Fixture f;
+  f.open_exact();
+  CHECK(f.feed(stored(1, "31,32", "999")).status == EventStatus::applied);
+  CHECK(f.index.orphans_dropped(0) == 1);
+  CHECK(f.index.tree().stats().nodes == 0);
+  KvEventMessage big;
+  big.type = KvEventMessage::Type::stored;
+  big.seq = 2;
+  for (BlockHash h = 100; h < 110; ++h) big.block_hashes.push_back(h);
+  const std::vector<KvEventMessage> pieces = split_kv_event(big, 3);
+  REQUIRE(pieces.size() == 4);
+  CHECK(pieces[1].continuation);
+  CHECK(pieces[1].parent == std::optional<BlockHash>(102));
+  for (const auto& p : pieces) CHECK(f.index.apply_event(0, p, 1).status == EventStatus::applied);
+  Chain all(big.block_hashes);
+  CHECK(f.matched(all) == 10);
+  CHECK(f.index.last_seq(0) == 2);
+  std::string many;
+  for (std::size_t i = 0; i <= kMaxEventHashes; ++i) many += (i ? ",1" : "1");
+  CHECK_THROWS_WITH_AS(parse_kv_event(R"({"type":"removed","seq":1,"block_hashes":[)" + many + "]}"),
+                       "kv event: 'block_hashes' has 65537 entries, more than 65536", std::invalid_argument);
+}

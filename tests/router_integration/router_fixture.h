@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <boost/json.hpp>
+#include <fstream>
 #include <regex>
 
 #include "../server/replica_fixture.h"
@@ -37,12 +38,26 @@ class RouterProcess {
   std::uint16_t port() const { return port_; }
   ChildProcess& process() { return *process_; }
 
+  // The admin key that post()/get() send to /admin/* targets.
+  void set_admin_key(std::string key) { admin_key_ = std::move(key); }
+
   http::Response post(const std::string& target, const std::string& body) const {
-    return http::http_request("127.0.0.1", port_, "POST", target, body, {{"Content-Type", "application/json"}},
-                              std::chrono::seconds(60));
+    http::Headers h{{"Content-Type", "application/json"}};
+    add_admin_key(target, h);
+    return http::http_request("127.0.0.1", port_, "POST", target, body, h, std::chrono::seconds(60));
   }
   http::Response get(const std::string& target) const {
-    return http::http_request("127.0.0.1", port_, "GET", target, {}, {}, std::chrono::seconds(30));
+    http::Headers h;
+    add_admin_key(target, h);
+    return http::http_request("127.0.0.1", port_, "GET", target, {}, h, std::chrono::seconds(30));
+  }
+  // The router's resident memory (VmRSS), in KiB.
+  long rss_kib() const {
+    std::ifstream status("/proc/" + std::to_string(process_->pid()) + "/status");
+    std::string line;
+    while (std::getline(status, line))
+      if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+    return -1;
   }
   // Sum of every sample of `name` whose labels contain `label_part` (e.g. reason="cache_hit").
   double metric(const std::string& name, const std::string& label_part = "") const {
@@ -64,7 +79,12 @@ class RouterProcess {
   }
 
  private:
+  void add_admin_key(const std::string& target, http::Headers& h) const {
+    if (!admin_key_.empty() && target.rfind("/admin", 0) == 0) h.add("Authorization", "Bearer " + admin_key_);
+  }
+
   TempDir dir_;
+  std::string admin_key_;
   std::unique_ptr<ChildProcess> process_;
   std::uint16_t port_ = 0;
 };

@@ -1,7 +1,9 @@
 // A scripted stand-in replica on a loopback port, run by the test process itself, for what real
 // replicas cannot be made to do on cue: answer 503/429/500, or drop a kept-alive connection just as
 // a request arrives. It counts the connections that carried completions, which shows whether the
-// router reused them. GET /health always answers 200 (the router's active checks).
+// router reused them. GET /health always answers 200 (the router's active checks). GET /v1/kv_events
+// answers a scripted SSE stream (kv_script), then holds the connection silent until the router closes it
+// (or closes at once with kv_close), recording each since= asked for.
 #pragma once
 
 #include <boost/asio/as_tuple.hpp>
@@ -20,7 +22,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <mutex>
 #include <string>
+#include <vector>
 #include <tuple>
 #include <thread>
 
@@ -37,6 +41,34 @@ class StandinUpstream {
   // event_gap (a replica generating tokens).
   std::atomic<int> stream_events{0};
   std::chrono::milliseconds event_gap{1};
+  // Above 0: completions first wait this long without answering (a replica hung before the first byte).
+  std::atomic<int> hang_ms{0};
+  // Above 0: a streamed completion closes the connection after this many events (died mid-stream).
+  std::atomic<int> die_after_events{0};
+  // True: a streamed completion sends malformed chunk framing after its first event.
+  std::atomic<bool> malformed_stream{false};
+  std::atomic<bool> kv_close{false};
+  // Bytes of padding in each streamed event (a big stream that backs up behind a slow client).
+  std::atomic<int> event_padding{0};
+  // Completions being answered now, and the most at once.
+  std::atomic<int> in_flight{0}, max_in_flight{0};
+
+  void set_kv_script(std::string script) {
+    std::lock_guard lock(mutex_);
+    kv_script_ = std::move(script);
+  }
+  std::vector<std::string> kv_targets() const {
+    std::lock_guard lock(mutex_);
+    return kv_targets_;
+  }
+  std::string last_authorization() const {  // of the last completion ("<none>" without the header)
+    std::lock_guard lock(mutex_);
+    return last_authorization_;
+  }
+  std::string kv_authorization() const {
+    std::lock_guard lock(mutex_);
+    return kv_authorization_;
+  }
 
   StandinUpstream() : acceptor_(io_, {boost::asio::ip::make_address("127.0.0.1"), 0}) {
     boost::asio::co_spawn(io_, accept_loop(), boost::asio::detached);
@@ -75,8 +107,29 @@ class StandinUpstream {
       http::request<http::string_body> request;
       auto read = co_await http::async_read(stream, buffer, request, tuple);
       if (std::get<0>(read)) co_return;
+      if (request.target().starts_with("/v1/kv_events")) {
+        co_await serve_kv_events(stream, request);
+        co_return;
+      }
       const bool completion = request.target() != "/health";
       if (completion) {
+        {
+          std::lock_guard lock(mutex_);
+          const auto auth = request.find(http::field::authorization);
+          last_authorization_ = auth == request.end() ? "<none>" : std::string(auth->value());
+        }
+        const int now = ++in_flight;
+        for (int seen = max_in_flight; now > seen && !max_in_flight.compare_exchange_weak(seen, now);) {
+        }
+        struct Leave {
+          std::atomic<int>& n;
+          ~Leave() { --n; }
+        } leave{in_flight};
+        if (hang_ms > 0) {
+          boost::asio::steady_timer timer(stream.get_executor());
+          timer.expires_after(std::chrono::milliseconds(hang_ms.load()));
+          co_await timer.async_wait(tuple);
+        }
         ++completion_requests_;
         if (!counted) ++completion_connections_;
         counted = true;
@@ -107,14 +160,18 @@ class StandinUpstream {
     boost::asio::steady_timer timer(stream.get_executor());
     const int events = stream_events;
     for (int i = 0; i <= events; ++i) {
-      const std::string event = i < events ? "data: {\"choices\":[{\"text\":\"t" + std::to_string(i) + "\"}]}\n\n"
+      const std::string pad(static_cast<std::size_t>(event_padding.load()), 'p');
+      const std::string event = i < events ? "data: {\"choices\":[{\"text\":\"t" + std::to_string(i) + pad + "\"}]}\n\n"
                                            : "data: [DONE]\n\n";
       char size[16];
       std::snprintf(size, sizeof size, "%zx\r\n", event.size());
       out += size + event + "\r\n";
       if (i == events) out += "0\r\n\r\n";
+      if (die_after_events > 0 && i == die_after_events) co_return false;  // closes mid-stream
+      if (malformed_stream && i == 1) out = "zz-not-a-chunk-size\r\n";
       auto written = co_await boost::asio::async_write(stream.socket(), boost::asio::buffer(out), tuple);
       if (std::get<0>(written)) co_return false;
+      if (malformed_stream && i == 1) co_return false;
       out.clear();
       timer.expires_after(event_gap);
       co_await timer.async_wait(tuple);
@@ -122,6 +179,37 @@ class StandinUpstream {
     co_return true;
   }
 
+  template <typename Request>
+  boost::asio::awaitable<void> serve_kv_events(Stream& stream, const Request& request) {
+    namespace http = boost::beast::http;
+    constexpr auto tuple = boost::asio::as_tuple(boost::asio::use_awaitable);
+    std::string script;
+    {
+      std::lock_guard lock(mutex_);
+      kv_targets_.emplace_back(request.target());
+      const auto auth = request.find(http::field::authorization);
+      kv_authorization_ = auth == request.end() ? "<none>" : std::string(auth->value());
+      script = kv_script_;
+    }
+    std::string out = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+    if (!script.empty()) {
+      char size[24];
+      std::snprintf(size, sizeof size, "%zx\r\n", script.size());
+      out += size + script + "\r\n";
+    }
+    auto written = co_await boost::asio::async_write(stream.socket(), boost::asio::buffer(out), tuple);
+    if (std::get<0>(written) || kv_close) co_return;
+    char sink[256];  // silent from here on: wait for the router to close
+    for (;;) {
+      auto read = co_await stream.socket().async_read_some(boost::asio::buffer(sink), tuple);
+      if (std::get<0>(read)) co_return;
+    }
+  }
+
+  mutable std::mutex mutex_;
+  std::string kv_script_;
+  std::vector<std::string> kv_targets_;
+  std::string last_authorization_, kv_authorization_;
   boost::asio::io_context io_;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::thread thread_;

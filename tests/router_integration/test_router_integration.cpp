@@ -333,9 +333,11 @@ TEST_CASE("API keys are enforced, and SIGHUP applies a changed replica list and 
     yaml << "replicas:\n";
     for (const auto& r : replicas) yaml << "  - " << r << "\n";
     yaml << "api_keys: [" << key << "]\n";
+    yaml << "admin_api_key: admin-key\n";
   };
   write_yaml({a.base_url()}, "key-one");
   RouterProcess router({}, {"--config", (dir / "router.yaml").string()});
+  router.set_admin_key("admin-key");
   auto complete = [&](const std::string& key) {
     http::Headers h{{"Content-Type", "application/json"}};
     if (!key.empty()) h.add("Authorization", "Bearer " + key);

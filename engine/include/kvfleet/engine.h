@@ -109,6 +109,9 @@ class Engine {
   // Everything the prefix cache holds, taken on the engine thread (blocks until the next loop turn): what
   // a KV-event reader that fell behind the ring starts from (Contract 2).
   KvSnapshot kv_snapshot();
+  // The same without blocking: `done` runs on the engine thread at its next loop turn, under the engine's
+  // inbox lock (post the result elsewhere; do not call into the engine). Never runs if the engine stops first.
+  void kv_snapshot(std::function<void(KvSnapshot)> done);
 
  private:
   struct Impl;

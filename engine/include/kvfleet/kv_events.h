@@ -4,13 +4,20 @@
 // wants a `cleared` + full snapshot, which the engine thread builds from the PrefixCache).
 //
 // Thread-safety: the engine thread publishes; any thread (the HTTP server's SSE sessions) may call
-// the const readers and wait_newer() concurrently. One mutex guards everything; events are small.
+// the const readers, wait_newer() and subscribe() concurrently. One mutex guards everything; events
+// are small. Listeners run on the publishing thread after the mutex is released: they must be quick
+// (post a wake-up to an io thread) and must not call publish().
+//
+// The instance id is drawn at construction (random bits mixed with the clock and the pid), so a
+// replica that restarts is told apart even when its new seqs have passed a reader's since=.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -44,6 +51,7 @@ class KvEventRing {
 
   std::int32_t block_size() const { return block_size_; }
   BlockHash root() const { return root_; }
+  std::uint64_t instance() const { return instance_; }
 
   // Engine thread. Returns the new event's seq (the first event gets 1).
   std::uint64_t publish(KvEvent::Type type, std::vector<BlockHash> block_hashes = {}, BlockHash parent = 0);
@@ -53,12 +61,18 @@ class KvEventRing {
   KvReplay since(std::uint64_t seq) const;
   // Blocks until an event newer than `seq` exists or `timeout` passes; returns last_seq().
   std::uint64_t wait_newer(std::uint64_t seq, std::chrono::milliseconds timeout) const;
+  // `notify` runs after every publish while the returned handle lives (drop it to unsubscribe; a
+  // call already under way may still finish after that, so `notify` must own what it touches).
+  using Listener = std::function<void()>;
+  std::shared_ptr<void> subscribe(Listener notify) const;
 
  private:
   const std::size_t capacity_;
   const std::int32_t block_size_;
   const BlockHash root_;
+  const std::uint64_t instance_;
   mutable std::mutex mu_;
+  mutable std::vector<std::weak_ptr<Listener>> listeners_;  // guarded by mu_
   mutable std::condition_variable cv_;
   std::deque<KvEvent> ring_;    // guarded by mu_
   std::uint64_t last_seq_ = 0;  // guarded by mu_
