@@ -70,6 +70,7 @@ class ChildProcess {
   }
 
   void signal(int sig) { ::kill(pid_, sig); }
+  pid_t pid() const { return pid_; }
 
   // Waits for the exit status (-1 on timeout or abnormal exit).
   int wait(std::chrono::milliseconds timeout) {
