@@ -17,7 +17,7 @@ void KvCacheManager::extend_hashes(Sequence& seq, std::size_t num_blocks) const 
   const auto bs = static_cast<std::size_t>(block_size_);
   const std::span<const TokenId> tokens(seq.tokens);
   while (hashes.size() < num_blocks) {
-    const BlockHash parent = hashes.empty() ? cache_.root() : hashes.back();
+    const BlockHash parent = hashes.empty() ? root_of(seq) : hashes.back();
     hashes.push_back(block_hash_next(parent, tokens.subspan(hashes.size() * bs, bs)));
   }
 }
@@ -94,7 +94,7 @@ void KvCacheManager::commit(Sequence& seq) {
     run.clear();
   };
   for (auto i = static_cast<std::size_t>(seq.num_cached_blocks); i < static_cast<std::size_t>(full); ++i) {
-    const BlockHash parent = i == 0 ? cache_.root() : seq.block_hashes[i - 1];
+    const BlockHash parent = i == 0 ? root_of(seq) : seq.block_hashes[i - 1];
     // Fails when another sequence cached the same content first: this block then stays private.
     if (cache_.insert(seq.block_hashes[i], parent, seq.block_table[i], tokens.subspan(i * bs, bs))) {
       if (run.empty()) run_parent = parent;

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <random>
 #include <stdexcept>
 #include <unordered_map>
 
 #include "kvfleet/model_runner.h"
+#include "kvfleet/tokenizer.h"
 #include "engine/runtime/stop_checker.h"
 
 namespace kvfleet {
@@ -15,7 +18,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct Submission {
+}  // namespace
+
+struct Engine::Submission {
   RequestId id;
   Clock::time_point at;
   GenerationRequest request;
@@ -23,7 +28,7 @@ struct Submission {
 };
 
 // A request while the engine thread owns it.
-struct Active {
+struct Engine::Active {
   RequestId id = 0;
   GenerationRequest request;
   OutputCallback callback;
@@ -35,6 +40,17 @@ struct Active {
   std::vector<float> pending_logits;  // raw logits of the token being sampled, when logprobs are wanted
 };
 
+namespace {
+using Active = Engine::Active;
+
+// Callbacks run on the engine thread; one that throws must not take the engine (or other requests) down.
+void deliver(Active& a, const RequestOutput& out) noexcept {
+  try {
+    if (a.callback) a.callback(out);
+  } catch (...) {
+  }
+}
+
 void emit_final(Active& a, FinishReason reason, std::string stop_string = {}, std::string error = {}) {
   RequestOutput out;
   out.id = a.id;
@@ -45,7 +61,19 @@ void emit_final(Active& a, FinishReason reason, std::string stop_string = {}, st
   out.num_cached_tokens = a.cached_tokens;
   out.error = std::move(error);
   out.queue_time_s = a.queue_time_s;
-  if (a.callback) a.callback(out);
+  deliver(a, out);
+}
+
+// Ids the tokenizer cannot show (a vocabulary padded past the tokenizer, as Qwen2's 151,936 rows for
+// 151,665 tokens) are never meant to be sampled: their logits become -inf before anything else.
+void mask_unshowable(std::span<float> row, std::size_t showable) {
+  for (std::size_t i = showable; i < row.size(); ++i) row[i] = -std::numeric_limits<float>::infinity();
+}
+
+bool all_finite_or_masked(std::span<const float> row) {
+  for (float l : row)
+    if (std::isnan(l) || l == std::numeric_limits<float>::infinity()) return false;
+  return true;
 }
 
 }  // namespace
@@ -60,7 +88,12 @@ struct Engine::Impl {
   std::mutex mu;
   std::condition_variable wake, idle;
   std::vector<Submission> submissions;
-  std::vector<RequestId> aborts;
+  struct Abort {
+    RequestId id;
+    std::string error;
+  };
+  std::vector<Abort> aborts;
+  std::optional<std::string> abort_everything;  // abort_all()'s error
   std::vector<std::function<void(KvSnapshot)>> snapshots;  // run on the engine thread, under mu
   bool stop = false;
   bool busy = false;
@@ -122,6 +155,14 @@ RequestId Engine::submit(GenerationRequest r, OutputCallback on_output) {
                                 std::to_string(max_model_len_) + " tokens");
   if (prompt_len + 1 > std::int64_t{config_.num_blocks} * config_.block_size)
     throw std::invalid_argument("the prompt has " + std::to_string(prompt_len) + " tokens, more than the KV cache holds");
+  if (!config_.scheduler.enable_chunked_prefill && prompt_len > config_.scheduler.max_num_batched_tokens)
+    throw std::invalid_argument("the prompt has " + std::to_string(prompt_len) +
+                                " tokens, more than max_num_batched_tokens (" +
+                                std::to_string(config_.scheduler.max_num_batched_tokens) +
+                                ") with chunked prefill off");
+  for (const auto& [t, bias] : r.logit_bias)
+    if (t < 0 || t >= vocab || !std::isfinite(bias))
+      throw std::invalid_argument("logit_bias: token id " + std::to_string(t) + " is outside the vocabulary or its bias is not finite");
   if (!r.stop.empty() && !impl_->tokenizer) throw std::invalid_argument("stop strings need a tokenizer");
   const RequestId id = impl_->next_id++;
   {
@@ -135,7 +176,15 @@ RequestId Engine::submit(GenerationRequest r, OutputCallback on_output) {
 void Engine::abort(RequestId id) {
   {
     std::lock_guard lock(impl_->mu);
-    impl_->aborts.push_back(id);
+    impl_->aborts.push_back({id, {}});
+  }
+  impl_->wake.notify_one();
+}
+
+void Engine::abort_all(std::string error) {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->abort_everything = std::move(error);
   }
   impl_->wake.notify_one();
 }
@@ -170,57 +219,80 @@ void Engine::loop() {
   Scheduler& sched = *m.scheduler;
   for (;;) {
     std::vector<Submission> subs;
-    std::vector<RequestId> aborts;
+    std::vector<Impl::Abort> aborts;
+    std::optional<std::string> abort_everything;
     {
       std::unique_lock lock(m.mu);
       m.busy = sched.has_unfinished();
       if (!m.busy && m.submissions.empty() && m.aborts.empty()) m.idle.notify_all();
       m.wake.wait(lock, [&] {
-        return m.stop || !m.submissions.empty() || !m.aborts.empty() || !m.snapshots.empty() || sched.has_unfinished();
+        return m.stop || !m.submissions.empty() || !m.aborts.empty() || !m.snapshots.empty() ||
+               m.abort_everything || sched.has_unfinished();
       });
       if (m.stop) break;
       for (auto& done : m.snapshots) done(sched.kv().snapshot());
       m.snapshots.clear();
       subs.swap(m.submissions);
       aborts.swap(m.aborts);
+      abort_everything.swap(m.abort_everything);
       m.busy = true;
     }
-    for (auto& s : subs) {
-      SequenceParams p;
-      p.prompt = s.request.prompt;
-      p.priority = s.request.priority;
-      p.sampling_id = s.id;
-      StopRules rules;
-      if (!s.request.ignore_eos) rules.eos_ids = model_.config().eos_token_ids;
-      rules.stop_token_ids = s.request.stop_token_ids;
-      rules.stop_strings = s.request.stop;
-      rules.max_tokens = s.request.max_tokens;
-      // A sequence can never outgrow the whole cache (it would be preempted forever): treat the cache's
-      // capacity as a context limit too.
-      rules.max_model_len = std::min<std::int64_t>(max_model_len_, std::int64_t{config_.num_blocks} * config_.block_size);
-      const SeqId seq = sched.add(std::move(p));
-      m.seq_of[s.id] = seq;
-      m.active.emplace(seq, Active{s.id, std::move(s.request), std::move(s.callback),
-                                   StopChecker(std::move(rules), m.tokenizer), false, 0, s.at, 0.0, {}});
-    }
-    for (RequestId id : aborts) {
-      auto it = m.seq_of.find(id);
-      if (it == m.seq_of.end()) continue;
-      sched.abort(it->second);
-      count_finished(FinishReason::aborted);
-      emit_final(m.active.at(it->second), FinishReason::aborted);
-      m.active.erase(it->second);
-      m.seq_of.erase(it);
-    }
+    for (auto& s : subs) admit(s);
+    for (const auto& a : aborts)
+      if (auto it = m.seq_of.find(a.id); it != m.seq_of.end()) fail(it->second, a.error);
+    if (abort_everything) fail_all(*abort_everything);
     if (!sched.has_unfinished()) {
       std::lock_guard lock(m.stats_mu);  // aborts changed the numbers without a step
       m.stats.scheduler = sched.stats();
       continue;
     }
-    step();
+    try {
+      step();
+    } catch (const std::exception& e) {
+      // Nothing says which request broke the step: fail them all rather than the process.
+      fail_all(std::string("engine step failed: ") + e.what());
+    }
   }
   // Shutting down: every request still here ends as aborted.
   for (auto& [seq, a] : m.active) emit_final(a, FinishReason::aborted, {}, "the engine is shutting down");
+}
+
+void Engine::admit(Submission& s) {
+  Impl& m = *impl_;
+  Active a{s.id, std::move(s.request), std::move(s.callback), {}, false, 0, s.at, 0.0, {}};
+  try {
+    SequenceParams p;
+    p.prompt = a.request.prompt;
+    p.priority = a.request.priority;
+    p.sampling_id = s.id;
+    if (!a.request.cache_salt.empty()) p.hash_root = block_hash_root(config_.served_model_name, a.request.cache_salt);
+    StopRules rules;
+    if (!a.request.ignore_eos) rules.eos_ids = model_.config().eos_token_ids;
+    rules.stop_token_ids = a.request.stop_token_ids;
+    rules.stop_strings = a.request.stop;
+    rules.max_tokens = a.request.max_tokens;
+    // A sequence can never outgrow the whole cache (it would be preempted forever): treat the cache's
+    // capacity as a context limit too.
+    rules.max_model_len = std::min<std::int64_t>(max_model_len_, std::int64_t{config_.num_blocks} * config_.block_size);
+    a.stops = StopChecker(std::move(rules), m.tokenizer);
+    const SeqId seq = m.scheduler->add(std::move(p));
+    m.seq_of[a.id] = seq;
+    m.active.emplace(seq, std::move(a));
+  } catch (const std::exception& e) {
+    count_finished(FinishReason::aborted);
+    emit_final(a, FinishReason::aborted, {}, e.what());
+  }
+}
+
+TokenId Engine::sample_row(Active& a, const Sequence& seq, std::span<float> row) const {
+  const auto vocab = row.size();
+  const Tokenizer* tok = impl_->tokenizer;
+  mask_unshowable(row, tok ? std::min(vocab, tok->vocab_size()) : vocab);
+  if (!all_finite_or_masked(row)) throw std::runtime_error("the model produced NaN or infinite logits");
+  if (a.request.logprobs >= 0) a.pending_logits.assign(row.begin(), row.end());
+  for (const auto& [t, bias] : a.request.logit_bias) row[static_cast<std::size_t>(t)] += bias;
+  if (a.request.penalties.active()) apply_penalties(row, a.request.penalties, seq.prompt(), seq.outputs());
+  return sample(row, a.request.sampling, static_cast<std::uint64_t>(seq.num_output_tokens()));
 }
 
 void Engine::step() {
@@ -242,6 +314,7 @@ void Engine::step() {
   }
   const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);
   std::vector<TokenId> sampled;
+  std::vector<std::pair<SeqId, std::string>> failed;  // rows that could not be sampled
   std::uint64_t prompt_tokens = 0;
   std::size_t row = 0;
   for (const ScheduledChunk& c : out.chunks) {
@@ -256,57 +329,82 @@ void Engine::step() {
     prompt_tokens += static_cast<std::uint64_t>(std::max(0, std::min(end, seq->num_prompt_tokens) - c.start_pos));
     if (!c.sample) continue;
     std::span<float> row_logits(logits.data() + row++ * vocab, vocab);
-    if (a.request.logprobs >= 0) a.pending_logits.assign(row_logits.begin(), row_logits.end());
-    if (a.request.penalties.active()) apply_penalties(row_logits, a.request.penalties, seq->prompt(), seq->outputs());
-    sampled.push_back(sample(row_logits, a.request.sampling, static_cast<std::uint64_t>(seq->num_output_tokens())));
+    try {
+      sampled.push_back(sample_row(a, *seq, row_logits));
+    } catch (const std::exception& e) {
+      sampled.push_back(0);  // a placeholder: the sequence is failed right after the update
+      failed.emplace_back(c.id, e.what());
+    }
   }
   sched.update(out, sampled);
+  for (const auto& [id, why] : failed) fail(id, why);
   std::size_t i = 0;
   for (const ScheduledChunk& c : out.chunks) {
     if (!c.sample) continue;
     const TokenId token = sampled[i++];
-    const Sequence* seq = sched.get(c.id);
-    auto it = m.active.find(c.id);
-    Active& a = it->second;
-    const StopResult r = a.stops.check(token, seq->num_output_tokens(), seq->num_tokens());
-    RequestOutput o;
-    o.id = a.id;
-    o.new_tokens = {token};
-    o.finished = r.reason != FinishReason::none;
-    o.finish_reason = r.reason;
-    o.stop_string = r.stop_string;
-    o.num_prompt_tokens = seq->num_prompt_tokens;
-    o.num_cached_tokens = a.cached_tokens;
-    o.queue_time_s = a.queue_time_s;
-    if (a.request.logprobs >= 0) {
-      RequestOutput::Logprobs lp;
-      lp.top = top_logprobs(a.pending_logits, token, a.request.logprobs, &lp.logprob);
-      o.logprobs.push_back(std::move(lp));
-    }
-    if (a.callback) a.callback(o);
-    if (o.finished) {
-      count_finished(r.reason);
-      sched.finish(c.id, r.reason);
-      m.seq_of.erase(a.id);
-      m.active.erase(it);
+    if (m.active.contains(c.id)) {
+      try {
+        emit_token(c.id, token);
+      } catch (const std::exception& e) {
+        fail(c.id, e.what());
+      }
     }
   }
   std::lock_guard lock(m.stats_mu);
   m.stats.scheduler = sched.stats();
   m.stats.prompt_tokens += prompt_tokens;
-  m.stats.generated_tokens += sampled.size();
+  m.stats.generated_tokens += sampled.size() - failed.size();
   m.stats.steps += 1;
+}
+
+void Engine::emit_token(SeqId id, TokenId token) {
+  Impl& m = *impl_;
+  const Sequence* seq = m.scheduler->get(id);
+  auto it = m.active.find(id);
+  Active& a = it->second;
+  const StopResult r = a.stops.check(token, seq->num_output_tokens(), seq->num_tokens());
+  RequestOutput o;
+  o.id = a.id;
+  o.new_tokens = {token};
+  o.finished = r.reason != FinishReason::none;
+  o.finish_reason = r.reason;
+  o.stop_string = r.stop_string;
+  o.num_prompt_tokens = seq->num_prompt_tokens;
+  o.num_cached_tokens = a.cached_tokens;
+  o.queue_time_s = a.queue_time_s;
+  if (a.request.logprobs >= 0) {
+    RequestOutput::Logprobs lp;
+    lp.top = top_logprobs(a.pending_logits, token, a.request.logprobs, &lp.logprob);
+    o.logprobs.push_back(std::move(lp));
+  }
+  deliver(a, o);
+  if (o.finished) {
+    count_finished(r.reason);
+    m.scheduler->finish(id, r.reason);
+    m.seq_of.erase(a.id);
+    m.active.erase(it);
+  }
 }
 
 void Engine::fail(SeqId seq, const std::string& error) {
   Impl& m = *impl_;
   auto it = m.active.find(seq);
   if (it == m.active.end()) return;
-  m.scheduler->abort(seq);
+  try {
+    m.scheduler->abort(seq);
+  } catch (const std::exception&) {
+    // The request ends either way; the scheduler's own check_integrity would tell what went wrong.
+  }
   count_finished(FinishReason::aborted);
   emit_final(it->second, FinishReason::aborted, {}, error);
   m.seq_of.erase(it->second.id);
   m.active.erase(it);
+}
+
+void Engine::fail_all(const std::string& error) {
+  std::vector<SeqId> seqs;
+  for (const auto& [seq, a] : impl_->active) seqs.push_back(seq);
+  for (SeqId seq : seqs) fail(seq, error);
 }
 
 void Engine::count_finished(FinishReason reason) {

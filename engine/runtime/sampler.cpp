@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -23,18 +24,39 @@ void SamplingParams::validate() const {
 
 double uniform_draw(std::uint64_t seed, std::uint64_t index) { return kernels::uniform_draw(seed, index); }
 
+namespace {
+
+// NaN compares as -inf, so that every ordering below is a strict weak ordering (std::sort's comparator
+// with NaN is undefined behaviour) and a NaN is never chosen over a number.
+float ordered(float l) { return std::isnan(l) ? -std::numeric_limits<float>::infinity() : l; }
+
+// Descending by logit, ties by id: the order every filter below cuts a prefix of.
+struct ByLogit {
+  std::span<const float> logits;
+  bool operator()(TokenId a, TokenId b) const {
+    const float la = ordered(logits[static_cast<std::size_t>(a)]), lb = ordered(logits[static_cast<std::size_t>(b)]);
+    return la > lb || (la == lb && a < b);
+  }
+};
+
+[[noreturn]] void no_finite_logit() { throw std::invalid_argument("sample: the logits hold no finite maximum"); }
+
+}  // namespace
+
 TokenId sample(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index) {
   if (logits.empty()) throw std::invalid_argument("sample: empty logits");
-  if (p.temperature == 0.0f)
-    return static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  if (p.temperature == 0.0f) {
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < logits.size(); ++i)
+      if (ordered(logits[i]) > ordered(logits[best])) best = i;
+    if (!std::isfinite(logits[best])) no_finite_logit();
+    return static_cast<TokenId>(best);
+  }
 
   // Candidates sorted by logit (descending, ties by id) so every filter below is a prefix cut.
   std::vector<TokenId> ids(logits.size());
   std::iota(ids.begin(), ids.end(), 0);
-  auto by_logit = [&](TokenId a, TokenId b) {
-    const float la = logits[static_cast<std::size_t>(a)], lb = logits[static_cast<std::size_t>(b)];
-    return la > lb || (la == lb && a < b);
-  };
+  const ByLogit by_logit{logits};
   std::size_t keep = ids.size();
   if (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < keep) {
     keep = static_cast<std::size_t>(p.top_k);
@@ -44,10 +66,11 @@ TokenId sample(std::span<const float> logits, const SamplingParams& p, std::uint
   }
   // Softmax of logits / temperature over the kept candidates, in double.
   const double max_l = logits[static_cast<std::size_t>(ids[0])];
+  if (!std::isfinite(max_l)) no_finite_logit();
   std::vector<double> probs(keep);
   double total = 0.0;
   for (std::size_t i = 0; i < keep; ++i)
-    total += probs[i] = std::exp((logits[static_cast<std::size_t>(ids[i])] - max_l) / p.temperature);
+    total += probs[i] = std::exp((ordered(logits[static_cast<std::size_t>(ids[i])]) - max_l) / p.temperature);
   for (auto& x : probs) x /= total;
   if (p.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p
     double cum = 0.0;
@@ -92,20 +115,19 @@ void apply_penalties(std::span<float> logits, const Penalties& p, std::span<cons
 }
 
 std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, TokenId chosen, int top, float* chosen_logprob) {
-  const float max_l = *std::max_element(logits.begin(), logits.end());
+  float max_l = -std::numeric_limits<float>::infinity();
+  for (float l : logits) max_l = std::max(max_l, ordered(l));
+  if (!std::isfinite(max_l)) no_finite_logit();
   double sum = 0.0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l) - max_l);
+  for (float l : logits) sum += std::exp(static_cast<double>(ordered(l)) - max_l);
   const double log_z = max_l + std::log(sum);
-  if (chosen_logprob) *chosen_logprob = static_cast<float>(logits[static_cast<std::size_t>(chosen)] - log_z);
+  if (chosen_logprob) *chosen_logprob = static_cast<float>(ordered(logits[static_cast<std::size_t>(chosen)]) - log_z);
   std::vector<TokenLogprob> out;
   if (top <= 0) return out;
   std::vector<TokenId> ids(logits.size());
   std::iota(ids.begin(), ids.end(), 0);
   const auto k = std::min<std::size_t>(static_cast<std::size_t>(top), ids.size());
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), [&](TokenId a, TokenId b) {
-    const float la = logits[static_cast<std::size_t>(a)], lb = logits[static_cast<std::size_t>(b)];
-    return la > lb || (la == lb && a < b);
-  });
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), ByLogit{logits});
   for (std::size_t i = 0; i < k; ++i)
     out.push_back({ids[i], static_cast<float>(logits[static_cast<std::size_t>(ids[i])] - log_z)});
   return out;

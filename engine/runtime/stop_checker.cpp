@@ -7,7 +7,10 @@
 namespace kvfleet {
 
 StopChecker::StopChecker(StopRules rules, const Tokenizer* tokenizer) : rules_(std::move(rules)) {
-  if (!rules_.stop_strings.empty() && tokenizer) decoder_ = std::make_unique<StreamDecoder>(*tokenizer);
+  if (!rules_.stop_strings.empty() && tokenizer) {
+    decoder_ = std::make_unique<StreamDecoder>(*tokenizer);
+    matcher_ = StopMatcher(rules_.stop_strings);
+  }
 }
 StopChecker::StopChecker(StopChecker&&) noexcept = default;
 StopChecker& StopChecker::operator=(StopChecker&&) noexcept = default;
@@ -17,13 +20,9 @@ StopResult StopChecker::check(TokenId token, std::int32_t num_outputs, std::int6
   auto has = [](const std::vector<TokenId>& v, TokenId t) { return std::find(v.begin(), v.end(), t) != v.end(); };
   if (has(rules_.eos_ids, token) || has(rules_.stop_token_ids, token)) return {FinishReason::stop, {}};
   if (decoder_) {
-    // Only the tail can hold a new match: the new text plus the longest stop string's length before it.
-    const std::size_t old_size = text_.size();
-    text_ += decoder_->push(token);
-    for (const auto& s : rules_.stop_strings) {
-      const std::size_t from = old_size >= s.size() ? old_size - s.size() + 1 : 0;
-      if (!s.empty() && text_.find(s, from) != std::string::npos) return {FinishReason::stop, s};
-    }
+    // A match ending in the new text (the first stop string in the request's order when several do).
+    if (const int hit = matcher_.feed(decoder_->push(token)); hit >= 0)
+      return {FinishReason::stop, rules_.stop_strings[static_cast<std::size_t>(hit)]};
   }
   if (num_outputs >= rules_.max_tokens || num_tokens >= rules_.max_model_len) return {FinishReason::length, {}};
   return {};

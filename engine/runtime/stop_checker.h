@@ -1,5 +1,5 @@
 // Decides when a request stops: end-of-sequence ids, stop token ids, stop strings (matched on the decoded
-// text, across token boundaries), max_tokens and the model's context length.
+// text, across token boundaries, at a cost per token that does not grow with their number), max_tokens and the model's context length.
 #pragma once
 
 #include <memory>
@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/runtime/stop_matcher.h"
 #include "kvfleet/block_hash.h"
 #include "kvfleet/sequence.h"
 
@@ -42,7 +43,7 @@ class StopChecker {
  private:
   StopRules rules_;
   std::unique_ptr<StreamDecoder> decoder_;  // only when there are stop strings
-  std::string text_;                        // decoded output so far (only when there are stop strings)
+  StopMatcher matcher_;                     // all stop strings at once: cost per token = its text
 };
 
 }  // namespace kvfleet

@@ -27,6 +27,7 @@ SeqId Scheduler::add(SequenceParams params) {
   seq->arrival = seq->id;
   seq->priority = params.priority;
   seq->sampling_id = params.sampling_id;
+  seq->hash_root = params.hash_root;
   seq->tokens = std::move(params.prompt);
   seq->num_prompt_tokens = n;
   Sequence* raw = seq.get();

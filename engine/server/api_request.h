@@ -25,6 +25,20 @@ struct ApiError : std::runtime_error {
 
 ApiError bad_request(std::string message, std::string param = {});
 
+// Caps on what one request may ask for; beyond them a 400 names the field. The per-token cost of stop
+// strings does not grow with their number (StopMatcher), but each is held back from a stream until it
+// is resolved, and all of them live on the engine thread: keep both bounded.
+struct RequestLimits {
+  static constexpr std::int32_t max_n = 16;              // choices per prompt
+  static constexpr std::size_t max_prompts = 128;        // prompts in one completions request
+  static constexpr std::size_t max_stop_strings = 64;
+  static constexpr std::size_t max_stop_bytes = 1024;    // per stop string
+  static constexpr std::size_t max_stop_token_ids = 256;
+  static constexpr std::size_t max_logit_bias = 300;     // entries (OpenAI's limit)
+  static constexpr std::size_t max_cache_salt_bytes = 256;
+  static constexpr std::int32_t max_logprobs = 20;
+};
+
 struct ChatMessage {
   std::string role;
   std::string content;
@@ -44,6 +58,8 @@ struct GenerateParams {
   bool skip_special_tokens = true;
   bool stream = false;
   bool include_usage = false;
+  std::vector<std::pair<TokenId, float>> logit_bias;  // ids not checked against the vocabulary yet
+  std::string cache_salt;                             // prefix-cache namespace of a tenant (Contract 1)
 };
 
 struct CompletionRequest {
@@ -60,14 +76,27 @@ struct CompletionRequest {
 
 struct ChatRequest {
   std::string model;
-  boost::json::array messages;  // validated: each has a role and string/array content
+  boost::json::array messages;  // validated: a known role, and content a string (parts joined) or null
   boost::json::value tools;
   bool add_generation_prompt = true;
   GenerateParams params;
 };
 
+// /tokenize: a prompt, or chat messages rendered with the chat template.
+struct TokenizeRequest {
+  std::optional<std::string> prompt;
+  std::optional<ChatRequest> chat;
+  bool add_special_tokens = true;
+};
+
+// Each throws ApiError (400 naming the field) for anything malformed. `body` must be an object
+// (parse_json_body checks it).
 CompletionRequest parse_completion_request(const boost::json::value& body);
 ChatRequest parse_chat_request(const boost::json::value& body);
+TokenizeRequest parse_tokenize_request(const boost::json::value& body);
+std::vector<TokenId> parse_detokenize_request(const boost::json::value& body);
+// The sampling and output fields shared by both endpoints (api_request.cpp; used by api_chat.cpp).
+GenerateParams parse_generate_params(const boost::json::object& body, bool chat);
 // Parses JSON text, or throws ApiError 400 naming the problem.
 boost::json::value parse_json_body(std::string_view body);
 

@@ -2,6 +2,7 @@
 // whose tokens stream back through an AsyncQueue and leave as one JSON response or as SSE chunks.
 #include <boost/json.hpp>
 #include <chrono>
+#include <cstdio>
 #include <random>
 
 #include "engine/server/api_request.h"
@@ -25,11 +26,13 @@ struct Replica::Job {
     RequestId rid = 0;
     std::string echo;        // completions with echo: the prompt's text, sent before the output
     std::size_t prompt = 0;  // which prompt it belongs to
-    std::size_t logprobs_sent = 0;
     bool role_sent = false;
     Clock::time_point last_token;
   };
   std::vector<Choice> choices;
+  Reservation reservation;  // one sequence per choice, released as each finishes
+  using Queue = http::AsyncQueue<std::pair<std::size_t, RequestOutput>>;
+  std::shared_ptr<Queue> queue;  // the engine thread's outputs, tagged with the choice
   Clock::time_point arrival = Clock::now();
 };
 
@@ -75,20 +78,31 @@ GenerationRequest Replica::make_request(const std::vector<TokenId>& prompt, cons
   r.stop_token_ids = p.stop_token_ids;
   r.penalties = {p.presence_penalty, p.frequency_penalty, p.repetition_penalty};
   r.logprobs = p.logprobs ? *p.logprobs : -1;
+  r.logit_bias = p.logit_bias;
+  r.cache_salt = p.cache_salt;
   return r;
+}
+
+void Replica::check_params(const GenerateParams& p) const {
+  check_token_ids(p.stop_token_ids, "stop_token_ids");
+  std::vector<TokenId> biased;
+  for (const auto& [id, bias] : p.logit_bias) biased.push_back(id);
+  check_token_ids(biased, "logit_bias");
 }
 
 awaitable<void> Replica::completions(const http::Request& req, http::ResponseWriter& w) {
   const CompletionRequest r = parse_completion_request(parse_json_body(req.body));
   check_model(r.model);
-  check_admission();
+  check_params(r.params);
   Job job;
+  job.reservation = admit(static_cast<std::int64_t>(r.prompts.size()) * r.params.n, "n");
   job.id = random_id("cmpl-");
   job.created = created_;
   job.params = r.params;
   for (std::size_t p = 0; p < r.prompts.size(); ++p) {
     const auto& prompt = r.prompts[p];
     const std::vector<TokenId> ids = prompt.text ? tokenizer_.encode(*prompt.text, true) : prompt.ids;
+    if (!prompt.text) check_token_ids(ids, "prompt");
     if (ids.empty()) throw bad_request("the prompt is empty after tokenization", "prompt");
     for (int c = 0; c < r.params.n; ++c) {
       Job::Choice ch;
@@ -104,14 +118,11 @@ awaitable<void> Replica::completions(const http::Request& req, http::ResponseWri
 awaitable<void> Replica::chat(const http::Request& req, http::ResponseWriter& w) {
   const ChatRequest r = parse_chat_request(parse_json_body(req.body));
   check_model(r.model);
+  check_params(r.params);
   if (!chat_template_) throw bad_request("this model has no chat template (tokenizer_config.json)", "messages");
-  check_admission();
-  ChatTemplateOptions opts;
-  opts.add_generation_prompt = r.add_generation_prompt;
-  opts.tools = r.tools;
-  // The template writes the special tokens (BOS included) itself.
-  const std::vector<TokenId> ids = tokenizer_.encode(chat_template_->render(r.messages, opts), false);
   Job job;
+  job.reservation = admit(r.params.n, "n");
+  const std::vector<TokenId> ids = chat_prompt(r);
   job.chat = true;
   job.id = random_id("chatcmpl-");
   job.created = created_;
@@ -132,92 +143,14 @@ json::value finish_value(const ChoiceStream& s) {
   return s.finished() ? json::value(s.finish_reason()) : json::value(nullptr);
 }
 
-}  // namespace
+// What a stream sends when it cannot go on: its status (200) is gone, so the error travels as an event.
+std::string error_event(const std::string& message) {
+  return sse(json::object{{"error", json::object{{"message", message}, {"type", "server_error"}, {"param", nullptr},
+                                                 {"code", nullptr}}}});
+}
 
-awaitable<void> Replica::run_job(Job& job, http::ResponseWriter& w) {
-  using Item = std::pair<std::size_t, RequestOutput>;
-  auto queue = std::make_shared<http::AsyncQueue<Item>>(co_await boost::asio::this_coro::executor);
-  for (auto& ch : job.choices)
-    ch.stream = std::make_unique<ChoiceStream>(tokenizer_, ch.request.stop, job.params.skip_special_tokens);
-  auto abort_all = [this, &job] {
-    for (auto& ch : job.choices)
-      if (ch.rid) engine_->abort(ch.rid);
-  };
-  try {
-    for (std::size_t i = 0; i < job.choices.size(); ++i)
-      job.choices[i].rid = engine_->submit(job.choices[i].request, [queue, i](const RequestOutput& o) { queue->push({i, o}); });
-  } catch (const std::invalid_argument& e) {
-    abort_all();
-    throw bad_request(e.what());
-  }
-  w.on_disconnect(abort_all);  // a client that goes away frees its blocks at once
-  const bool stream = job.params.stream;
-  // (GCC 12 rejects string literals inside co_await expressions: build arguments first.)
-  http::Headers sse_headers{{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}};
-  if (stream && !co_await w.begin_stream(200, std::move(sse_headers))) {
-    abort_all();
-    co_return;
-  }
-  const std::string model = name_;
-  auto chunk = [&](std::size_t i, const std::string& piece, std::size_t lp_from) {
-    Job::Choice& ch = job.choices[i];
-    const ChoiceStream& s = *ch.stream;
-    json::object c{{"index", i}, {"finish_reason", finish_value(s)}, {"logprobs", nullptr}};
-    const std::vector<TokenId> toks(s.tokens().begin() + static_cast<std::ptrdiff_t>(std::min(lp_from, s.tokens().size())), s.tokens().end());
-    const std::vector<RequestOutput::Logprobs> lps(s.logprobs().begin() + static_cast<std::ptrdiff_t>(lp_from), s.logprobs().end());
-    if (job.params.logprobs)
-      c["logprobs"] = job.chat ? chat_logprobs(tokenizer_, toks, lps)
-                               : completion_logprobs(tokenizer_, toks, lps, s.text().size() - piece.size());
-    if (job.chat) {
-      json::object delta;
-      if (!ch.role_sent) delta["role"] = "assistant";
-      if (!piece.empty() || !ch.role_sent) delta["content"] = piece;
-      ch.role_sent = true;
-      c["delta"] = std::move(delta);
-    } else {
-      c["text"] = ch.echo + piece;
-      ch.echo.clear();
-    }
-    return json::object{{"id", job.id}, {"object", job.chat ? "chat.completion.chunk" : "text_completion"},
-                        {"created", job.created}, {"model", model}, {"choices", json::array{std::move(c)}}};
-  };
-  std::size_t remaining = job.choices.size();
-  while (remaining > 0) {
-    auto item = co_await queue->pop();
-    if (!item) break;
-    const std::size_t i = item->first;
-    const RequestOutput& out = item->second;
-    Job::Choice& ch = job.choices[i];
-    const auto now = Clock::now();
-    if (!out.new_tokens.empty()) {
-      if (ch.last_token == Clock::time_point{}) metrics_.observe_ttft(seconds(now - job.arrival));
-      else metrics_.observe_itl(seconds(now - ch.last_token));
-      ch.last_token = now;
-    }
-    const std::size_t lp_from = ch.stream->logprobs().size();
-    const std::string piece = ch.stream->push(out);
-    if (out.finished) {
-      --remaining;
-      metrics_.observe_e2e(seconds(now - job.arrival));
-      metrics_.observe_queue(out.queue_time_s);
-    }
-    if (!stream) continue;
-    if (out.finished && !ch.stream->error().empty()) {
-      const json::object err{{"error", json::object{{"message", ch.stream->error()}, {"type", "server_error"},
-                                                    {"param", nullptr}, {"code", nullptr}}}};
-      const std::string line = "data: " + json::serialize(err) + "\n\n";
-      if (!co_await w.write(line)) break;
-      continue;
-    }
-    const bool nothing_new = piece.empty() && !out.finished && !(job.chat && !ch.role_sent);
-    if (nothing_new) continue;
-    const std::string line = sse(chunk(i, piece, lp_from));
-    if (!co_await w.write(line)) {
-      abort_all();  // the client is gone
-      co_return;
-    }
-  }
-  // Usage: each prompt counted once, every choice's tokens.
+// Usage: each prompt counted once, every choice's tokens.
+json::object usage_of(const Replica::Job& job) {
   std::int64_t prompt_tokens = 0, completion_tokens = 0, cached = 0;
   std::vector<bool> counted(job.choices.size() + 1, false);
   for (const auto& ch : job.choices) {
@@ -227,20 +160,69 @@ awaitable<void> Replica::run_job(Job& job, http::ResponseWriter& w) {
     prompt_tokens += static_cast<std::int64_t>(ch.request.prompt.size());
     cached += ch.stream->num_cached_tokens();
   }
-  const json::object usage{{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion_tokens},
-                           {"total_tokens", prompt_tokens + completion_tokens},
-                           {"prompt_tokens_details", json::object{{"cached_tokens", cached}}}};
-  if (stream) {
-    if (job.params.include_usage) {
-      const std::string line =
-          sse(json::object{{"id", job.id}, {"object", job.chat ? "chat.completion.chunk" : "text_completion"},
-                           {"created", job.created}, {"model", model}, {"choices", json::array{}}, {"usage", usage}});
-      co_await w.write(line);
+  return {{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"prompt_tokens_details", json::object{{"cached_tokens", cached}}}};
+}
+
+constexpr const char* kEngineStopped = "the engine stopped before the request finished";
+
+}  // namespace
+
+std::string Replica::take_output(Job& job, std::size_t i, const RequestOutput& out) {
+  Job::Choice& ch = job.choices.at(i);
+  const auto now = Clock::now();
+  if (!out.new_tokens.empty()) {
+    if (ch.last_token == Clock::time_point{}) metrics_.observe_ttft(seconds(now - job.arrival));
+    else metrics_.observe_itl(seconds(now - ch.last_token));
+    ch.last_token = now;
+  }
+  std::string piece = ch.stream->push(out);
+  if (out.finished) {
+    job.reservation.release(1);
+    metrics_.observe_e2e(seconds(now - job.arrival));
+    metrics_.observe_queue(out.queue_time_s);
+  }
+  return piece;
+}
+
+awaitable<void> Replica::run_job(Job& job, http::ResponseWriter& w) {
+  job.queue = std::make_shared<Job::Queue>(co_await boost::asio::this_coro::executor);
+  for (auto& ch : job.choices)
+    ch.stream = std::make_unique<ChoiceStream>(tokenizer_, ch.request.stop, job.params.skip_special_tokens);
+  // On every way out, an exception included: unhook the disconnect callback (it refers to this frame and
+  // to `job`) and abort what still runs, so that nothing outlives the request.
+  struct Hook {
+    Engine& engine;
+    Job& job;
+    http::ResponseWriter& w;
+    void abort_unfinished() {
+      for (auto& ch : job.choices)
+        if (ch.rid && !ch.stream->finished()) engine.abort(ch.rid);
     }
-    const std::string done = "data: [DONE]\n\n";
-    co_await w.write(done);
-    co_await w.finish();
+    ~Hook() {
+      w.on_disconnect([] {});
+      abort_unfinished();
+    }
+  } hook{*engine_, job, w};
+  try {
+    for (std::size_t i = 0; i < job.choices.size(); ++i) {
+      auto queue = job.queue;
+      job.choices[i].rid = engine_->submit(job.choices[i].request, [queue, i](const RequestOutput& o) { queue->push({i, o}); });
+    }
+  } catch (const std::invalid_argument& e) {
+    throw bad_request(e.what(), job.chat ? "messages" : "prompt");
+  }
+  w.on_disconnect([&hook] { hook.abort_unfinished(); });  // a client that goes away frees its blocks at once
+  if (job.params.stream) {
+    co_await stream_job(job, w);
     co_return;
+  }
+  for (std::size_t remaining = job.choices.size(); remaining > 0;) {
+    auto item = co_await job.queue->pop();
+    if (!item) throw ApiError(500, kEngineStopped, "server_error");
+    take_output(job, item->first, item->second);
+    if (item->second.finished) --remaining;
   }
   json::array choices;
   for (std::size_t i = 0; i < job.choices.size(); ++i) {
@@ -257,9 +239,70 @@ awaitable<void> Replica::run_job(Job& job, http::ResponseWriter& w) {
   }
   http::Response response = http::Response::json(
       200, json::serialize(json::object{{"id", job.id}, {"object", job.chat ? "chat.completion" : "text_completion"},
-                                        {"created", job.created}, {"model", model}, {"choices", choices},
-                                        {"usage", usage}}));
+                                        {"created", job.created}, {"model", name_}, {"choices", choices},
+                                        {"usage", usage_of(job)}}));
   co_await w.send(std::move(response));
+}
+
+awaitable<void> Replica::stream_job(Job& job, http::ResponseWriter& w) {
+  // (GCC 12 rejects string literals inside co_await expressions: build arguments first.)
+  http::Headers sse_headers{{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}};
+  if (!co_await w.begin_stream(200, std::move(sse_headers))) co_return;  // gone: run_job's hook aborts
+  const char* object = job.chat ? "chat.completion.chunk" : "text_completion";
+  auto chunk = [&](std::size_t i, const std::string& piece, std::size_t lp_from) {
+    Job::Choice& ch = job.choices[i];
+    const ChoiceStream& s = *ch.stream;
+    json::object c{{"index", i}, {"finish_reason", finish_value(s)}, {"logprobs", nullptr}};
+    const auto from = static_cast<std::ptrdiff_t>(std::min(lp_from, s.tokens().size()));
+    const std::vector<TokenId> toks(s.tokens().begin() + from, s.tokens().end());
+    const std::vector<RequestOutput::Logprobs> lps(
+        s.logprobs().begin() + static_cast<std::ptrdiff_t>(std::min(lp_from, s.logprobs().size())), s.logprobs().end());
+    if (job.params.logprobs)
+      c["logprobs"] = job.chat ? chat_logprobs(tokenizer_, toks, lps)
+                               : completion_logprobs(tokenizer_, toks, lps, s.text().size() - piece.size());
+    if (job.chat) {
+      json::object delta;
+      if (!ch.role_sent) delta["role"] = "assistant";
+      if (!piece.empty() || !ch.role_sent) delta["content"] = piece;
+      ch.role_sent = true;
+      c["delta"] = std::move(delta);
+    } else {
+      c["text"] = ch.echo + piece;
+      ch.echo.clear();
+    }
+    return json::object{{"id", job.id}, {"object", object}, {"created", job.created}, {"model", name_},
+                        {"choices", json::array{std::move(c)}}};
+  };
+  // Every way this loop ends leaves `tail` to send: an error event when something failed, the usage
+  // chunk when asked for, and always [DONE].
+  std::string tail;
+  try {
+    for (std::size_t remaining = job.choices.size(); remaining > 0;) {
+      auto item = co_await job.queue->pop();
+      if (!item) {
+        tail = error_event(kEngineStopped);
+        break;
+      }
+      const std::size_t i = item->first;
+      const RequestOutput& out = item->second;
+      Job::Choice& ch = job.choices.at(i);
+      const std::size_t lp_from = ch.stream->logprobs().size();
+      const std::string piece = take_output(job, i, out);
+      if (out.finished) --remaining;
+      std::string line;
+      if (out.finished && !ch.stream->error().empty()) line = error_event(ch.stream->error());
+      else if (!piece.empty() || out.finished || (job.chat && !ch.role_sent)) line = sse(chunk(i, piece, lp_from));
+      if (!line.empty() && !co_await w.write(line)) co_return;  // the client is gone
+    }
+    if (tail.empty() && job.params.include_usage)
+      tail = sse(json::object{{"id", job.id}, {"object", object}, {"created", job.created}, {"model", name_},
+                              {"choices", json::array{}}, {"usage", usage_of(job)}});
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvfleet-replica: a stream failed: %s\n", e.what());
+    tail = error_event(std::string("internal error: ") + e.what());
+  }
+  tail += "data: [DONE]\n\n";
+  if (co_await w.write(tail)) co_await w.finish();
 }
 
 }  // namespace kvfleet::server

@@ -2,10 +2,12 @@
 
 #include <boost/json.hpp>
 #include <chrono>
+#include <algorithm>
 #include <cstdio>
 #include <thread>
 
 #include "engine/server/api_request.h"
+#include "kvfleet/chat_tokens.h"
 #include "kvfleet/http/json_error.h"
 
 namespace kvfleet::server {
@@ -60,29 +62,69 @@ bool Replica::drain() {
   while (in_flight_ > 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   const bool clean = in_flight_ == 0;
-  server_->stop(std::chrono::milliseconds(clean ? 1000 : 0));
+  if (!clean) {
+    // Out of time: end every request with an error, so that each stream still closes with an error event
+    // and [DONE] (and each waiting client gets a 5xx) before the connections go.
+    engine_->abort_all("the replica is shutting down: its drain timeout passed before this request finished");
+    const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (in_flight_ > 0 && std::chrono::steady_clock::now() < grace)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  server_->stop(std::chrono::milliseconds(clean ? 1000 : 200));
   return clean;
 }
 
-http::Handler Replica::guarded(awaitable<void> (Replica::*handler)(const http::Request&, http::ResponseWriter&)) {
-  return [this, handler](const http::Request& req, http::ResponseWriter& w) -> awaitable<void> {
+namespace {
+
+// Compares in time that depends only on the lengths, not on where the first difference is.
+bool same_key(std::string_view given, std::string_view key) {
+  unsigned char diff = given.size() == key.size() ? 0 : 1;
+  for (std::size_t i = 0; i < given.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ key[i % key.size()]);
+  return diff == 0;
+}
+
+}  // namespace
+
+bool Replica::authorized(const http::Request& req, Access access) const {
+  const std::string& key =
+      access == Access::internal && !config_.internal_api_key.empty() ? config_.internal_api_key : config_.api_key;
+  if (access == Access::open || key.empty()) return true;
+  const std::string* header = req.headers.find("Authorization");
+  if (!header || header->size() < 7 || !http::iequals(std::string_view(*header).substr(0, 7), "Bearer ")) return false;
+  std::string_view given = std::string_view(*header).substr(7);
+  while (!given.empty() && given.front() == ' ') given.remove_prefix(1);
+  return same_key(given, key);
+}
+
+http::Handler Replica::guarded(awaitable<void> (Replica::*handler)(const http::Request&, http::ResponseWriter&),
+                               Access access) {
+  return [this, handler, access](const http::Request& req, http::ResponseWriter& w) -> awaitable<void> {
     ++in_flight_;
     struct Leave {
       std::atomic<int>& n;
       ~Leave() { --n; }
     } leave{in_flight_};
     std::optional<http::Response> error;
-    try {
-      co_await (this->*handler)(req, w);
-    } catch (const ApiError& e) {
-      error = http::json_error(e.status, e.what(), e.type, e.param, e.code);
-    } catch (const std::invalid_argument& e) {
-      error = http::json_error(400, e.what(), "invalid_request_error");
-    } catch (const TemplateError& e) {
-      error = http::json_error(400, e.what(), "invalid_request_error", "messages");
+    if (!authorized(req, access)) {
+      error = http::json_error(401, "a valid API key is required: send 'Authorization: Bearer KEY'",
+                               "authentication_error", "", "invalid_api_key");
+    } else {
+      try {
+        co_await (this->*handler)(req, w);
+      } catch (const ApiError& e) {
+        error = http::json_error(e.status, e.what(), e.type, e.param, e.code);
+      } catch (const TemplateError& e) {
+        error = http::json_error(400, e.what(), "invalid_request_error", "messages");
+      } catch (const std::exception& e) {
+        // Input is validated before it gets here: whatever is left is our fault, not the client's.
+        std::fprintf(stderr, "kvfleet-replica: %s %s failed: %s\n", req.method.c_str(), std::string(req.path()).c_str(),
+                     e.what());
+        error = http::json_error(500, std::string("internal error: ") + e.what(), "server_error");
+      }
     }
     if (error) {
       metrics_.count_http(std::string(req.path()), error->status);
+      if (error->status == 401) error->headers.set("WWW-Authenticate", "Bearer");
       if (!w.started()) co_await w.send(std::move(*error));
     } else {
       metrics_.count_http(std::string(req.path()), 200);
@@ -95,11 +137,11 @@ http::HttpRouter Replica::routes() {
   r.post("/v1/completions", guarded(&Replica::completions));
   r.post("/v1/chat/completions", guarded(&Replica::chat));
   r.get("/v1/models", guarded(&Replica::models));
-  r.get("/health", guarded(&Replica::health));
-  r.get("/metrics", guarded(&Replica::metrics));
+  r.get("/health", guarded(&Replica::health, Access::open));
+  r.get("/metrics", guarded(&Replica::metrics, Access::open));
   r.post("/tokenize", guarded(&Replica::tokenize));
   r.post("/detokenize", guarded(&Replica::detokenize));
-  r.get("/v1/kv_events", guarded(&Replica::kv_events));
+  r.get("/v1/kv_events", guarded(&Replica::kv_events, Access::internal));
   return r;
 }
 
@@ -109,15 +151,59 @@ void Replica::check_model(const std::string& requested) const {
                    "not_found_error", "model", "model_not_found");
 }
 
-void Replica::check_admission() const {
+Replica::Reservation& Replica::Reservation::operator=(Reservation&& o) noexcept {
+  if (this != &o) {
+    release(held_);
+    counter_ = o.counter_;
+    held_ = std::exchange(o.held_, 0);
+  }
+  return *this;
+}
+
+void Replica::Reservation::release(std::int64_t n) {
+  n = std::min(n, held_);
+  if (n <= 0 || !counter_) return;
+  held_ -= n;
+  counter_->fetch_sub(n);
+}
+
+Replica::Reservation Replica::admit(std::int64_t sequences, const char* param) {
   if (draining_) throw ApiError(503, "the replica is draining and takes no new requests", "overloaded_error");
-  if (static_cast<std::size_t>(engine_->stats().scheduler.num_waiting) >= config_.max_waiting_requests)
-    throw ApiError(429, "too many requests are waiting; retry later", "rate_limit_error");
+  // Running plus waiting: what the scheduler runs at once and the queue the replica accepts behind it.
+  const auto capacity = static_cast<std::int64_t>(config_.engine.scheduler.max_num_seqs) +
+                        static_cast<std::int64_t>(config_.max_waiting_requests);
+  if (sequences > capacity)
+    throw bad_request("this request needs " + std::to_string(sequences) + " sequences (prompts x n); this replica admits at most " +
+                          std::to_string(capacity) + " at once (max_num_seqs + max_waiting_requests)",
+                      param);
+  std::int64_t now = reserved_sequences_.load();
+  do {
+    if (now + sequences > capacity)
+      throw ApiError(429, "too many requests are running or waiting; retry later", "rate_limit_error");
+  } while (!reserved_sequences_.compare_exchange_weak(now, now + sequences));
+  return Reservation(&reserved_sequences_, sequences);
+}
+
+void Replica::check_token_ids(const std::vector<TokenId>& ids, const char* param) const {
+  const auto vocab = model_.config().vocab_size;
+  for (TokenId t : ids)
+    if (t < 0 || t >= vocab)
+      throw bad_request("token id " + std::to_string(t) + " is outside this model's vocabulary (size " +
+                            std::to_string(vocab) + ")", param);
+}
+
+std::vector<TokenId> Replica::chat_prompt(const ChatRequest& r) const {
+  if (!chat_template_) throw bad_request("this model has no chat template (tokenizer_config.json)", "messages");
+  ChatTemplateOptions opts;
+  opts.add_generation_prompt = r.add_generation_prompt;
+  opts.tools = r.tools;
+  return tokenize_chat(*chat_template_, tokenizer_, r.messages, opts, config_.special_tokens_in_content);
 }
 
 awaitable<void> Replica::models(const http::Request&, http::ResponseWriter& w) {
+  // The served name only: the model's local path is nobody's business.
   json::object model{{"id", name_}, {"object", "model"}, {"created", created_}, {"owned_by", "kvfleet"},
-                     {"root", config_.model}, {"max_model_len", engine_->max_model_len()}};
+                     {"root", name_}, {"max_model_len", engine_->max_model_len()}};
   http::Response r = json_response(200, json::object{{"object", "list"}, {"data", json::array{model}}});
   co_await w.send(std::move(r));
 }
@@ -134,37 +220,16 @@ awaitable<void> Replica::metrics(const http::Request&, http::ResponseWriter& w) 
 }
 
 awaitable<void> Replica::tokenize(const http::Request& req, http::ResponseWriter& w) {
-  const json::value body = parse_json_body(req.body);
-  const json::object& o = body.as_object();
-  std::vector<TokenId> ids;
-  const bool add_special = o.contains("add_special_tokens") ? o.at("add_special_tokens").as_bool() : true;
-  if (const auto* p = o.if_contains("prompt"); p && p->is_string()) {
-    ids = tokenizer_.encode(std::string(p->as_string()), add_special);
-  } else if (o.contains("messages")) {
-    const ChatRequest chat = parse_chat_request(body);
-    if (!chat_template_) throw bad_request("this model has no chat template", "messages");
-    ChatTemplateOptions opts;
-    opts.add_generation_prompt = chat.add_generation_prompt;
-    opts.tools = chat.tools;
-    ids = tokenizer_.encode(chat_template_->render(chat.messages, opts), false);
-  } else {
-    throw bad_request("give 'prompt' (a string) or 'messages'", "prompt");
-  }
+  const TokenizeRequest t = parse_tokenize_request(parse_json_body(req.body));
+  const std::vector<TokenId> ids = t.prompt ? tokenizer_.encode(*t.prompt, t.add_special_tokens) : chat_prompt(*t.chat);
   http::Response r = json_response(200, json::object{{"tokens", json::value_from(ids)}, {"count", ids.size()},
                                                      {"max_model_len", engine_->max_model_len()}});
   co_await w.send(std::move(r));
 }
 
 awaitable<void> Replica::detokenize(const http::Request& req, http::ResponseWriter& w) {
-  const json::value body = parse_json_body(req.body);
-  const auto* tokens = body.as_object().if_contains("tokens");
-  if (!tokens || !tokens->is_array()) throw bad_request("'tokens' must be a list of token ids", "tokens");
-  std::vector<TokenId> ids;
-  for (const auto& t : tokens->as_array()) {
-    if (!t.is_int64() || t.as_int64() < 0 || t.as_int64() >= static_cast<std::int64_t>(tokenizer_.vocab_size()))
-      throw bad_request("'tokens' must hold token ids of this model's vocabulary", "tokens");
-    ids.push_back(static_cast<TokenId>(t.as_int64()));
-  }
+  const std::vector<TokenId> ids = parse_detokenize_request(parse_json_body(req.body));
+  check_token_ids(ids, "tokens");
   http::Response r = json_response(200, json::object{{"prompt", tokenizer_.decode(ids)}});
   co_await w.send(std::move(r));
 }

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "engine/server/replica_config.h"
 #include "engine/server/replica_metrics.h"
@@ -38,6 +39,8 @@ class Replica {
   // Returns true when everything finished in time.
   bool drain();
 
+  struct Job;  // opaque: one API request's choices while they run (generate_handlers.cpp)
+
  private:
   http::HttpRouter routes();
   using Awaitable = boost::asio::awaitable<void>;
@@ -50,13 +53,42 @@ class Replica {
   Awaitable detokenize(const http::Request& req, http::ResponseWriter& w);
   Awaitable kv_events(const http::Request& req, http::ResponseWriter& w);
 
-  struct Job;  // one API request's choices while they run
   Awaitable run_job(Job& job, http::ResponseWriter& w);
+  Awaitable stream_job(Job& job, http::ResponseWriter& w);
+  // One engine output into its choice (metrics, reservation); returns the text that may be sent now.
+  std::string take_output(Job& job, std::size_t choice, const RequestOutput& out);
+  void check_params(const GenerateParams& p) const;
   void check_model(const std::string& requested) const;
-  void check_admission() const;
+
+  // Sequences admitted and not finished, counted when a request is admitted (not when the engine next
+  // reports): one request's fan-out (prompts x n) is reserved at once or refused. Move-only.
+  class Reservation {
+   public:
+    Reservation() = default;
+    Reservation(std::atomic<std::int64_t>* counter, std::int64_t n) : counter_(counter), held_(n) {}
+    Reservation(Reservation&& o) noexcept : counter_(o.counter_), held_(std::exchange(o.held_, 0)) {}
+    Reservation& operator=(Reservation&& o) noexcept;
+    ~Reservation() { release(held_); }
+    void release(std::int64_t n);
+
+   private:
+    std::atomic<std::int64_t>* counter_ = nullptr;
+    std::int64_t held_ = 0;
+  };
+  // 503 when draining; 400 when `sequences` exceed what this replica can ever hold at once; 429 when
+  // they do not fit now.
+  Reservation admit(std::int64_t sequences, const char* param);
   GenerationRequest make_request(const std::vector<TokenId>& prompt, const GenerateParams& p, int choice, bool chat) const;
-  // Wraps a handler: ApiError and bad input become OpenAI error bodies; counts requests in flight.
-  http::Handler guarded(Awaitable (Replica::*handler)(const http::Request&, http::ResponseWriter&));
+  std::vector<TokenId> chat_prompt(const ChatRequest& r) const;
+  void check_token_ids(const std::vector<TokenId>& ids, const char* param) const;
+
+  // Who may call a route: anyone (probes, Prometheus), the API key, or the internal key.
+  enum class Access { open, api, internal };
+  bool authorized(const http::Request& req, Access access) const;
+  // Wraps a handler: checks the key, turns ApiError, bad input and internal failures into OpenAI error
+  // bodies (4xx for the client's faults, 5xx for ours); counts requests in flight.
+  http::Handler guarded(Awaitable (Replica::*handler)(const http::Request&, http::ResponseWriter&),
+                        Access access = Access::api);
 
   ReplicaConfig config_;
   Model model_;
@@ -68,6 +100,7 @@ class Replica {
   std::unique_ptr<http::HttpServer> server_;
   std::atomic<bool> draining_{false};
   std::atomic<int> in_flight_{0};
+  std::atomic<std::int64_t> reserved_sequences_{0};
   std::int64_t created_ = 0;
 };
 

@@ -50,6 +50,9 @@ void apply_replica_yaml(const std::string& text, const std::string& source, Repl
     else if (key == "kv_events_heartbeat_ms") c.kv_events_heartbeat = ms();
     else if (key == "max_waiting_requests") c.max_waiting_requests = scalar<std::size_t>(v, source, key);
     else if (key == "default_max_tokens") c.default_max_tokens = scalar<std::int32_t>(v, source, key);
+    else if (key == "api_key") c.api_key = scalar<std::string>(v, source, key);
+    else if (key == "internal_api_key") c.internal_api_key = scalar<std::string>(v, source, key);
+    else if (key == "special_tokens_in_content") c.special_tokens_in_content = scalar<bool>(v, source, key);
     else bad(source, key, "is not a known setting");
   }
   check_role(c.role, source);
@@ -97,6 +100,11 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   flags.add_option("--drain-timeout-ms", drain_ms, "On SIGTERM, how long running requests may take to finish");
   flags.add_option("--max-waiting-requests", c.max_waiting_requests, "Queued requests beyond which new ones get 429");
   flags.add_option("--default-max-tokens", c.default_max_tokens, "max_tokens of completions that give none");
+  flags.add_option("--api-key", c.api_key, "Bearer key required on /v1/*, /tokenize, /detokenize");
+  flags.add_option("--internal-api-key", c.internal_api_key,
+                   "The only key /v1/kv_events and /internal/* accept (default: --api-key)");
+  flags.add_flag("!--no-special-tokens-in-content", c.special_tokens_in_content,
+                 "Tokenize message content without special-token matching (the template's own specials stay)");
   try {
     flags.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

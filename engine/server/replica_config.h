@@ -26,6 +26,12 @@ struct ReplicaConfig {
   std::chrono::milliseconds kv_events_heartbeat{3'000};  // `: ping` on an idle /v1/kv_events stream
   std::size_t max_waiting_requests = 1024;  // more in the queue -> 429
   std::int32_t default_max_tokens = 256;    // completions without max_tokens
+  // Bearer keys. api_key protects /v1/*, /tokenize and /detokenize; internal_api_key, when set, is the only
+  // key /v1/kv_events and /internal/* accept (unset: they follow api_key). /health and /metrics stay open.
+  std::string api_key, internal_api_key;
+  // false: special-token text inside message content is tokenized as plain text (only the chat
+  // template's own special tokens are special). true: as vLLM does.
+  bool special_tokens_in_content = true;
 };
 
 // Parses argv (and the YAML file it names). Throws std::invalid_argument with a message naming the bad key

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <stdexcept>
 
@@ -98,4 +99,32 @@ TEST_CASE("logprobs come from the raw logits") {
   CHECK(top[0].id == 0);
   CHECK(top[0].logprob == doctest::Approx(std::log(0.5)));
   CHECK(top[1].id == 1);  // ties go to the lower id
+}
+
+TEST_CASE("NaN logits never reach a comparator: they count as -inf, and a row without a finite logit throws") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  // max_element with operator< kept a leading NaN as the "largest"; it must lose to every number.
+  CHECK(sample(std::vector<float>{nan, 0.5f, 2.0f, nan, 1.0f}, greedy, 0) == 2);
+  SamplingParams hot;
+  hot.seed = 7;
+  std::vector<float> row(64, 0.0f);
+  for (std::size_t i = 0; i < row.size(); i += 3) row[i] = nan;
+  for (std::uint64_t draw = 0; draw < 200; ++draw) {
+    const TokenId t = sample(row, hot, draw);
+    REQUIRE(t >= 0);
+    CHECK(!std::isnan(row[static_cast<std::size_t>(t)]));
+  }
+  hot.top_k = 5;
+  CHECK(!std::isnan(row[static_cast<std::size_t>(sample(row, hot, 1))]));
+  CHECK_THROWS_AS(sample(std::vector<float>{nan, nan}, greedy, 0), std::invalid_argument);
+  CHECK_THROWS_AS(sample(std::vector<float>{nan, -inf}, hot, 0), std::invalid_argument);
+  float lp = 0.0f;
+  const auto top = top_logprobs(std::vector<float>{nan, 1.0f, 0.0f}, 1, 2, &lp);
+  REQUIRE(top.size() == 2);
+  CHECK(top[0].id == 1);
+  CHECK(top[1].id == 2);
+  CHECK(std::isfinite(lp));
 }

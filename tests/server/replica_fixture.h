@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <boost/json.hpp>
+#include <fstream>
+#include <functional>
 #include <regex>
 
 #include "kvfleet/http/client.h"
@@ -17,9 +19,12 @@ namespace kvfleet::test {
 
 class ReplicaProcess {
  public:
-  explicit ReplicaProcess(std::vector<std::string> extra_flags = {}) {
-    make_tiny_qwen(dir_ / "tiny-qwen");
-    std::vector<std::string> argv{bin_dir() + "/kvfleet-replica", "--model", (dir_ / "tiny-qwen").string(),
+  using ModelMaker = std::function<void(const std::filesystem::path&)>;
+  // `make` writes the model directory (default: tiny-qwen); its directory name is the served name.
+  explicit ReplicaProcess(std::vector<std::string> extra_flags = {}, const ModelMaker& make = make_tiny_qwen,
+                          const std::string& name = "tiny-qwen") {
+    make(dir_ / name);
+    std::vector<std::string> argv{bin_dir() + "/kvfleet-replica", "--model", (dir_ / name).string(),
                                   "--port", "0", "--backend", "cpu", "--cpu-threads", "1"};
     argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
     process_ = std::make_unique<ChildProcess>(argv);
@@ -31,12 +36,20 @@ class ReplicaProcess {
   ChildProcess& process() { return *process_; }
   std::string base_url() const { return "http://127.0.0.1:" + std::to_string(port_); }
 
-  http::Response post(const std::string& target, const std::string& body) const {
-    return http::http_request("127.0.0.1", port_, "POST", target, body, {{"Content-Type", "application/json"}},
-                              std::chrono::seconds(60));
+  http::Response post(const std::string& target, const std::string& body, http::Headers headers = {}) const {
+    if (!headers.find("Content-Type")) headers.add("Content-Type", "application/json");
+    return http::http_request("127.0.0.1", port_, "POST", target, body, std::move(headers), std::chrono::seconds(60));
   }
   http::Response get(const std::string& target) const {
     return http::http_request("127.0.0.1", port_, "GET", target, {}, {}, std::chrono::seconds(30));
+  }
+  // Resident memory of the replica process, from /proc (bytes; 0 when unknown).
+  std::size_t rss_bytes() const {
+    std::ifstream status("/proc/" + std::to_string(process_->pid()) + "/status");
+    std::string line;
+    while (std::getline(status, line))
+      if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+    return 0;
   }
   // The value of an unlabelled metric in /metrics.
   double metric(const std::string& name) const {

@@ -77,8 +77,15 @@ bool AddedTokenMatcher::word_boundary_ok(std::string_view text, std::size_t begi
   return end >= text.size() || !is_word_char(utf8_decode(text, end, len));
 }
 
-void AddedTokenMatcher::split(std::string_view text, std::vector<Section>& out) const {
+void AddedTokenMatcher::split(std::string_view text, std::vector<Section>& out,
+                              std::span<const std::pair<std::size_t, std::size_t>> plain) const {
   out.clear();
+  // Whether [begin, end) overlaps a plain range; positions only grow, so the scan index only moves on.
+  std::size_t next_plain = 0;
+  auto in_plain = [&](std::size_t begin, std::size_t end) {
+    while (next_plain < plain.size() && plain[next_plain].second <= begin) ++next_plain;
+    return next_plain < plain.size() && plain[next_plain].first < end;
+  };
   std::size_t start = 0;
   for (std::size_t pos = 0; pos < text.size();) {
     if (!first_byte_[static_cast<unsigned char>(text[pos])]) {
@@ -87,7 +94,8 @@ void AddedTokenMatcher::split(std::string_view text, std::vector<Section>& out) 
     }
     const int t = longest_match(text, pos);
     const std::size_t end = t >= 0 ? pos + tokens_[t].content.size() : pos;
-    if (t < 0 || (tokens_[t].single_word && !word_boundary_ok(text, pos, end))) {
+    if (t < 0 || (tokens_[t].single_word && !word_boundary_ok(text, pos, end)) ||
+        (tokens_[t].special && in_plain(pos, end))) {
       ++pos;
       continue;
     }

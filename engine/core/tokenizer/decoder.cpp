@@ -108,10 +108,8 @@ std::string Tokenizer::decode(std::span<const TokenId> ids, bool skip_special_to
   const tok::TokenizerData& d = *data_;
   std::string bytes;
   for (const TokenId id : ids) {
-    if (id < 0 || static_cast<std::size_t>(id) >= d.decoder.bytes.size()) {
-      throw std::invalid_argument("tokenizer: token id " + std::to_string(id) + " is out of range [0, " +
-                                  std::to_string(d.decoder.bytes.size()) + ")");
-    }
+    // An id the tokenizer does not know (a padded embedding row) decodes to nothing, as in Hugging Face.
+    if (id < 0 || static_cast<std::size_t>(id) >= d.decoder.bytes.size()) continue;
     if (skip_special_tokens && d.is_special[id]) continue;
     bytes += d.decoder.bytes[id];
   }
@@ -127,9 +125,7 @@ StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special_token
     : data_(tokenizer.data_.get()), skip_special_(skip_special_tokens) {}
 
 std::string StreamDecoder::push(TokenId id) {
-  if (id < 0 || static_cast<std::size_t>(id) >= data_->decoder.bytes.size()) {
-    throw std::invalid_argument("tokenizer: token id " + std::to_string(id) + " is out of range");
-  }
+  if (id < 0 || static_cast<std::size_t>(id) >= data_->decoder.bytes.size()) return {};  // as decode()
   if (skip_special_ && data_->is_special[id]) return {};
   std::string_view bytes = data_->decoder.bytes[id];
   // The leading-space strip applies to the stream's first bytes, however many tokens they span.

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -206,8 +207,10 @@ class AddedTokenMatcher {
   AddedTokenMatcher() = default;
   explicit AddedTokenMatcher(std::vector<AddedToken> tokens);
   // Splits text into plain and added-token sections; lstrip/rstrip whitespace is cut from the
-  // neighbouring plain sections (which may become empty).
-  void split(std::string_view text, std::vector<Section>& out) const;
+  // neighbouring plain sections (which may become empty). A special token whose text overlaps one of
+  // `plain` (sorted, disjoint byte ranges) is not recognised there: that text stays plain.
+  void split(std::string_view text, std::vector<Section>& out,
+             std::span<const std::pair<std::size_t, std::size_t>> plain = {}) const;
   const std::vector<AddedToken>& tokens() const { return tokens_; }
 
  private:

@@ -32,6 +32,11 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  return encode(text, add_special_tokens, {});
+}
+
+std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special_tokens,
+                                       std::span<const std::pair<std::size_t, std::size_t>> plain_ranges) const {
   if (const std::size_t bad = tok::utf8_find_invalid(text); bad != tok::npos) {
     throw std::invalid_argument("tokenizer: input is not valid UTF-8 (byte offset " + std::to_string(bad) + ")");
   }
@@ -41,7 +46,7 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special_t
   if (add_special_tokens) ids.insert(ids.end(), d.prefix_ids.begin(), d.prefix_ids.end());
 
   std::vector<tok::AddedTokenMatcher::Section> sections;
-  d.added.split(text, sections);
+  d.added.split(text, sections, plain_ranges);
   tok::Pieces pieces;
   for (const auto& section : sections) {
     if (section.token >= 0) {

@@ -17,6 +17,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,6 +52,10 @@ struct GenerationRequest {
   std::int32_t priority = 0;
   Penalties penalties;
   std::int32_t logprobs = -1;  // >= 0: report each token's logprob and this many top alternatives
+  // OpenAI logit_bias: added to the logits of these ids before sampling (ids inside the vocabulary).
+  std::vector<std::pair<TokenId, float>> logit_bias;
+  // Prefix-cache namespace of a tenant (Contract 1): requests with different salts never share blocks.
+  std::string cache_salt;
 };
 
 using RequestId = std::uint64_t;
@@ -94,11 +100,16 @@ class Engine {
   void set_tokenizer(const Tokenizer* tokenizer);
 
   // Queues a request. Throws std::invalid_argument for a request that can never run (empty prompt, bad
-  // sampling values, prompt + max_tokens beyond max_model_len, a prompt longer than the whole cache).
+  // sampling values, prompt + max_tokens beyond max_model_len, a prompt longer than the whole cache, or
+  // than max_num_batched_tokens without chunked prefill). Nothing a request holds can stop the engine:
+  // an exception while it is scheduled, computed, sampled or checked ends that request alone, with
+  // RequestOutput::error set.
   RequestId submit(GenerationRequest request, OutputCallback on_output);
   // Ends a request in any state; its callback gets a final output with FinishReason::aborted. Unknown or
   // finished ids are ignored.
   void abort(RequestId id);
+  // Ends every request in the engine, each with RequestOutput::error = `error` (a drain that timed out).
+  void abort_all(std::string error);
 
   EngineStats stats() const;
   std::shared_ptr<KvEventRing> kv_events() const { return kv_events_; }
@@ -115,9 +126,19 @@ class Engine {
 
  private:
   struct Impl;
+  struct Submission;
+
+ public:
+  struct Active;  // opaque: a request while the engine thread owns it (engine.cpp's helpers name it)
+
+ private:
   void loop();
+  void admit(Submission& s);
   void step();
+  TokenId sample_row(Active& a, const Sequence& seq, std::span<float> row) const;
+  void emit_token(SeqId seq, TokenId token);
   void fail(SeqId seq, const std::string& error);
+  void fail_all(const std::string& error);
   void count_finished(FinishReason reason);
 
   const Model& model_;

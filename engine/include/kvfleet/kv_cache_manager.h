@@ -94,6 +94,8 @@ class KvCacheManager {
   std::string check_integrity(std::span<const Sequence* const> live) const;
 
  private:
+  // A salted sequence hashes under its own root, so tenants never share blocks (Contract 1).
+  BlockHash root_of(const Sequence& seq) const { return seq.hash_root ? seq.hash_root : cache_.root(); }
   void extend_hashes(Sequence& seq, std::size_t num_blocks) const;
   BlockId take_free_block(std::vector<BlockHash>& evicted);
   std::int32_t num_free_among(std::span<const BlockId> blocks) const;

@@ -30,6 +30,7 @@ struct SequenceParams {
   std::vector<TokenId> prompt;
   std::int32_t priority = 0;      // lower runs first when the scheduler uses priorities
   std::uint64_t sampling_id = 0;  // opaque to the scheduler: the engine's handle on sampling params
+  BlockHash hash_root = 0;        // block_hash_root(model, cache salt) of a salted request; 0: the cache's
 };
 
 struct Sequence {
@@ -37,6 +38,7 @@ struct Sequence {
   std::uint64_t arrival = 0;  // order of Scheduler::add calls, ties broken by nothing else
   std::int32_t priority = 0;
   std::uint64_t sampling_id = 0;
+  BlockHash hash_root = 0;  // the namespace of its block hashes (Contract 1); 0: the KV cache's own root
   SeqStatus status = SeqStatus::waiting;
   FinishReason finish_reason = FinishReason::none;
   std::int32_t num_preemptions = 0;

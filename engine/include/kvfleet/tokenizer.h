@@ -22,6 +22,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace kvfleet {
@@ -42,9 +43,15 @@ class Tokenizer {
   // post-processor adds around the text (e.g. Llama's BOS). Throws std::invalid_argument when `text`
   // is not valid UTF-8 (the message gives the byte offset).
   std::vector<TokenId> encode(std::string_view text, bool add_special_tokens = true) const;
+  // The same, except that special tokens whose text overlaps one of `plain_ranges` (sorted, disjoint
+  // byte ranges [begin, end) of text, e.g. the message content inside a rendered chat prompt) are not
+  // recognised there: that text is tokenized as ordinary text. Added tokens that are not special still are.
+  std::vector<TokenId> encode(std::string_view text, bool add_special_tokens,
+                              std::span<const std::pair<std::size_t, std::size_t>> plain_ranges) const;
 
   // Invalid UTF-8 produced by the ids (e.g. half of a character) comes out as U+FFFD.
-  // Throws std::invalid_argument for an id outside [0, vocab_size()).
+  // An id outside [0, vocab_size()) (a model's padded embedding rows, a client's stray id) decodes to
+  // nothing, as Hugging Face's decode does.
   std::string decode(std::span<const TokenId> ids, bool skip_special_tokens = false) const;
 
   std::optional<TokenId> bos_id() const;

@@ -1,0 +1,147 @@
+// What a single request must never do to the engine: crash its thread (a prompt the scheduler cannot
+// take, a failing step), sample ids the tokenizer cannot show, or share a tenant's cached prefix.
+#include <doctest/doctest.h>
+
+#include <stdexcept>
+
+#include "engine_harness.h"
+#include "kvfleet/make_model.h"
+#include "kvfleet/tokenizer.h"
+#include "support/temp_dir.h"
+
+using namespace kvfleet;
+
+namespace {
+
+const std::string kDefaultModel = std::string(KVFLEET_SOURCE_DIR) + "/models/kvfleet-default";
+
+// The default model's 4,096-token tokenizer on a model whose embedding has 16,384 rows: three quarters
+// of the ids are padding, as Qwen2's 151,936 rows are for 151,665 tokens.
+Model padded_model(const test::TempDir& dir) {
+  MakeModelOptions o;
+  o.vocab = 16384;
+  o.layers = 1;
+  o.hidden = 32;
+  o.intermediate = 64;
+  o.heads = 2;
+  o.kv_heads = 1;
+  o.tokenizer = kDefaultModel;
+  make_model(o, dir.path());
+  return Model::load(dir.path());
+}
+
+Model small_model(const test::TempDir& dir) {
+  MakeModelOptions o;
+  o.vocab = 300;
+  o.layers = 1;
+  make_model(o, dir.path());
+  return Model::load(dir.path());
+}
+
+EngineConfig cpu_config() {
+  EngineConfig c;
+  c.num_blocks = 64;
+  c.backend.kind = "cpu";
+  c.backend.threads = 1;
+  return c;
+}
+
+GenerationRequest request(std::vector<TokenId> prompt, std::int32_t max_tokens) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("a prompt longer than max_num_batched_tokens without chunked prefill is refused at submit") {
+  test::TempDir dir;
+  const Model model = small_model(dir);
+  EngineConfig c = cpu_config();
+  c.scheduler.enable_chunked_prefill = false;
+  c.scheduler.max_num_batched_tokens = 32;
+  Engine engine(model, c);
+  test::Collector col;
+  // Before: accepted, then Scheduler::add threw on the engine thread (std::terminate).
+  CHECK_THROWS_WITH_AS(engine.submit(request(std::vector<TokenId>(40, 7), 2), col.callback(0)),
+                       doctest::Contains("max_num_batched_tokens"), std::invalid_argument);
+  engine.submit(request(std::vector<TokenId>(20, 7), 3), col.callback(1));
+  engine.wait_idle();
+  CHECK(col.results().at(1).tokens.size() == 3);
+}
+
+TEST_CASE("ids past the tokenizer (padded embedding rows) are never sampled, greedy or not") {
+  test::TempDir dir;
+  const Model model = padded_model(dir);
+  const Tokenizer tok = Tokenizer::load(kDefaultModel);
+  REQUIRE(tok.vocab_size() == 4096);
+  REQUIRE(model.config().vocab_size == 16384);
+  Engine engine(model, cpu_config());
+  engine.set_tokenizer(&tok);
+  test::Collector col;
+  for (std::size_t i = 0; i < 6; ++i) {
+    GenerationRequest r = request({1, 2, 3, static_cast<TokenId>(i)}, 24);
+    r.sampling.temperature = i == 0 ? 0.0f : 1.0f;
+    r.sampling.seed = i;
+    r.logprobs = 3;
+    engine.submit(r, col.callback(i));
+  }
+  engine.wait_idle();
+  for (const auto& [i, c] : col.results()) {
+    CAPTURE(i);
+    REQUIRE(c.tokens.size() == 24);
+    for (TokenId t : c.tokens) CHECK(t < 4096);
+  }
+}
+
+TEST_CASE("cache_salt: requests of different salts never share cached blocks; the same salt does") {
+  test::TempDir dir;
+  const Model model = small_model(dir);
+  Engine engine(model, cpu_config());
+  std::vector<TokenId> prompt(64);
+  for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<TokenId>(i % 290);
+  auto cached = [&](const std::string& salt) {
+    test::Collector col;
+    GenerationRequest r = request(prompt, 1);
+    r.cache_salt = salt;
+    engine.submit(r, col.callback(0));
+    engine.wait_idle();
+    return col.results().at(0).cached_tokens;
+  };
+  CHECK(cached("") == 0);
+  CHECK(cached("") == 48);  // three of its four blocks (the last token is always computed)
+  CHECK(cached("tenant-a") == 0);
+  CHECK(cached("tenant-b") == 0);
+  CHECK(cached("tenant-a") == 48);
+  CHECK(cached("") == 48);
+}
+
+TEST_CASE("logit_bias moves sampling; abort_all ends every request with its error") {
+  test::TempDir dir;
+  const Model model = small_model(dir);
+  Engine engine(model, cpu_config());
+  test::Collector col;
+  GenerationRequest r = request({5, 6, 7}, 6);
+  r.sampling.temperature = 0.0f;
+  r.logit_bias = {{42, 100.0f}};
+  engine.submit(r, col.callback(0));
+  engine.wait_idle();
+  CHECK(col.results().at(0).tokens == std::vector<TokenId>(6, 42));
+  GenerationRequest bad = request({1}, 1);
+  bad.logit_bias = {{300, 1.0f}};
+  CHECK_THROWS_AS(engine.submit(bad, col.callback(1)), std::invalid_argument);
+
+  std::string error;
+  std::mutex mu;
+  engine.submit(request({1, 2, 3}, 100000 / 100), [&](const RequestOutput& o) {
+    if (!o.finished) return;
+    std::lock_guard lock(mu);
+    error = o.error;
+  });
+  engine.abort_all("drain timed out");
+  engine.wait_idle();
+  std::lock_guard lock(mu);
+  CHECK(error == "drain timed out");
+}
