@@ -62,6 +62,7 @@ struct Engine::Impl {
   std::vector<Submission> submissions;
   std::vector<RequestId> aborts;
   std::vector<std::promise<KvSnapshot>> snapshots;
+  std::vector<KvTask> kv_tasks;
   bool stop = false;
   bool busy = false;
   std::atomic<RequestId> next_id{1};
@@ -156,6 +157,14 @@ KvSnapshot Engine::kv_snapshot() {
   return f.get();
 }
 
+void Engine::run_kv_task(KvTask task) {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->kv_tasks.push_back(std::move(task));
+  }
+  impl_->wake.notify_one();
+}
+
 void Engine::wait_idle() {
   std::unique_lock lock(impl_->mu);
   impl_->idle.wait(lock, [&] { return impl_->submissions.empty() && impl_->aborts.empty() && !impl_->busy; });
@@ -167,18 +176,21 @@ void Engine::loop() {
   for (;;) {
     std::vector<Submission> subs;
     std::vector<RequestId> aborts;
+    std::vector<KvTask> tasks;
     {
       std::unique_lock lock(m.mu);
       m.busy = sched.has_unfinished();
       if (!m.busy && m.submissions.empty() && m.aborts.empty()) m.idle.notify_all();
       m.wake.wait(lock, [&] {
-        return m.stop || !m.submissions.empty() || !m.aborts.empty() || !m.snapshots.empty() || sched.has_unfinished();
+        return m.stop || !m.submissions.empty() || !m.aborts.empty() || !m.snapshots.empty() ||
+               !m.kv_tasks.empty() || sched.has_unfinished();
       });
       if (m.stop) break;
       for (auto& p : m.snapshots) p.set_value(sched.kv().snapshot());
       m.snapshots.clear();
       subs.swap(m.submissions);
       aborts.swap(m.aborts);
+      tasks.swap(m.kv_tasks);
       m.busy = true;
     }
     for (auto& s : subs) {
@@ -208,8 +220,9 @@ void Engine::loop() {
       m.active.erase(it->second);
       m.seq_of.erase(it);
     }
+    for (auto& task : tasks) task(sched, *m.backend);
     if (!sched.has_unfinished()) {
-      std::lock_guard lock(m.stats_mu);  // aborts changed the numbers without a step
+      std::lock_guard lock(m.stats_mu);  // aborts and tasks changed the numbers without a step
       m.stats.scheduler = sched.stats();
       continue;
     }
@@ -217,6 +230,12 @@ void Engine::loop() {
   }
   // Shutting down: every request still here ends as aborted.
   for (auto& [seq, a] : m.active) emit_final(a, FinishReason::aborted, {}, "the engine is shutting down");
+  std::vector<KvTask> tasks;
+  {
+    std::lock_guard lock(m.mu);
+    tasks.swap(m.kv_tasks);
+  }
+  for (auto& task : tasks) task(sched, *m.backend);
 }
 
 void Engine::step() {
@@ -239,7 +258,7 @@ void Engine::step() {
   const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);
   std::vector<TokenId> sampled;
   std::uint64_t prompt_tokens = 0;
-  std::size_t row = 0;
+  std::size_t row = 0, prefill_only = 0;
   for (const ScheduledChunk& c : out.chunks) {
     Active& a = m.active.at(c.id);
     if (!a.admitted) {
@@ -251,6 +270,12 @@ void Engine::step() {
     const auto end = c.start_pos + static_cast<std::int32_t>(c.tokens.size());
     prompt_tokens += static_cast<std::uint64_t>(std::max(0, std::min(end, seq->num_prompt_tokens) - c.start_pos));
     if (!c.sample) continue;
+    if (a.request.prefill_only) {  // no token: the prompt's K/V is the product
+      ++row;
+      ++prefill_only;
+      sampled.push_back(0);
+      continue;
+    }
     std::span<float> row_logits(logits.data() + row++ * vocab, vocab);
     if (a.request.logprobs >= 0) a.pending_logits.assign(row_logits.begin(), row_logits.end());
     if (a.request.penalties.active()) apply_penalties(row_logits, a.request.penalties, seq->prompt(), seq->outputs());
@@ -264,6 +289,10 @@ void Engine::step() {
     const Sequence* seq = sched.get(c.id);
     auto it = m.active.find(c.id);
     Active& a = it->second;
+    if (a.request.prefill_only) {
+      finish_prefill_only(c.id, *seq);
+      continue;
+    }
     const StopResult r = a.stops.check(token, seq->num_output_tokens(), seq->num_tokens());
     RequestOutput o;
     o.id = a.id;
@@ -290,8 +319,28 @@ void Engine::step() {
   std::lock_guard lock(m.stats_mu);
   m.stats.scheduler = sched.stats();
   m.stats.prompt_tokens += prompt_tokens;
-  m.stats.generated_tokens += sampled.size();
+  m.stats.generated_tokens += sampled.size() - prefill_only;
   m.stats.steps += 1;
+}
+
+// A prefill_only request reached the end of its prompt: pin its full blocks, hand the pin over, finish.
+void Engine::finish_prefill_only(SeqId id, const Sequence& seq) {
+  Impl& m = *impl_;
+  Active& a = m.active.at(id);
+  const auto full = static_cast<std::size_t>(seq.num_prompt_tokens / config_.block_size);
+  RequestOutput o;
+  o.id = a.id;
+  o.finished = true;
+  o.finish_reason = FinishReason::length;
+  o.num_prompt_tokens = seq.num_prompt_tokens;
+  o.num_cached_tokens = a.cached_tokens;
+  o.queue_time_s = a.queue_time_s;
+  o.pin = m.scheduler->kv().pin(std::span<const BlockId>(seq.block_table).first(full));
+  if (a.callback) a.callback(o);
+  count_finished(FinishReason::length);
+  m.scheduler->finish(id, FinishReason::length);
+  m.seq_of.erase(a.id);
+  m.active.erase(id);
 }
 
 void Engine::fail(SeqId seq, const std::string& error) {

@@ -49,6 +49,11 @@ void apply_replica_yaml(const std::string& text, const std::string& source, Repl
     else if (key == "drain_timeout_ms") c.drain_timeout = ms();
     else if (key == "max_waiting_requests") c.max_waiting_requests = scalar<std::size_t>(v, source, key);
     else if (key == "default_max_tokens") c.default_max_tokens = scalar<std::int32_t>(v, source, key);
+    else if (key == "pd_lease_ms") c.pd.lease = ms();
+    else if (key == "pd_connect_timeout_ms") c.pd.connect_timeout = ms();
+    else if (key == "pd_io_timeout_ms") c.pd.io_timeout = ms();
+    else if (key == "pd_transfer_timeout_ms") c.pd.transfer_timeout = ms();
+    else if (key == "pd_pull_blocks") c.pd.pull_blocks = scalar<std::uint32_t>(v, source, key);
     else bad(source, key, "is not a known setting");
   }
   check_role(c.role, source);
@@ -93,6 +98,15 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   flags.add_option("--drain-timeout-ms", drain_ms, "On SIGTERM, how long running requests may take to finish");
   flags.add_option("--max-waiting-requests", c.max_waiting_requests, "Queued requests beyond which new ones get 429");
   flags.add_option("--default-max-tokens", c.default_max_tokens, "max_tokens of completions that give none");
+  std::int64_t lease_ms = c.pd.lease.count(), pd_connect_ms = c.pd.connect_timeout.count();
+  std::int64_t pd_io_ms = c.pd.io_timeout.count(), pd_transfer_ms = c.pd.transfer_timeout.count();
+  flags.add_option("--pd-lease-ms", lease_ms, "Prefill role: how long fetched-for blocks stay pinned without progress")
+      ->check(CLI::PositiveNumber);
+  flags.add_option("--pd-connect-timeout-ms", pd_connect_ms, "Decode role: connecting to a prefill replica")
+      ->check(CLI::PositiveNumber);
+  flags.add_option("--pd-io-timeout-ms", pd_io_ms, "Decode role: each read from a prefill replica")->check(CLI::PositiveNumber);
+  flags.add_option("--pd-transfer-timeout-ms", pd_transfer_ms, "Decode role: a whole KV transfer")->check(CLI::PositiveNumber);
+  flags.add_option("--pd-pull-blocks", c.pd.pull_blocks, "Decode role: KV blocks per pull")->check(CLI::PositiveNumber);
   try {
     flags.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -103,6 +117,10 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   }
   c.read_timeout = std::chrono::milliseconds(read_ms);
   c.drain_timeout = std::chrono::milliseconds(drain_ms);
+  c.pd.lease = std::chrono::milliseconds(lease_ms);
+  c.pd.connect_timeout = std::chrono::milliseconds(pd_connect_ms);
+  c.pd.io_timeout = std::chrono::milliseconds(pd_io_ms);
+  c.pd.transfer_timeout = std::chrono::milliseconds(pd_transfer_ms);
   if (c.model.empty()) throw std::invalid_argument("--model (or 'model' in the config file) is required");
   return c;
 }

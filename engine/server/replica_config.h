@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/pd/pd_config.h"
 #include "kvfleet/engine.h"
 
 namespace kvfleet::server {
@@ -25,6 +26,7 @@ struct ReplicaConfig {
   std::chrono::milliseconds drain_timeout{30'000};
   std::size_t max_waiting_requests = 1024;  // more in the queue -> 429
   std::int32_t default_max_tokens = 256;    // completions without max_tokens
+  pd::PdConfig pd;                          // KV transfer between prefill and decode replicas (Contract 3)
 };
 
 // Parses argv (and the YAML file it names). Throws std::invalid_argument with a message naming the bad key

@@ -50,6 +50,10 @@ struct GenerationRequest {
   std::int32_t priority = 0;
   Penalties penalties;
   std::int32_t logprobs = -1;  // >= 0: report each token's logprob and this many top alternatives
+  // KV transfer (Contract 3): compute the prompt's K/V and sample nothing; at the end the prompt's full
+  // blocks are pinned (RequestOutput::pin) until run_kv_task unpins them. The one output is final, with
+  // no tokens and FinishReason::length.
+  bool prefill_only = false;
 };
 
 using RequestId = std::uint64_t;
@@ -71,6 +75,7 @@ struct RequestOutput {
     std::vector<TokenLogprob> top;
   };
   std::vector<Logprobs> logprobs;
+  std::uint64_t pin = 0;  // prefill_only: the KvCacheManager pin holding the prompt's full blocks
 };
 
 using OutputCallback = std::function<void(const RequestOutput&)>;
@@ -109,12 +114,19 @@ class Engine {
   // Everything the prefix cache holds, taken on the engine thread (blocks until the next loop turn): what
   // a KV-event reader that fell behind the ring starts from (Contract 2).
   KvSnapshot kv_snapshot();
+  // Runs `task` on the engine thread at its next loop turn, between steps, with the scheduler (its KV
+  // cache: pins, imports, integrity checks) and the backend (block bytes): how engine/pd reads and writes
+  // KV blocks safely. Tasks run in submission order; ones still queued at shutdown run before the thread
+  // ends. A task must be quick and must not block on the engine.
+  using KvTask = std::function<void(Scheduler& scheduler, Backend& backend)>;
+  void run_kv_task(KvTask task);
 
  private:
   struct Impl;
   void loop();
   void step();
   void fail(SeqId seq, const std::string& error);
+  void finish_prefill_only(SeqId id, const Sequence& seq);
   void count_finished(FinishReason reason);
 
   const Model& model_;
