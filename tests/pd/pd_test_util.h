@@ -54,7 +54,8 @@ inline std::string answer_of(const http::Response& r) {
   const json::value v = json::parse(r.body);
   json::array out;
   for (const auto& c : v.at("choices").as_array())
-    out.push_back(json::object{{"text", c.at("text")}, {"logprobs", c.at("logprobs")}, {"finish", c.at("finish_reason")}});
+    out.push_back(json::object{{"text", c.as_object().contains("text") ? c.at("text") : c.at("message")},
+                               {"logprobs", c.at("logprobs")}, {"finish", c.at("finish_reason")}});
   return json::serialize(out);
 }
 
