@@ -30,7 +30,7 @@ inline std::vector<int> concat(std::vector<int> a, const std::vector<int>& b) {
 
 // A completion body: greedy when seed < 0, else sampled at temperature 0.9 with that seed; logprobs on, so
 // equal answers mean equal tokens and equal logits.
-inline std::string completion_body(const std::vector<int>& ids, int seed, int max_tokens = 8) {
+inline std::string completion_body(const std::vector<int>& ids, int seed, int max_tokens = 5) {
   json::object o{{"prompt", json::value_from(ids)}, {"max_tokens", max_tokens}, {"logprobs", 1}, {"ignore_eos", true}};
   if (seed < 0) {
     o["temperature"] = 0;

@@ -139,7 +139,7 @@ TEST_CASE("mismatched block size or model: the handshake refuses, D prefills loc
 
 TEST_CASE("P killed while D fetches from it: the answer is still correct, D leaks nothing") {
   ReplicaProcess p({"--role", "prefill"}), d({"--role", "decode"}), m({"--role", "mixed"});
-  const std::string body = completion_body(prompt_ids(300, 1500), -1, 4);
+  const std::string body = completion_body(prompt_ids(300, 800), -1, 4);
   const std::string want = answer_of(post(m.port(), "/v1/completions", body));
   auto got = std::async(std::launch::async, [&] { return post(d.port(), "/v1/completions", body, p.base_url()); });
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
