@@ -59,11 +59,17 @@ std::string KvCacheManager::check_integrity(std::span<const Sequence* const> liv
     }
     if (auto e = check_sequence(*seq, cache_, block_size_); !e.empty()) return e;
   }
+  for (const auto& [id, blocks] : pins_) {  // pinned references (engine/pd) count like tables
+    for (const BlockId b : blocks) {
+      if (b < 0 || b >= pool_.num_blocks()) return "pin " + std::to_string(id) + " holds an invalid block";
+      ++refs[static_cast<std::size_t>(b)];
+    }
+  }
   for (BlockId b = 0; b < pool_.num_blocks(); ++b) {
     const std::int32_t want = refs[static_cast<std::size_t>(b)];
     if (pool_.ref_count(b) != want) {
       return block_str(b) + ": refcount " + std::to_string(pool_.ref_count(b)) + " but " + std::to_string(want) +
-             " tables hold it";
+             " tables and pins hold it";
     }
   }
   return {};

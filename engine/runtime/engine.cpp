@@ -95,6 +95,7 @@ struct Engine::Impl {
   std::vector<Abort> aborts;
   std::optional<std::string> abort_everything;  // abort_all()'s error
   std::vector<std::function<void(KvSnapshot)>> snapshots;  // run on the engine thread, under mu
+  std::vector<KvTask> kv_tasks;
   bool stop = false;
   bool busy = false;
   std::atomic<RequestId> next_id{1};
@@ -209,6 +210,14 @@ void Engine::kv_snapshot(std::function<void(KvSnapshot)> done) {
   impl_->wake.notify_one();
 }
 
+void Engine::run_kv_task(KvTask task) {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->kv_tasks.push_back(std::move(task));
+  }
+  impl_->wake.notify_one();
+}
+
 void Engine::wait_idle() {
   std::unique_lock lock(impl_->mu);
   impl_->idle.wait(lock, [&] { return impl_->submissions.empty() && impl_->aborts.empty() && !impl_->busy; });
@@ -221,13 +230,14 @@ void Engine::loop() {
     std::vector<Submission> subs;
     std::vector<Impl::Abort> aborts;
     std::optional<std::string> abort_everything;
+    std::vector<KvTask> tasks;
     {
       std::unique_lock lock(m.mu);
       m.busy = sched.has_unfinished();
       if (!m.busy && m.submissions.empty() && m.aborts.empty()) m.idle.notify_all();
       m.wake.wait(lock, [&] {
         return m.stop || !m.submissions.empty() || !m.aborts.empty() || !m.snapshots.empty() ||
-               m.abort_everything || sched.has_unfinished();
+               m.abort_everything || !m.kv_tasks.empty() || sched.has_unfinished();
       });
       if (m.stop) break;
       for (auto& done : m.snapshots) done(sched.kv().snapshot());
@@ -235,14 +245,16 @@ void Engine::loop() {
       subs.swap(m.submissions);
       aborts.swap(m.aborts);
       abort_everything.swap(m.abort_everything);
+      tasks.swap(m.kv_tasks);
       m.busy = true;
     }
     for (auto& s : subs) admit(s);
     for (const auto& a : aborts)
       if (auto it = m.seq_of.find(a.id); it != m.seq_of.end()) fail(it->second, a.error);
     if (abort_everything) fail_all(*abort_everything);
+    for (auto& task : tasks) task(sched, *m.backend);
     if (!sched.has_unfinished()) {
-      std::lock_guard lock(m.stats_mu);  // aborts changed the numbers without a step
+      std::lock_guard lock(m.stats_mu);  // aborts and tasks changed the numbers without a step
       m.stats.scheduler = sched.stats();
       continue;
     }
@@ -255,6 +267,12 @@ void Engine::loop() {
   }
   // Shutting down: every request still here ends as aborted.
   for (auto& [seq, a] : m.active) emit_final(a, FinishReason::aborted, {}, "the engine is shutting down");
+  std::vector<KvTask> tasks;
+  {
+    std::lock_guard lock(m.mu);
+    tasks.swap(m.kv_tasks);
+  }
+  for (auto& task : tasks) task(sched, *m.backend);
 }
 
 void Engine::admit(Submission& s) {
@@ -316,7 +334,7 @@ void Engine::step() {
   std::vector<TokenId> sampled;
   std::vector<std::pair<SeqId, std::string>> failed;  // rows that could not be sampled
   std::uint64_t prompt_tokens = 0;
-  std::size_t row = 0;
+  std::size_t row = 0, prefill_only = 0;
   for (const ScheduledChunk& c : out.chunks) {
     Active& a = m.active.at(c.id);
     if (!a.admitted) {
@@ -328,6 +346,12 @@ void Engine::step() {
     const auto end = c.start_pos + static_cast<std::int32_t>(c.tokens.size());
     prompt_tokens += static_cast<std::uint64_t>(std::max(0, std::min(end, seq->num_prompt_tokens) - c.start_pos));
     if (!c.sample) continue;
+    if (a.request.prefill_only) {  // no token: the prompt's K/V is the product
+      ++row;
+      ++prefill_only;
+      sampled.push_back(0);
+      continue;
+    }
     std::span<float> row_logits(logits.data() + row++ * vocab, vocab);
     try {
       sampled.push_back(sample_row(a, *seq, row_logits));
@@ -342,7 +366,9 @@ void Engine::step() {
   for (const ScheduledChunk& c : out.chunks) {
     if (!c.sample) continue;
     const TokenId token = sampled[i++];
-    if (m.active.contains(c.id)) {
+    if (auto it = m.active.find(c.id); it != m.active.end() && it->second.request.prefill_only) {
+      finish_prefill_only(c.id, *sched.get(c.id));
+    } else if (it != m.active.end()) {
       try {
         emit_token(c.id, token);
       } catch (const std::exception& e) {
@@ -353,7 +379,7 @@ void Engine::step() {
   std::lock_guard lock(m.stats_mu);
   m.stats.scheduler = sched.stats();
   m.stats.prompt_tokens += prompt_tokens;
-  m.stats.generated_tokens += sampled.size() - failed.size();
+  m.stats.generated_tokens += sampled.size() - failed.size() - prefill_only;
   m.stats.steps += 1;
 }
 
@@ -384,6 +410,26 @@ void Engine::emit_token(SeqId id, TokenId token) {
     m.seq_of.erase(a.id);
     m.active.erase(it);
   }
+}
+
+// A prefill_only request reached the end of its prompt: pin its full blocks, hand the pin over, finish.
+void Engine::finish_prefill_only(SeqId id, const Sequence& seq) {
+  Impl& m = *impl_;
+  Active& a = m.active.at(id);
+  const auto full = static_cast<std::size_t>(seq.num_prompt_tokens / config_.block_size);
+  RequestOutput o;
+  o.id = a.id;
+  o.finished = true;
+  o.finish_reason = FinishReason::length;
+  o.num_prompt_tokens = seq.num_prompt_tokens;
+  o.num_cached_tokens = a.cached_tokens;
+  o.queue_time_s = a.queue_time_s;
+  o.pin = m.scheduler->kv().pin(std::span<const BlockId>(seq.block_table).first(full));
+  deliver(a, o);
+  count_finished(FinishReason::length);
+  m.scheduler->finish(id, FinishReason::length);
+  m.seq_of.erase(a.id);
+  m.active.erase(id);
 }
 
 void Engine::fail(SeqId seq, const std::string& error) {

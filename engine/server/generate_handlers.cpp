@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <random>
 
+#include "engine/pd/decode_fetcher.h"
 #include "engine/server/api_request.h"
 #include "engine/server/choice_stream.h"
 #include "engine/server/replica.h"
@@ -112,6 +113,11 @@ awaitable<void> Replica::completions(const http::Request& req, http::ResponseWri
       job.choices.push_back(std::move(ch));
     }
   }
+  std::vector<std::vector<TokenId>> prompts;  // x-kvfleet-prefill-from: fetch their KV first (Contract 3)
+  for (const auto& ch : job.choices)
+    if (prompts.empty() || prompts.back() != ch.request.prompt) prompts.push_back(ch.request.prompt);
+  const auto fetched = co_await pd_prefetch(req, prompts, w);  // holds the fetched blocks until the job ends
+  if (w.client_gone()) co_return;
   co_await run_job(job, w);
 }
 
@@ -132,6 +138,9 @@ awaitable<void> Replica::chat(const http::Request& req, http::ResponseWriter& w)
     ch.request = make_request(ids, r.params, c, true);
     job.choices.push_back(std::move(ch));
   }
+  const std::vector<std::vector<TokenId>> prompts{ids};
+  const auto fetched = co_await pd_prefetch(req, prompts, w);  // x-kvfleet-prefill-from (Contract 3)
+  if (w.client_gone()) co_return;
   co_await run_job(job, w);
 }
 

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <thread>
 
+#include "engine/pd/decode_fetcher.h"
+#include "engine/pd/prefill_service.h"
 #include "engine/server/api_request.h"
 #include "kvfleet/chat_tokens.h"
 #include "kvfleet/http/json_error.h"
@@ -31,13 +33,17 @@ Replica::Replica(ReplicaConfig config)
   config_.engine.served_model_name = name_;
   engine_ = std::make_unique<Engine>(model_, config_.engine);
   engine_->set_tokenizer(&tokenizer_);
+  start_pd();
   created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 Replica::~Replica() {
   if (server_) server_->stop(std::chrono::milliseconds(0));
   // The engine's callbacks push to AsyncQueues bound to the server's io_context: end the engine (its last
-  // callbacks run now) before the io_context goes away with the server.
+  // callbacks run now) before the io_context goes away with the server. KV transfer first: it frees its
+  // pins through the engine.
+  pd_prefill_.reset();
+  pd_fetch_.reset();
   engine_.reset();
   server_.reset();
 }
@@ -142,6 +148,7 @@ http::HttpRouter Replica::routes() {
   r.post("/tokenize", guarded(&Replica::tokenize));
   r.post("/detokenize", guarded(&Replica::detokenize));
   r.get("/v1/kv_events", guarded(&Replica::kv_events, Access::internal));
+  add_pd_routes(r);
   return r;
 }
 

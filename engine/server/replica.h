@@ -18,6 +18,13 @@
 #include "kvfleet/http/server.h"
 #include "kvfleet/tokenizer.h"
 
+namespace kvfleet::pd {
+class PdMetrics;
+class PrefillService;
+class DecodeFetcher;
+struct FetchResult;
+}  // namespace kvfleet::pd
+
 namespace kvfleet::server {
 
 struct CompletionRequest;
@@ -40,6 +47,8 @@ class Replica {
   bool drain();
 
   struct Job;  // opaque: one API request's choices while they run (generate_handlers.cpp)
+  // The engine, for in-process tests that inspect the KV cache (Engine::run_kv_task).
+  Engine& engine() { return *engine_; }
 
  private:
   http::HttpRouter routes();
@@ -52,6 +61,14 @@ class Replica {
   Awaitable tokenize(const http::Request& req, http::ResponseWriter& w);
   Awaitable detokenize(const http::Request& req, http::ResponseWriter& w);
   Awaitable kv_events(const http::Request& req, http::ResponseWriter& w);
+  // KV transfer (Contract 3, pd_handlers.cpp): P's endpoints, D's fetch before a request runs, and
+  // GET /internal/kv_state (integrity check, pins, leases) that the fault tests read.
+  void start_pd();
+  void add_pd_routes(http::HttpRouter& r);
+  Awaitable kv_state(const http::Request& req, http::ResponseWriter& w);
+  boost::asio::awaitable<std::vector<pd::FetchResult>> pd_prefetch(const http::Request& req,
+                                                                   const std::vector<std::vector<TokenId>>& prompts,
+                                                                   http::ResponseWriter& w);
 
   Awaitable run_job(Job& job, http::ResponseWriter& w);
   Awaitable stream_job(Job& job, http::ResponseWriter& w);
@@ -97,6 +114,9 @@ class Replica {
   std::optional<ChatTemplate> chat_template_;
   std::unique_ptr<Engine> engine_;
   ReplicaMetrics metrics_;
+  std::unique_ptr<pd::PdMetrics> pd_metrics_;
+  std::unique_ptr<pd::PrefillService> pd_prefill_;  // roles prefill and mixed
+  std::unique_ptr<pd::DecodeFetcher> pd_fetch_;      // roles decode and mixed
   std::unique_ptr<http::HttpServer> server_;
   std::atomic<bool> draining_{false};
   std::atomic<int> in_flight_{0};

@@ -53,6 +53,11 @@ void apply_replica_yaml(const std::string& text, const std::string& source, Repl
     else if (key == "api_key") c.api_key = scalar<std::string>(v, source, key);
     else if (key == "internal_api_key") c.internal_api_key = scalar<std::string>(v, source, key);
     else if (key == "special_tokens_in_content") c.special_tokens_in_content = scalar<bool>(v, source, key);
+    else if (key == "pd_lease_ms") c.pd.lease = ms();
+    else if (key == "pd_connect_timeout_ms") c.pd.connect_timeout = ms();
+    else if (key == "pd_io_timeout_ms") c.pd.io_timeout = ms();
+    else if (key == "pd_transfer_timeout_ms") c.pd.transfer_timeout = ms();
+    else if (key == "pd_pull_blocks") c.pd.pull_blocks = scalar<std::uint32_t>(v, source, key);
     else bad(source, key, "is not a known setting");
   }
   check_role(c.role, source);
@@ -105,6 +110,15 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
                    "The only key /v1/kv_events and /internal/* accept (default: --api-key)");
   flags.add_flag("!--no-special-tokens-in-content", c.special_tokens_in_content,
                  "Tokenize message content without special-token matching (the template's own specials stay)");
+  std::int64_t lease_ms = c.pd.lease.count(), pd_connect_ms = c.pd.connect_timeout.count();
+  std::int64_t pd_io_ms = c.pd.io_timeout.count(), pd_transfer_ms = c.pd.transfer_timeout.count();
+  flags.add_option("--pd-lease-ms", lease_ms, "Prefill role: how long fetched-for blocks stay pinned without progress")
+      ->check(CLI::PositiveNumber);
+  flags.add_option("--pd-connect-timeout-ms", pd_connect_ms, "Decode role: connecting to a prefill replica")
+      ->check(CLI::PositiveNumber);
+  flags.add_option("--pd-io-timeout-ms", pd_io_ms, "Decode role: each read from a prefill replica")->check(CLI::PositiveNumber);
+  flags.add_option("--pd-transfer-timeout-ms", pd_transfer_ms, "Decode role: a whole KV transfer")->check(CLI::PositiveNumber);
+  flags.add_option("--pd-pull-blocks", c.pd.pull_blocks, "Decode role: KV blocks per pull")->check(CLI::PositiveNumber);
   try {
     flags.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -116,6 +130,10 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   c.read_timeout = std::chrono::milliseconds(read_ms);
   c.drain_timeout = std::chrono::milliseconds(drain_ms);
   c.kv_events_heartbeat = std::chrono::milliseconds(heartbeat_ms);
+  c.pd.lease = std::chrono::milliseconds(lease_ms);
+  c.pd.connect_timeout = std::chrono::milliseconds(pd_connect_ms);
+  c.pd.io_timeout = std::chrono::milliseconds(pd_io_ms);
+  c.pd.transfer_timeout = std::chrono::milliseconds(pd_transfer_ms);
   if (c.model.empty()) throw std::invalid_argument("--model (or 'model' in the config file) is required");
   return c;
 }

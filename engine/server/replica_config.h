@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/pd/pd_config.h"
 #include "kvfleet/engine.h"
 
 namespace kvfleet::server {
@@ -32,6 +33,7 @@ struct ReplicaConfig {
   // false: special-token text inside message content is tokenized as plain text (only the chat
   // template's own special tokens are special). true: as vLLM does.
   bool special_tokens_in_content = true;
+  pd::PdConfig pd;                          // KV transfer between prefill and decode replicas (Contract 3)
 };
 
 // Parses argv (and the YAML file it names). Throws std::invalid_argument with a message naming the bad key

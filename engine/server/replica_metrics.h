@@ -23,6 +23,8 @@ class ReplicaMetrics {
 
   // The text exposition, after pulling the engine's current numbers.
   std::string render(const EngineStats& stats);
+  // For metrics other parts add (engine/pd's transfer metrics).
+  http::MetricsRegistry& registry() { return registry_; }
 
  private:
   http::MetricsRegistry registry_;

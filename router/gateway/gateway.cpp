@@ -94,6 +94,8 @@ Gateway::Gateway(RouterConfig config)
   hc.max_connections = config_.max_concurrency + config_.max_queue + 64;
   server_ = std::make_unique<http::HttpServer>(hc, make_routes());
   for (const auto& url : config_.replicas) add_replica(url);
+  for (const auto& url : config_.decode_replicas) add_replica(url, ReplicaPool::decode);
+  for (const auto& url : config_.prefill_replicas) add_replica(url, ReplicaPool::prefill);
 }
 
 Gateway::~Gateway() {
@@ -249,7 +251,7 @@ awaitable<void> Gateway::list_replicas(const http::Request&, http::ResponseWrite
   co_await w.send(std::move(r));
 }
 
-std::shared_ptr<ReplicaLink> Gateway::add_replica(const std::string& url) {
+std::shared_ptr<ReplicaLink> Gateway::add_replica(const std::string& url, ReplicaPool pd_pool) {
   const ReplicaAddress address = parse_replica_url(url);
   std::lock_guard lock(mutex_);
   std::array<bool, kMaxReplicas> used{};
@@ -264,6 +266,7 @@ std::shared_ptr<ReplicaLink> Gateway::add_replica(const std::string& url) {
   pool.max_idle = config_.upstream_keepalive;
   pool.idle_timeout = config_.upstream_idle_timeout;
   auto link = std::make_shared<ReplicaLink>(url, address, slot, server_->executor(), pool, config_.circuit_breaker);
+  link->pd_pool = pd_pool;
   index_.add_replica(slot);
   links_.push_back(link);
   return link;

@@ -31,6 +31,7 @@
 #include "kvfleet/http/server.h"
 #include "kvfleet/tokenizer.h"
 #include "router/circuit_breaker.h"
+#include "router/gateway/pd_routing.h"
 #include "router/gateway/router_config.h"
 #include "router/gateway/upstream_pool.h"
 #include "router/policy.h"
@@ -54,6 +55,7 @@ struct ReplicaLink {
   UpstreamPool pool;  // idle keep-alive connections (thread-safe on its own)
   // Guarded by Gateway::mutex_.
   CircuitBreaker breaker;  // passive outlier ejection from request outcomes
+  ReplicaPool pd_pool = ReplicaPool::mixed;  // pd mode: which pools it serves in
   bool healthy = true;     // active health checks (and a refused connection)
   bool draining = false;
   int fail_streak = 0, ok_streak = 0;
@@ -86,6 +88,7 @@ struct RoutePlan {
   std::uint64_t prompt_tokens = 0;
   std::uint64_t expected_tokens = 0;  // prompt + max_tokens: the in-flight token load
   std::string session_key;
+  std::string prefill_from;  // pd mode: the prefill replica route() picked (x-kvfleet-prefill-from)
 };
 
 class Gateway {
@@ -120,14 +123,16 @@ class Gateway {
   awaitable<void> add_replica_handler(const http::Request& req, http::ResponseWriter& w);
   awaitable<void> remove_replica_handler(const http::Request& req, http::ResponseWriter& w);
   awaitable<void> drain_replica_handler(const http::Request& req, http::ResponseWriter& w);
-  std::shared_ptr<ReplicaLink> add_replica(const std::string& url);  // throws invalid_argument
+  std::shared_ptr<ReplicaLink> add_replica(const std::string& url, ReplicaPool pool = ReplicaPool::mixed);  // throws
   bool remove_replica(const std::string& url);
   awaitable<void> maintenance_loop();
 
   // routing.cpp
   // The chosen replica (nullptr: none available), its in-flight load taken and its breaker ticket set.
-  std::shared_ptr<ReplicaLink> route(const RoutePlan& plan, const std::vector<ReplicaId>& exclude,
+  std::shared_ptr<ReplicaLink> route(RoutePlan& plan, const std::vector<ReplicaId>& exclude,
                                      CircuitBreaker::Ticket& ticket);
+  // pd mode (pd_routing.cpp): sets plan.prefill_from for the chosen D; mutex_ held.
+  const char* choose_prefill_locked(RoutePlan& plan, const ReplicaLink& decode, std::uint32_t matched, Tick now);
   void release(ReplicaLink& link, const RoutePlan& plan, CircuitBreaker::Ticket ticket, Verdict verdict);
   void note_connect_refused(ReplicaLink& link);
 

@@ -30,11 +30,20 @@ const std::vector<double>& latency_buckets() {
 
 // Request headers worth passing upstream (the rest are hop-by-hop or set by the client). The client's
 // Authorization is its key to the router, not to the replica: passed on only with forward_authorization.
-constexpr std::string_view kForwarded[] = {"content-type", "accept", "x-request-id"};
+constexpr std::string_view kForwarded[] = {"content-type", "accept", "x-request-id", "x-kvfleet-prefill-from"};
 
 // A write to the client that took this long means the client, not the replica, sets the pace: if the
 // replica's stream then breaks (its own write deadline ran out), the replica is not blamed.
 constexpr auto kClientStall = std::chrono::seconds(1);
+
+// Only the router names a prefill replica: the client's header is dropped, the pd decision's set.
+const http::Request& with_prefill_header(const http::Request& req, const std::string& prefill, http::Request& copy) {
+  if (prefill.empty() && !req.headers.find("x-kvfleet-prefill-from")) return req;
+  copy = req;
+  copy.headers.erase("x-kvfleet-prefill-from");
+  if (!prefill.empty()) copy.headers.set("x-kvfleet-prefill-from", prefill);
+  return copy;
+}
 
 awaitable<void> sleep_for(std::chrono::milliseconds d) {
   asio::steady_timer timer(co_await asio::this_coro::executor);
@@ -108,10 +117,11 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
     ~Admitted() { g.release_slot(); }
   } admitted{*this};
 
-  const RoutePlan plan = this->plan(req.path(), body.as_object(), req);
+  RoutePlan plan = this->plan(req.path(), body.as_object(), req);
   std::vector<ReplicaId> tried;
   std::minstd_rand jitter(static_cast<unsigned>(now_tick()));
   TryResult result;
+  http::Request pd_request;  // the request with the router's x-kvfleet-prefill-from (pd mode)
   for (int attempt = 0; attempt < config_.max_attempts && !w.client_gone(); ++attempt) {
     if (attempt > 0) {
       const auto base = config_.retry_backoff * (1 << std::min(attempt - 1, 6));
@@ -127,7 +137,8 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
     std::exception_ptr error;
     result.verdict = Verdict::unknown;
     try {
-      outcome = co_await forward(*link, req, w, attempt + 1 == config_.max_attempts, result);
+      const http::Request& sent = with_prefill_header(req, plan.prefill_from, pd_request);
+      outcome = co_await forward(*link, sent, w, attempt + 1 == config_.max_attempts, result);
     } catch (...) {
       error = std::current_exception();
     }

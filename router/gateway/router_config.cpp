@@ -15,13 +15,19 @@ using settings::positive;
 using settings::scalar;
 
 void check(const RouterConfig& c, const std::string& source) {
-  for (const auto& url : c.replicas) {
-    try {
-      parse_replica_url(url);
-    } catch (const std::invalid_argument& e) {
-      bad(source, "replicas", e.what());
+  const std::pair<const char*, const std::vector<std::string>*> lists[] = {
+      {"replicas", &c.replicas}, {"prefill_replicas", &c.prefill_replicas}, {"decode_replicas", &c.decode_replicas}};
+  for (const auto& [key, urls] : lists) {
+    for (const auto& url : *urls) {
+      try {
+        parse_replica_url(url);
+      } catch (const std::invalid_argument& e) {
+        bad(source, key, e.what());
+      }
     }
   }
+  if (!c.decode_replicas.empty() && c.prefill_replicas.empty() && c.replicas.empty())
+    bad(source, "decode_replicas", "need prefill_replicas (or mixed replicas) beside them");
   try {
     make_policy(c.policy);  // fails at start on an unknown policy or knob, naming it
   } catch (const std::invalid_argument& e) {
@@ -95,7 +101,13 @@ void apply_router_yaml(const std::string& text, const std::string& source, Route
       if (!v.IsSequence()) bad(source, key, "must be a list of URLs");
       c.replicas.clear();
       for (const auto& r : v) c.replicas.push_back(scalar<std::string>(r, source, key));
-    } else if (key == "policy") c.policy = YAML::Clone(v);
+    } else if (key == "prefill_replicas" || key == "decode_replicas") {
+      if (!v.IsSequence()) bad(source, key, "must be a list of URLs");
+      auto& list = key == "prefill_replicas" ? c.prefill_replicas : c.decode_replicas;
+      list.clear();
+      for (const auto& r : v) list.push_back(scalar<std::string>(r, source, key));
+    } else if (key == "pd_threshold") c.pd_threshold = scalar<std::uint64_t>(v, source, key);
+    else if (key == "policy") c.policy = YAML::Clone(v);
     else if (key == "block_size") c.block_size = positive<std::uint64_t>(v, source, key);
     else if (key == "kv_events") c.kv_events = scalar<bool>(v, source, key);
     else if (key == "approximate_ttl_ms") c.approximate_ttl = ms();
@@ -146,7 +158,7 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
   if (!config_file.empty()) apply_router_yaml(read_text_file(config_file), config_file, c);
 
   CLI::App flags{"kvfleet-router: a prefix-aware OpenAI gateway in front of kvfleet replicas"};
-  std::vector<std::string> replicas, api_keys;
+  std::vector<std::string> replicas, api_keys, prefill_replicas, decode_replicas;
   std::string policy;
   std::int64_t health_ms = c.health_interval.count(), health_timeout_ms = c.health_timeout.count();
   std::int64_t drain_ms = c.drain_timeout.count();
@@ -157,6 +169,9 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
   flags.add_option("--port", c.port, "Port (0: any free port, printed at start)");
   flags.add_option("--http-threads", c.http_threads, "HTTP io threads")->check(CLI::PositiveNumber);
   flags.add_option("--replica", replicas, "Replica base URL (repeat); replaces the YAML list");
+  flags.add_option("--prefill-replica", prefill_replicas, "pd mode: prefill replica URL (repeat)");
+  flags.add_option("--decode-replica", decode_replicas, "pd mode: decode replica URL (repeat)");
+  flags.add_option("--pd-threshold", c.pd_threshold, "pd mode: uncached prompt tokens on D beyond which P prefills");
   flags.add_option("--policy", policy, "cache_aware, round_robin, least_load, power_of_two, consistent_hash, random");
   flags.add_option("--block-size", c.block_size, "Tokens per KV block")->check(CLI::PositiveNumber);
   flags.add_option("--kv-events", c.kv_events, "Subscribe to replicas' KV events (true/false)");
@@ -184,6 +199,8 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
     throw std::invalid_argument(std::string(e.what()));
   }
   if (!replicas.empty()) c.replicas = replicas;
+  if (!prefill_replicas.empty()) c.prefill_replicas = prefill_replicas;
+  if (!decode_replicas.empty()) c.decode_replicas = decode_replicas;
   if (!api_keys.empty()) c.api_keys = api_keys;
   if (!policy.empty()) c.policy = YAML::Node(policy);
   c.health_interval = milliseconds(health_ms);

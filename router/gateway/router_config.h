@@ -22,6 +22,10 @@ struct RouterConfig {
   std::uint16_t port = 8080;
   int http_threads = 2;
   std::vector<std::string> replicas;  // base URLs, http://HOST:PORT
+  // pd mode (router/gateway/pd_routing.h), on when prefill_replicas is not empty: `replicas` are mixed and
+  // serve in both pools.
+  std::vector<std::string> prefill_replicas, decode_replicas;
+  std::uint64_t pd_threshold = 0;  // tokens D lacks beyond which a prefill replica computes the prompt
   YAML::Node policy{"cache_aware"};   // a name, or {name: ..., knobs...} (make_policy)
   std::uint64_t block_size = 16;      // must match the replicas' (checked against KV event config)
   bool kv_events = true;              // subscribe to /v1/kv_events (exact mode)

@@ -81,11 +81,12 @@ RoutePlan Gateway::plan(std::string_view path, const json::object& body, const h
   return plan;
 }
 
-std::shared_ptr<ReplicaLink> Gateway::route(const RoutePlan& plan, const std::vector<ReplicaId>& exclude,
+std::shared_ptr<ReplicaLink> Gateway::route(RoutePlan& plan, const std::vector<ReplicaId>& exclude,
                                             CircuitBreaker::Ticket& ticket) {
   std::shared_ptr<ReplicaLink> chosen;
   Decision decision;
   std::uint32_t matched = 0;
+  const char* pd_reason = nullptr;
   const Tick now = now_tick();
   std::shared_ptr<Policy> policy;  // kept alive past the lock for its name
   {
@@ -98,7 +99,7 @@ std::shared_ptr<ReplicaLink> Gateway::route(const RoutePlan& plan, const std::ve
       ReplicaState s;
       s.id = l->url;
       s.healthy = l->healthy && std::find(exclude.begin(), exclude.end(), l->slot) == exclude.end() &&
-                  l->breaker.available(now);
+                  l->breaker.available(now) && l->pd_pool != ReplicaPool::prefill;  // pd: D from the decode pool
       s.draining = l->draining;
       s.in_flight_requests = l->in_flight;
       s.in_flight_tokens = l->in_flight_tokens;
@@ -118,8 +119,12 @@ std::shared_ptr<ReplicaLink> Gateway::route(const RoutePlan& plan, const std::ve
       chosen->routed += 1;
       ticket = chosen->breaker.on_dispatch();
       index_.on_routed(chosen->slot, plan.hashes, now);
+      pd_reason = choose_prefill_locked(plan, *chosen, matched, now);
     }
   }
+  if (pd_reason)
+    metrics_.counter("kvfleet_router_pd_decisions_total", "pd mode: where prompts were prefilled, by reason",
+                     {{"reason", pd_reason}}).Increment();
   metrics_.counter("kvfleet_router_decisions_total", "Routing decisions by policy and reason",
                    {{"policy", std::string(policy->name())}, {"reason", std::string(decision.reason)}})
       .Increment();
@@ -136,6 +141,8 @@ void Gateway::release(ReplicaLink& link, const RoutePlan& plan, CircuitBreaker::
   std::lock_guard lock(mutex_);
   link.in_flight -= 1;
   link.in_flight_tokens -= plan.expected_tokens;
+  for (const auto& l : links_)  // pd mode: the prefill replica's share of the request ends too
+    if (!plan.prefill_from.empty() && l->url == plan.prefill_from && l->in_flight > 0) l->in_flight -= 1;
   switch (verdict) {
     case Verdict::success: link.breaker.on_success(ticket); break;
     case Verdict::failure: link.breaker.on_failure(ticket, now); break;

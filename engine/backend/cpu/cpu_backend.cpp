@@ -37,6 +37,13 @@ class CpuBackend final : public Backend {
     const auto n = static_cast<std::size_t>(shape_.block_elems());
     std::memcpy(host, layer_view(layer).base + block * shape_.block_elems(), n * sizeof(float));
   }
+  void read_kv_bytes(std::int64_t layer, std::int64_t block, void* host) override {
+    read_kv_block(layer, block, static_cast<float*>(host));
+  }
+  void write_kv_bytes(std::int64_t layer, std::int64_t block, const void* host) override {
+    const auto n = static_cast<std::size_t>(shape_.block_elems());
+    std::memcpy(layer_view(layer).base + block * shape_.block_elems(), host, n * sizeof(float));
+  }
 
   void embedding(DeviceWeight table, std::int64_t dim, const std::int32_t* ids, std::int64_t n, float* out) override {
     cpu::embedding(ref(table), dim, ids, n, out);

@@ -98,7 +98,7 @@ class CudaBackend final : public Backend {
   }
 
   // bf16 for bf16/f16 checkpoints, f32 for f32 ones (their logits are compared with transformers at 1e-4).
-  DType kv_dtype() const { return half_weights_ ? DType::bf16 : DType::f32; }
+  DType kv_dtype() const override { return half_weights_ ? DType::bf16 : DType::f32; }
 
   void allocate_kv_cache(const KvCacheShape& s) override {
     if (cache_) KVF_CUDA(cudaFree(cache_));
@@ -123,6 +123,19 @@ class CudaBackend final : public Backend {
     void* dst = l.dtype == DType::f32 ? static_cast<void*>(host) : raw.data();
     to_host(dst, static_cast<const char*>(l.base) + static_cast<std::size_t>(block) * n * elem, n * elem);
     for (std::size_t i = 0; i < raw.size(); ++i) host[i] = bf16_to_f32(raw[i]);
+  }
+  // Raw bytes as stored (bf16 or f32), synchronous: the host buffer is valid when the call returns.
+  void read_kv_bytes(std::int64_t layer, std::int64_t block, void* host) override {
+    const std::size_t bytes = kv_block_bytes();
+    const cuda::KvLayer l = layer_view(layer);
+    to_host(host, static_cast<const char*>(l.base) + static_cast<std::size_t>(block) * bytes, bytes);
+    synchronize();
+  }
+  void write_kv_bytes(std::int64_t layer, std::int64_t block, const void* host) override {
+    const std::size_t bytes = kv_block_bytes();
+    const cuda::KvLayer l = layer_view(layer);
+    to_device(static_cast<char*>(l.base) + static_cast<std::size_t>(block) * bytes, host, bytes);
+    synchronize();  // the caller may reuse its buffer at once
   }
 
   void embedding(DeviceWeight table, std::int64_t dim, const std::int32_t* ids, std::int64_t n, float* out) override {

@@ -56,6 +56,14 @@ class Backend {
   virtual const KvCacheShape& kv_cache_shape() const = 0;
   // Copies one block of one layer (K then V, fp32) to or from host memory, for tests and KV transfer.
   virtual void read_kv_block(std::int64_t layer, std::int64_t block, float* host) = 0;
+  // KV transfer (Contract 3): one block of one layer as stored (K then V, in kv_dtype()), to or from host
+  // memory; kv_block_bytes() bytes each. The bytes are what prefill and decode replicas ship to each other.
+  virtual DType kv_dtype() const { return DType::f32; }
+  std::size_t kv_block_bytes() const {
+    return static_cast<std::size_t>(kv_cache_shape().block_elems()) * dtype_size(kv_dtype());
+  }
+  virtual void read_kv_bytes(std::int64_t layer, std::int64_t block, void* host) = 0;
+  virtual void write_kv_bytes(std::int64_t layer, std::int64_t block, const void* host) = 0;
 
   virtual void embedding(DeviceWeight table, std::int64_t dim, const std::int32_t* d_ids, std::int64_t n,
                          float* d_out) = 0;

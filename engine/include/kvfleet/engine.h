@@ -56,6 +56,10 @@ struct GenerationRequest {
   std::vector<std::pair<TokenId, float>> logit_bias;
   // Prefix-cache namespace of a tenant (Contract 1): requests with different salts never share blocks.
   std::string cache_salt;
+  // KV transfer (Contract 3): compute the prompt's K/V and sample nothing; at the end the prompt's full
+  // blocks are pinned (RequestOutput::pin) until run_kv_task unpins them. The one output is final, with
+  // no tokens and FinishReason::length.
+  bool prefill_only = false;
 };
 
 using RequestId = std::uint64_t;
@@ -77,6 +81,7 @@ struct RequestOutput {
     std::vector<TokenLogprob> top;
   };
   std::vector<Logprobs> logprobs;
+  std::uint64_t pin = 0;  // prefill_only: the KvCacheManager pin holding the prompt's full blocks
 };
 
 using OutputCallback = std::function<void(const RequestOutput&)>;
@@ -123,6 +128,12 @@ class Engine {
   // The same without blocking: `done` runs on the engine thread at its next loop turn, under the engine's
   // inbox lock (post the result elsewhere; do not call into the engine). Never runs if the engine stops first.
   void kv_snapshot(std::function<void(KvSnapshot)> done);
+  // Runs `task` on the engine thread at its next loop turn, between steps, with the scheduler (its KV
+  // cache: pins, imports, integrity checks) and the backend (block bytes): how engine/pd reads and writes
+  // KV blocks safely. Tasks run in submission order; ones still queued at shutdown run before the thread
+  // ends. A task must be quick and must not block on the engine.
+  using KvTask = std::function<void(Scheduler& scheduler, Backend& backend)>;
+  void run_kv_task(KvTask task);
 
  private:
   struct Impl;
@@ -139,6 +150,7 @@ class Engine {
   void emit_token(SeqId seq, TokenId token);
   void fail(SeqId seq, const std::string& error);
   void fail_all(const std::string& error);
+  void finish_prefill_only(SeqId id, const Sequence& seq);
   void count_finished(FinishReason reason);
 
   const Model& model_;

@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kvfleet/block_pool.h"
@@ -81,6 +82,26 @@ class KvCacheManager {
   // Forgets every cached block (publishes `cleared`); blocks in use keep their K/V.
   void reset_prefix_cache();
 
+  // Pins (Contract 3, engine/pd; kv_pins.cpp): references held outside any sequence, so that the blocks
+  // can neither be freed nor overwritten: a prefill replica's blocks while a decode replica fetches them, a
+  // decode replica's imported prefix until the request that reuses it is done. Pin ids start at 1.
+  using PinId = std::uint64_t;
+  PinId pin(std::span<const BlockId> blocks);  // one more reference on each (an empty pin is allowed)
+  // Adds one reference on `block` to an existing pin; false for an unknown pin.
+  bool add_to_pin(PinId id, BlockId block);
+  // Releases the pin's references, last block first (like free()); false for an unknown pin.
+  bool unpin(PinId id);
+  std::span<const BlockId> pinned_blocks(PinId id) const;  // empty for an unknown pin
+  std::size_t num_pins() const { return pins_.size(); }
+  // Imports a block computed elsewhere (a decode replica receiving it from a prefill replica): takes a
+  // free block (evicting the least recently used cached one), enters it in the prefix cache under `hash`
+  // with `parent` (publishes `stored`) and adds it to pin `id`. The caller writes its K/V before the next
+  // step. Returns kNoBlock, changing nothing, when no block is free or `hash` is cached already (then
+  // cached_block() finds it).
+  BlockId import_block(PinId id, BlockHash hash, BlockHash parent, std::span<const TokenId> tokens);
+  // The block cached under `hash` holding exactly `tokens`, or kNoBlock.
+  BlockId cached_block(BlockHash hash, std::span<const TokenId> tokens) const;
+
   KvCacheStats stats() const;
   KvSnapshot snapshot() const;
   const BlockPool& pool() const { return pool_; }
@@ -108,6 +129,8 @@ class KvCacheManager {
   std::uint64_t prefix_query_tokens_ = 0;
   std::uint64_t prefix_hit_tokens_ = 0;
   std::uint64_t evicted_blocks_ = 0;
+  std::unordered_map<PinId, std::vector<BlockId>> pins_;
+  PinId next_pin_ = 1;
 };
 
 }  // namespace kvfleet

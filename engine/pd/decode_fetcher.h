@@ -1,0 +1,61 @@
+// DecodeFetcher: the decode replica's (D's) side of KV transfer (Contract 3). Before a request that names
+// a prefill replica (x-kvfleet-prefill-from) is submitted, fetch():
+//   1. pins the leading full blocks D already holds (at most (prompt - 1) / block_size blocks: the last
+//      prompt token is always D's own forward, so sampling and seeds behave exactly as in mixed mode);
+//   2. sends P a hello (layout, compat hash, the tokens of the wanted blocks, the held blocks' hashes),
+//      checks P's accept (layout, range, block hashes), then pulls the blocks in batches of pull_blocks;
+//   3. checks every frame (checksum, index, hash against D's own Contract 1 hash of the tokens, layer
+//      range, size) and imports each batch on the engine thread as prefix-cache entries (KV events
+//      report them) held by the same pin.
+// The caller submits the request while the returned pin is alive: its prefix-cache hit then covers the
+// imported blocks, and it releases the pin when the request is done. Any failure stops the transfer; the
+// blocks verified so far stay, the rest is prefilled locally, the reason is counted
+// (kvfleet_pd_fallbacks_total) and P is told to release the transfer (best effort; its lease covers the
+// rest). The client leaving closes the connection to P at once.
+// Threading: fetch() runs in a handler coroutine on the connection's strand.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <span>
+#include <string>
+
+#include "engine/pd/engine_call.h"
+#include "engine/pd/layout.h"
+#include "engine/pd/pd_config.h"
+#include "engine/pd/pd_metrics.h"
+#include "engine/pd/wire.h"
+#include "kvfleet/http/server.h"
+
+namespace kvfleet::pd {
+
+struct FetchResult {
+  EnginePin pin;  // D's held and imported blocks; keep it until the request is done
+  std::uint32_t wanted_blocks = 0, held_blocks = 0, imported_blocks = 0;
+  std::uint64_t bytes = 0;
+  std::string fallback;  // empty when every wanted block is here; else the reason (see pd_metrics.h)
+  std::string detail;
+};
+
+// "http://host:port" (a trailing slash allowed) or "host:port". False on anything else.
+bool parse_peer_url(std::string_view url, std::string& host, std::uint16_t& port);
+
+class DecodeFetcher {
+ public:
+  DecodeFetcher(Engine& engine, KvLayout layout, PdConfig config, PdMetrics* metrics)
+      : engine_(engine), layout_(std::move(layout)), config_(config), metrics_(metrics) {}
+
+  boost::asio::awaitable<FetchResult> fetch(std::span<const TokenId> prompt, std::string prefill_url,
+                                            http::ResponseWriter& client);
+
+ private:
+  struct Plan;
+  boost::asio::awaitable<void> transfer(Plan& plan, FetchResult& result, http::ResponseWriter& client);
+  boost::asio::awaitable<std::uint32_t> import_blocks(PinId pin, const Plan& plan, std::vector<BlockFrame> frames);
+
+  Engine& engine_;
+  const KvLayout layout_;
+  const PdConfig config_;
+  PdMetrics* metrics_;
+};
+
+}  // namespace kvfleet::pd

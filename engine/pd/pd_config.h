@@ -1,0 +1,21 @@
+// Settings of KV transfer between replicas (Contract 3), on both sides; kvfleet-replica's pd_* keys.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+namespace kvfleet::pd {
+
+struct PdConfig {
+  // P: blocks stay pinned this long after the handshake or D's last progress (a written block frame, a
+  // pull); then P frees them and the transfer is gone (D falls back). D may ask for less in its hello.
+  std::chrono::milliseconds lease{10'000};
+  // D: connecting to P, and each read from P (a P that stalls this long is given up on).
+  std::chrono::milliseconds connect_timeout{2'000};
+  std::chrono::milliseconds io_timeout{5'000};
+  // D: the whole transfer, handshake (P's prefill included) to the last block.
+  std::chrono::milliseconds transfer_timeout{60'000};
+  std::uint32_t pull_blocks = 32;  // D: blocks asked for per pull (bounds D's buffer)
+};
+
+}  // namespace kvfleet::pd

@@ -1,0 +1,271 @@
+#include "engine/pd/prefill_service.h"
+
+#include <algorithm>
+
+#include "engine/pd/wire.h"
+#include "kvfleet/http/json_error.h"
+
+namespace kvfleet::pd {
+using boost::asio::awaitable;
+
+namespace {
+
+constexpr std::uint32_t kBlocksPerRead = 8;  // blocks copied per engine-thread visit during a pull
+
+std::optional<std::uint64_t> query_number(const http::Request& req, std::string_view name) {
+  const auto v = req.query_param(name);
+  if (!v || v->empty() || v->size() > 19 || !std::all_of(v->begin(), v->end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::nullopt;
+  return std::stoull(*v);
+}
+
+http::Response frame_response(const Frame& f) {
+  http::Response r;
+  r.headers.set("Content-Type", "application/octet-stream");
+  r.body = encode(f);
+  return r;
+}
+
+}  // namespace
+
+PrefillService::PrefillService(Engine& engine, KvLayout layout, PdConfig config)
+    : engine_(engine), layout_(std::move(layout)), compat_(compat_hash(layout_)), config_(config) {
+  reaper_ = std::thread([this] { reap(); });
+}
+
+PrefillService::~PrefillService() {
+  std::vector<std::uint64_t> ids;
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+    for (const auto& [id, lease] : leases_) ids.push_back(id);
+  }
+  wake_.notify_all();
+  reaper_.join();
+  for (const auto id : ids) release(id);
+}
+
+std::size_t PrefillService::num_leases() const {
+  std::lock_guard lock(mu_);
+  return leases_.size();
+}
+
+std::uint64_t PrefillService::leases_expired() const {
+  std::lock_guard lock(mu_);
+  return expired_;
+}
+
+bool PrefillService::touch(std::uint64_t id) {
+  std::lock_guard lock(mu_);
+  const auto it = leases_.find(id);
+  if (it == leases_.end()) return false;
+  it->second.deadline = Clock::now() + it->second.ttl;
+  return true;
+}
+
+bool PrefillService::release(std::uint64_t id) {
+  PinId pin = 0;
+  {
+    std::lock_guard lock(mu_);
+    const auto it = leases_.find(id);
+    if (it == leases_.end()) return false;
+    pin = it->second.pin;
+    leases_.erase(it);
+  }
+  engine_.run_kv_task([pin](Scheduler& s, Backend&) { s.kv().unpin(pin); });
+  return true;
+}
+
+void PrefillService::reap() {
+  const auto period = std::clamp(config_.lease / 4, std::chrono::milliseconds(5), std::chrono::milliseconds(200));
+  std::unique_lock lock(mu_);
+  while (!stop_) {
+    wake_.wait_for(lock, period);
+    const auto now = Clock::now();
+    for (auto it = leases_.begin(); it != leases_.end();) {
+      if (it->second.deadline > now) {
+        ++it;
+        continue;
+      }
+      const PinId pin = it->second.pin;  // the engine frees the blocks at its next turn
+      engine_.run_kv_task([pin](Scheduler& s, Backend&) { s.kv().unpin(pin); });
+      it = leases_.erase(it);
+      ++expired_;
+    }
+  }
+}
+
+awaitable<void> PrefillService::handle_prefill(const http::Request& req, http::ResponseWriter& w) {
+  Hello hello;
+  std::string bad_frame;
+  try {
+    Frame f = decode_one(req.body);
+    if (!std::holds_alternative<Hello>(f)) throw WireError(WireError::Kind::malformed, "expected a hello frame");
+    hello = std::get<Hello>(std::move(f));
+  } catch (const WireError& e) {
+    bad_frame = e.what();
+  }
+  if (!bad_frame.empty()) {  // (no co_await inside a handler)
+    co_await w.send(http::json_error(400, "bad hello frame: " + bad_frame, "invalid_request_error", {}, "bad_frame"));
+    co_return;
+  }
+  const auto bs = static_cast<std::size_t>(layout_.block_size);
+  std::string problem, code = "bad_request";
+  int status = 400;
+  const std::vector<BlockHash> hashes = block_hashes(layout_.root, hello.tokens, bs);
+  if (hello.version != kProtocolVersion) {
+    status = 409, code = "protocol_version", problem = "protocol version " + std::to_string(hello.version) + " (this replica speaks 1)";
+  } else if (hello.layout != layout_ || hello.compat_hash != compat_) {
+    status = 409, code = "compat_mismatch";
+    problem = "KV layouts differ: " + describe_mismatch(layout_, hello.layout);
+    if (hello.layout == layout_) problem = "compatibility hashes differ";
+  } else if (std::find(hello.transports.begin(), hello.transports.end(), "tcp") == hello.transports.end()) {
+    status = 409, code = "no_common_transport", problem = "no common transport (this replica offers tcp)";
+  } else if (hello.tokens.empty() || hello.tokens.size() % bs != 0) {
+    problem = "tokens must be whole blocks of " + std::to_string(bs);
+  } else if (hello.held.size() >= hashes.size() || !std::equal(hello.held.begin(), hello.held.end(), hashes.begin())) {
+    problem = "held blocks must be a proper prefix of the prompt's blocks";
+  }
+  if (!problem.empty()) {
+    co_await w.send(http::json_error(status, problem, http::error_type_for(status), {}, code));
+    co_return;
+  }
+  GenerationRequest g;
+  g.prompt = hello.tokens;
+  g.prefill_only = true;
+  g.max_tokens = 1;
+  g.ignore_eos = true;
+  auto queue = std::make_shared<http::AsyncQueue<RequestOutput>>(co_await boost::asio::this_coro::executor);
+  RequestId rid = 0;
+  std::string refused;
+  try {
+    rid = engine_.submit(std::move(g), [queue](const RequestOutput& o) { queue->push(o); });
+  } catch (const std::invalid_argument& e) {
+    refused = e.what();
+  }
+  if (!refused.empty()) {
+    co_await w.send(http::json_error(400, refused, "invalid_request_error", {}, "prefill_failed"));
+    co_return;
+  }
+  w.on_disconnect([this, rid] { engine_.abort(rid); });  // D left: stop computing for it
+  RequestOutput out;
+  while (auto o = co_await queue->pop()) {
+    out = std::move(*o);
+    if (out.finished) break;
+  }
+  w.on_disconnect([] {});
+  if (out.pin == 0) {
+    co_await w.send(http::json_error(503, "the prefill did not complete: " + out.error, "overloaded_error", {}, "prefill_failed"));
+    co_return;
+  }
+  Accept a;
+  a.layout = layout_;
+  a.compat_hash = compat_;
+  a.lease_ms = static_cast<std::uint32_t>(
+      hello.lease_ms > 0 ? std::min<std::int64_t>(hello.lease_ms, config_.lease.count()) : config_.lease.count());
+  a.first_block = static_cast<std::uint32_t>(hello.held.size());
+  a.num_blocks = static_cast<std::uint32_t>(hashes.size() - hello.held.size());
+  a.hashes.assign(hashes.begin() + static_cast<std::ptrdiff_t>(a.first_block), hashes.end());
+  {
+    std::lock_guard lock(mu_);
+    a.transfer_id = next_id_++;
+    leases_[a.transfer_id] = {out.pin, a.first_block, a.num_blocks, a.hashes, std::chrono::milliseconds(a.lease_ms),
+                              Clock::now() + std::chrono::milliseconds(a.lease_ms)};
+  }
+  if (w.client_gone() || !co_await w.send(frame_response(a))) release(a.transfer_id);
+}
+
+awaitable<std::vector<std::string>> PrefillService::read_frames(std::uint64_t, PinId pin, std::uint32_t from,
+                                                                std::uint32_t count, std::vector<BlockHash> hashes) {
+  const auto layers = layout_.num_layers;
+  const std::size_t layer_bytes = layout_.layer_block_bytes();
+  // Copies on the engine thread while the pin holds the blocks: a lease that ended before this turn
+  // finds no pin and copies nothing.
+  auto copy = [=](Scheduler& s, Backend& b) {
+    std::vector<std::string> out;
+    const auto blocks = s.kv().pinned_blocks(pin);
+    if (blocks.size() < static_cast<std::size_t>(from) + count) return out;
+    for (std::uint32_t i = from; i < from + count; ++i) {
+      std::string p(layer_bytes * static_cast<std::size_t>(layers), '\0');
+      for (std::int64_t l = 0; l < layers; ++l) b.read_kv_bytes(l, blocks[i], p.data() + static_cast<std::size_t>(l) * layer_bytes);
+      out.push_back(std::move(p));
+    }
+    return out;
+  };
+  std::vector<std::string> payloads = co_await on_engine_thread(engine_, std::move(copy));
+  std::vector<std::string> frames;
+  for (std::size_t i = 0; i < payloads.size(); ++i)
+    frames.push_back(encode_block(from + static_cast<std::uint32_t>(i), hashes[i], 0, static_cast<std::uint16_t>(layers), payloads[i]));
+  co_return frames;
+}
+
+awaitable<void> PrefillService::handle_pull(const http::Request& req, http::ResponseWriter& w) {
+  const auto id = query_number(req, "transfer"), from = query_number(req, "from"), count = query_number(req, "count");
+  if (!id || !from || !count || *count == 0) {
+    co_await w.send(http::json_error(400, "give transfer, from and count (count > 0)", "invalid_request_error", {}, "bad_range"));
+    co_return;
+  }
+  Lease lease;
+  bool known = false;
+  {
+    std::lock_guard lock(mu_);
+    if (const auto it = leases_.find(*id); it != leases_.end()) lease = it->second, known = true;
+  }
+  if (!known) {
+    co_await w.send(http::json_error(410, "no such transfer (its lease expired, or it was released)", "invalid_request_error",
+                                     "transfer", "lease_expired"));
+    co_return;
+  }
+  if (*from < lease.first || *from + *count > std::uint64_t{lease.first} + lease.count) {
+    co_await w.send(http::json_error(400, "blocks outside the transfer's range", "invalid_request_error", {}, "bad_range"));
+    co_return;
+  }
+  touch(*id);
+  http::Headers headers{{"Content-Type", "application/octet-stream"}};
+  if (!co_await w.begin_stream(200, std::move(headers))) {
+    release(*id);
+    co_return;
+  }
+  w.on_disconnect([this, id = *id] { release(id); });  // D is gone: nobody will pull the rest
+  const auto first = static_cast<std::uint32_t>(*from), last = static_cast<std::uint32_t>(*from + *count);
+  End end;
+  for (std::uint32_t at = first; at < last;) {
+    const std::uint32_t n = std::min(kBlocksPerRead, last - at);
+    std::vector<BlockHash> hashes(lease.hashes.begin() + (at - lease.first), lease.hashes.begin() + (at - lease.first + n));
+    std::vector<std::string> frames;
+    if (touch(*id)) frames = co_await read_frames(*id, lease.pin, at, n, std::move(hashes));
+    if (frames.empty()) {
+      ErrorFrame e{ErrorCode::lease_expired, "the transfer's lease expired; its blocks are freed"};
+      const std::string bytes = encode(e);
+      co_await w.write(bytes);
+      co_await w.finish();
+      co_return;
+    }
+    for (const std::string& f : frames) {
+      if (!co_await w.write(f)) {
+        release(*id);
+        co_return;
+      }
+      touch(*id);
+      end.payload_bytes += f.size();
+    }
+    end.num_blocks += n;
+    at += n;
+  }
+  const std::string bytes = encode(end);
+  bool ok = co_await w.write(bytes);
+  if (ok) ok = co_await w.finish();
+  if (!ok || last == lease.first + lease.count) release(*id);  // everything delivered (or D gone)
+}
+
+awaitable<void> PrefillService::handle_release(const http::Request& req, http::ResponseWriter& w) {
+  const auto id = query_number(req, "transfer");
+  if (!id) {
+    co_await w.send(http::json_error(400, "give transfer", "invalid_request_error", "transfer", "bad_request"));
+    co_return;
+  }
+  const bool released = release(*id);
+  co_await w.send(http::Response::json(200, released ? R"({"released":true})" : R"({"released":false})"));
+}
+
+}  // namespace kvfleet::pd

@@ -1,0 +1,83 @@
+// PrefillService: the prefill replica's (P's) side of KV transfer (Contract 3), served on P's HTTP port.
+//
+//   POST /internal/prefill            body: a hello frame. P checks the layout (409 on a mismatch, naming
+//                                     the fields), computes the prompt's blocks with a prefill_only engine
+//                                     request (its prefix cache reused), pins them under a lease and answers
+//                                     an accept frame. D leaving during the prefill aborts it.
+//   GET  /internal/prefill/blocks?transfer=ID&from=I&count=N
+//                                     a chunked stream of block frames then an end frame (an error frame
+//                                     instead when the lease ends mid-pull). Block bytes are copied on the
+//                                     engine thread while pinned, so a block freed later is never read.
+//                                     The pull that delivers the last block releases the transfer.
+//   POST /internal/prefill/release?transfer=ID   D is done (or gives up): the blocks are freed.
+//
+// Lease: every pull and every written block frame extends it by the lease time; a reaper thread frees the
+// blocks of transfers whose lease ran out (a D that died, stalled or never came back). A failed write
+// (D gone) frees them at once. HTTP errors are OpenAI-style error objects (codes: compat_mismatch,
+// unknown_transfer, lease_expired, bad_range, prefill_failed).
+//
+// Threading: handlers run on HTTP io threads; leases_ is guarded by mu_; the engine is reached through
+// Engine::run_kv_task/submit/abort only.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/pd/engine_call.h"
+#include "engine/pd/layout.h"
+#include "engine/pd/pd_config.h"
+#include "kvfleet/http/server.h"
+
+namespace kvfleet::pd {
+
+class PrefillService {
+ public:
+  PrefillService(Engine& engine, KvLayout layout, PdConfig config);
+  ~PrefillService();  // stops the reaper and frees every lease
+  PrefillService(const PrefillService&) = delete;
+  PrefillService& operator=(const PrefillService&) = delete;
+
+  boost::asio::awaitable<void> handle_prefill(const http::Request& req, http::ResponseWriter& w);
+  boost::asio::awaitable<void> handle_pull(const http::Request& req, http::ResponseWriter& w);
+  boost::asio::awaitable<void> handle_release(const http::Request& req, http::ResponseWriter& w);
+
+  std::size_t num_leases() const;
+  std::uint64_t leases_expired() const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Lease {
+    PinId pin = 0;
+    std::uint32_t first = 0, count = 0;
+    std::vector<BlockHash> hashes;  // of blocks first .. first + count - 1
+    std::chrono::milliseconds ttl{0};
+    Clock::time_point deadline;
+  };
+  // Extends the lease; false when it is gone (expired or released).
+  bool touch(std::uint64_t id);
+  // Drops the lease and unpins its blocks; false when it was gone already.
+  bool release(std::uint64_t id);
+  void reap();
+  boost::asio::awaitable<std::vector<std::string>> read_frames(std::uint64_t id, PinId pin, std::uint32_t from,
+                                                               std::uint32_t count, std::vector<BlockHash> hashes);
+
+  Engine& engine_;
+  const KvLayout layout_;
+  const std::uint64_t compat_;
+  const PdConfig config_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::unordered_map<std::uint64_t, Lease> leases_;
+  std::uint64_t next_id_ = 1;
+  std::uint64_t expired_ = 0;
+  std::thread reaper_;
+};
+
+}  // namespace kvfleet::pd

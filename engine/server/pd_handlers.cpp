@@ -1,0 +1,78 @@
+// The replica's part in prefill/decode disaggregation (Contract 3): the role decides which side it serves.
+//   prefill, mixed: POST /internal/prefill, GET /internal/prefill/blocks, POST /internal/prefill/release
+//                   (engine/pd/prefill_service.h); a decode replica answers them 403.
+//   decode, mixed:  a completion or chat request with `x-kvfleet-prefill-from: URL` first fetches the
+//                   prompt's KV from that prefill replica (engine/pd/decode_fetcher.h); any failure means a
+//                   local prefill, never a failed request. A prefill replica ignores the header.
+//   every role:     GET /internal/kv_state, the engine-thread integrity check and the pin/lease counts.
+#include <boost/json.hpp>
+#include <cstdio>
+
+#include "engine/pd/decode_fetcher.h"
+#include "engine/pd/prefill_service.h"
+#include "engine/server/replica.h"
+#include "kvfleet/http/json_error.h"
+
+namespace kvfleet::server {
+namespace json = boost::json;
+using boost::asio::awaitable;
+
+void Replica::start_pd() {
+  const pd::KvLayout layout = pd::layout_of(model_, *engine_);
+  pd_metrics_ = std::make_unique<pd::PdMetrics>(metrics_.registry());
+  if (config_.role != "decode") pd_prefill_ = std::make_unique<pd::PrefillService>(*engine_, layout, config_.pd);
+  if (config_.role != "prefill") pd_fetch_ = std::make_unique<pd::DecodeFetcher>(*engine_, layout, config_.pd, pd_metrics_.get());
+}
+
+void Replica::add_pd_routes(http::HttpRouter& r) {
+  using Method = awaitable<void> (pd::PrefillService::*)(const http::Request&, http::ResponseWriter&);
+  const auto p_side = [this](Method m) -> http::Handler {
+    return [this, m](const http::Request& req, http::ResponseWriter& w) -> awaitable<void> {
+      if (!pd_prefill_) {
+        co_await w.send(http::json_error(403, "this replica's role is " + config_.role + "; it serves no KV transfers",
+                                         "invalid_request_error", {}, "wrong_role"));
+        co_return;
+      }
+      co_await (pd_prefill_.get()->*m)(req, w);
+    };
+  };
+  r.post("/internal/prefill", p_side(&pd::PrefillService::handle_prefill));
+  r.get("/internal/prefill/blocks", p_side(&pd::PrefillService::handle_pull));
+  r.post("/internal/prefill/release", p_side(&pd::PrefillService::handle_release));
+  r.get("/internal/kv_state", guarded(&Replica::kv_state));
+}
+
+awaitable<std::vector<pd::FetchResult>> Replica::pd_prefetch(const http::Request& req,
+                                                             const std::vector<std::vector<TokenId>>& prompts,
+                                                             http::ResponseWriter& w) {
+  std::vector<pd::FetchResult> out;
+  const std::string* from = req.headers.find("x-kvfleet-prefill-from");
+  if (!from || from->empty() || !pd_fetch_) co_return out;
+  for (const auto& prompt : prompts) {
+    out.push_back(co_await pd_fetch_->fetch(prompt, *from, w));
+    const pd::FetchResult& r = out.back();
+    if (!r.fallback.empty())
+      std::fprintf(stderr, "kvfleet-replica: KV transfer from %s fell back to local prefill (%s): %s\n", from->c_str(),
+                   r.fallback.c_str(), r.detail.c_str());
+    if (w.client_gone()) break;
+  }
+  co_return out;
+}
+
+awaitable<void> Replica::kv_state(const http::Request&, http::ResponseWriter& w) {
+  auto check = [](Scheduler& s, Backend&) {
+    const std::string problem = s.check_integrity();
+    const KvCacheStats kv = s.kv().stats();
+    return json::object{{"integrity", problem.empty() ? "ok" : problem}, {"num_blocks", kv.num_blocks},
+                        {"free_blocks", kv.num_free_blocks}, {"cached_blocks", kv.num_cached_blocks},
+                        {"pins", s.kv().num_pins()}, {"running", s.running().size()}, {"waiting", s.waiting().size()}};
+  };
+  json::object o = co_await pd::on_engine_thread(*engine_, std::move(check));  // (named: GCC 12, see client.h)
+  o["role"] = config_.role;
+  o["leases"] = pd_prefill_ ? pd_prefill_->num_leases() : 0;
+  o["leases_expired"] = pd_prefill_ ? pd_prefill_->leases_expired() : 0;
+  http::Response r = http::Response::json(200, json::serialize(o));
+  co_await w.send(std::move(r));
+}
+
+}  // namespace kvfleet::server

@@ -1,0 +1,38 @@
+// The replica's role and KV transfer settings: YAML keys and flags (flags win), bad values named.
+#include <doctest/doctest.h>
+
+#include "engine/server/replica_config.h"
+
+using namespace kvfleet::server;
+
+namespace {
+
+ReplicaConfig parse(std::vector<std::string> args) {
+  std::vector<const char*> argv{"kvfleet-replica", "--model", "m"};
+  for (auto& a : args) argv.push_back(a.c_str());
+  return parse_replica_args(static_cast<int>(argv.size()), argv.data(), nullptr);
+}
+
+}  // namespace
+
+TEST_CASE("role and pd settings from YAML and flags") {
+  ReplicaConfig c;
+  apply_replica_yaml("role: prefill\npd_lease_ms: 250\npd_io_timeout_ms: 700\npd_connect_timeout_ms: 90\n"
+                     "pd_transfer_timeout_ms: 5000\npd_pull_blocks: 4\n", "r.yaml", c);
+  CHECK(c.role == "prefill");
+  CHECK(c.pd.lease.count() == 250);
+  CHECK(c.pd.io_timeout.count() == 700);
+  CHECK(c.pd.connect_timeout.count() == 90);
+  CHECK(c.pd.transfer_timeout.count() == 5000);
+  CHECK(c.pd.pull_blocks == 4);
+  const ReplicaConfig f = parse({"--role", "decode", "--pd-lease-ms", "1234", "--pd-io-timeout-ms", "55", "--pd-pull-blocks", "2"});
+  CHECK(f.role == "decode");
+  CHECK(f.pd.lease.count() == 1234);
+  CHECK(f.pd.io_timeout.count() == 55);
+  CHECK(f.pd.pull_blocks == 2);
+  CHECK(parse({}).role == "mixed");
+  CHECK(parse({}).pd.lease.count() == 10000);
+  CHECK_THROWS_AS(parse({"--role", "both"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--pd-lease-ms", "0"}), std::invalid_argument);
+  CHECK_THROWS_WITH(apply_replica_yaml("pd_lease_ms: soon\n", "r.yaml", c), "r.yaml: 'pd_lease_ms' has a bad value 'soon'");
+}

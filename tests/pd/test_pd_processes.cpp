@@ -1,0 +1,191 @@
+// Prefill/decode disaggregation with real kvfleet-replica processes on loopback (Contract 3): a decode
+// replica D told to fetch from a prefill replica P answers exactly what a mixed replica M answers, and
+// every failure (a corrupted frame, a stalled or dying P, a mismatched model or block size, an expired
+// lease, P killed, D's client hanging up) still gives a correct, complete answer, with nothing leaked on
+// either side (checked with the engine's integrity check through /internal/kv_state).
+#include <doctest/doctest.h>
+
+#include <signal.h>
+
+#include <future>
+
+#include "engine/pd/wire.h"
+#include "pd/faulty_prefill_proxy.h"
+#include "pd/pd_test_util.h"
+#include "server/replica_fixture.h"
+
+using namespace kvfleet;
+using namespace kvfleet::test;
+
+namespace {
+
+// tiny-qwen's KV block: 2 layers x (K and V) x 2 KV heads x 16 tokens x head dim 16, fp32 on the CPU.
+constexpr double kBlockBytes = 2 * 2 * 2 * 16 * 16 * 4;
+
+std::string fallbacks(const std::string& reason) { return "kvfleet_pd_fallbacks_total{reason=\"" + reason + "\"}"; }
+
+}  // namespace
+
+TEST_CASE("pd mode answers token for token like mixed mode: greedy, seeded, shared prefixes, partial hits, short prompts") {
+  ReplicaProcess p({"--role", "prefill"}), d({"--role", "decode"}), m({"--role", "mixed"});
+  const std::vector<int> base = prompt_ids(1, 48);
+  const std::vector<std::vector<int>> prompts{
+      prompt_ids(2, 5),                      // shorter than a block: nothing to ship
+      prompt_ids(3, 16),                     // one block, but its last token is D's own forward
+      prompt_ids(4, 17),                     // one block shipped
+      base,                                  // three blocks
+      concat(base, prompt_ids(5, 20)),       // D holds the shared three blocks: only the rest ships
+      concat(base, prompt_ids(6, 37)),
+      prompt_ids(7, 100),
+  };
+  for (const auto& ids : prompts) {
+    for (const int seed : {-1, 7}) {
+      CAPTURE(ids.size());
+      CAPTURE(seed);
+      const std::string body = completion_body(ids, seed);
+      CHECK(answer_of(post(d.port(), "/v1/completions", body, p.base_url())) ==
+            answer_of(post(m.port(), "/v1/completions", body)));
+    }
+  }
+  CHECK(metric_value(d.port(), "kvfleet_pd_transfers_total") == 5);  // the prompts of one block or more, once each
+  CHECK(metric_value(d.port(), "kvfleet_pd_transfer_bytes_total") == kBlockBytes * (1 + 2 + 1 + 2 + 6));
+  const std::string metrics = d.get("/metrics").body;
+  CHECK(metrics.find("kvfleet_pd_fallbacks_total{") == std::string::npos);
+  CHECK(metrics.find("kvfleet_pd_transfer_seconds_count 5") != std::string::npos);
+
+  // A partial hit: D computed the first 4 blocks itself; only blocks 4 and 5 of 6 come from P.
+  const std::vector<int> own = prompt_ids(8, 64);
+  CHECK(post(d.port(), "/v1/completions", completion_body(own, -1)).status == 200);
+  const double before = metric_value(d.port(), "kvfleet_pd_transfer_bytes_total");
+  const std::string body = completion_body(concat(own, prompt_ids(9, 40)), 3);
+  CHECK(answer_of(post(d.port(), "/v1/completions", body, p.base_url())) == answer_of(post(m.port(), "/v1/completions", body)));
+  CHECK(metric_value(d.port(), "kvfleet_pd_transfer_bytes_total") - before == 2 * kBlockBytes);
+
+  // Chat requests take the same path.
+  const std::string chat = R"({"messages":[{"role":"user","content":"Tell me, at some length and with examples, about the prefill and decode phases of serving a large language model, and why they differ."}],"max_tokens":6,"temperature":0})";
+  CHECK(answer_of(post(d.port(), "/v1/chat/completions", chat, p.base_url())) ==
+        answer_of(post(m.port(), "/v1/chat/completions", chat)));
+  CHECK(metric_value(d.port(), "kvfleet_pd_transfers_total") == 7);
+  check_no_leak(p.port());
+  check_no_leak(d.port());
+}
+
+TEST_CASE("faults mid-transfer: corrupted frame, stalled P, P dying, expired lease, client hang-up") {
+  ReplicaProcess p({"--role", "prefill", "--pd-lease-ms", "1000"});
+  ReplicaProcess d1({"--role", "decode", "--pd-io-timeout-ms", "500"});
+  ReplicaProcess d2({"--role", "decode", "--pd-io-timeout-ms", "5000"});
+  ReplicaProcess m({"--role", "mixed"});
+  FaultyPrefillProxy proxy(p.port());
+  struct Case {
+    Fault fault;
+    const char* reason;
+    ReplicaProcess* d;
+    std::chrono::milliseconds pause;
+  };
+  const Case cases[] = {{Fault::corrupt, "checksum", &d1, std::chrono::milliseconds(0)},
+                        {Fault::stall, "timeout", &d1, std::chrono::milliseconds(3000)},
+                        {Fault::die, "peer_closed", &d1, std::chrono::milliseconds(0)},
+                        {Fault::delay_pull, "lease_expired", &d2, std::chrono::milliseconds(2000)}};
+  int seed = 100;
+  for (const Case& c : cases) {
+    CAPTURE(c.reason);
+    proxy.fault = c.fault;
+    proxy.pause = c.pause;
+    const std::string body = completion_body(prompt_ids(++seed, 100), 5);
+    const double before = metric_value(c.d->port(), fallbacks(c.reason));
+    CHECK(answer_of(post(c.d->port(), "/v1/completions", body, proxy.url())) ==
+          answer_of(post(m.port(), "/v1/completions", body)));
+    CHECK(metric_value(c.d->port(), fallbacks(c.reason)) == before + 1);
+    check_no_leak(c.d->port());
+    check_no_leak(p.port());
+  }
+  CHECK(kv_state(p.port()).at("leases_expired").as_int64() >= 1);
+
+  // D's client hangs up while D waits for a stalled P: D stops the transfer and frees everything.
+  proxy.fault = Fault::stall;
+  proxy.pause = std::chrono::milliseconds(3000);
+  const std::string body = completion_body(prompt_ids(++seed, 100), -1);
+  http::Headers h{{"Content-Type", "application/json"}, {"x-kvfleet-prefill-from", proxy.url()}};
+  CHECK_THROWS(http::http_request("127.0.0.1", d2.port(), "POST", "/v1/completions", body, h, std::chrono::milliseconds(400)));
+  for (int i = 0; i < 100 && metric_value(d2.port(), fallbacks("client_gone")) < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(metric_value(d2.port(), fallbacks("client_gone")) == 1);
+  check_no_leak(d2.port());
+  check_no_leak(p.port());
+  // Both decode replicas still serve.
+  CHECK(answer_of(post(d1.port(), "/v1/completions", body, p.base_url())) == answer_of(post(m.port(), "/v1/completions", body)));
+}
+
+TEST_CASE("mismatched block size or model: the handshake refuses, D prefills locally") {
+  ReplicaProcess p32({"--role", "prefill", "--block-size", "32"});
+  ReplicaProcess other({"--role", "prefill", "--served-model-name", "other-model"});
+  ReplicaProcess d({"--role", "decode"}), m({"--role", "mixed"});
+  int seed = 200;
+  for (ReplicaProcess* p : {&p32, &other}) {
+    const std::string body = completion_body(prompt_ids(++seed, 80), 9);
+    CHECK(answer_of(post(d.port(), "/v1/completions", body, p->base_url())) == answer_of(post(m.port(), "/v1/completions", body)));
+    check_no_leak(p->port());
+  }
+  CHECK(metric_value(d.port(), fallbacks("handshake")) == 2);
+  CHECK(metric_value(d.port(), "kvfleet_pd_transfers_total") == 0);
+  // Nobody listening, and a malformed URL.
+  for (const char* url : {"http://127.0.0.1:1", "not a url"}) {
+    const std::string body = completion_body(prompt_ids(++seed, 40), -1);
+    CHECK(answer_of(post(d.port(), "/v1/completions", body, url)) == answer_of(post(m.port(), "/v1/completions", body)));
+  }
+  CHECK(metric_value(d.port(), fallbacks("connect")) == 2);
+  check_no_leak(d.port());
+}
+
+TEST_CASE("P killed while D fetches from it: the answer is still correct, D leaks nothing") {
+  ReplicaProcess p({"--role", "prefill"}), d({"--role", "decode"}), m({"--role", "mixed"});
+  const std::string body = completion_body(prompt_ids(300, 800), -1, 4);
+  const std::string want = answer_of(post(m.port(), "/v1/completions", body));
+  auto got = std::async(std::launch::async, [&] { return post(d.port(), "/v1/completions", body, p.base_url()); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  p.process().signal(SIGKILL);
+  CHECK(answer_of(got.get()) == want);
+  CHECK(metric_value(d.port(), "kvfleet_pd_transfers_total") + metric_value(d.port(), fallbacks("peer_closed")) +
+            metric_value(d.port(), fallbacks("connect")) ==
+        1);
+  check_no_leak(d.port());
+}
+
+TEST_CASE("P's endpoints: bad frames, wrong roles and layouts get error objects; an unclaimed lease expires") {
+  ReplicaProcess p({"--role", "prefill", "--pd-lease-ms", "300"}), d({"--role", "decode"});
+  auto err = [](const http::Response& r) { return json::parse(r.body).at("error").at("code"); };
+  const auto garbage = post(p.port(), "/internal/prefill", "not a frame");
+  CHECK(garbage.status == 400);
+  CHECK(err(garbage) == "bad_frame");
+  CHECK(post(d.port(), "/internal/prefill", "x").status == 403);
+
+  pd::Hello hello;
+  hello.layout = {"tiny-qwen", "qwen2", DType::bf16, DType::f32, 2, 2, 16, 16, block_hash_root("tiny-qwen")};
+  hello.compat_hash = pd::compat_hash(hello.layout);
+  const auto ids = prompt_ids(400, 64);
+  hello.tokens.assign(ids.begin(), ids.end());
+  pd::Hello wrong = hello;
+  wrong.layout.head_dim = 32;
+  wrong.compat_hash = pd::compat_hash(wrong.layout);
+  const auto refused = post(p.port(), "/internal/prefill", pd::encode(wrong));
+  CHECK(refused.status == 409);
+  CHECK(err(refused) == "compat_mismatch");
+  CHECK(refused.body.find("head_dim: 16 here, 32 there") != std::string::npos);
+  pd::Hello ragged = hello;
+  ragged.tokens.pop_back();
+  CHECK(post(p.port(), "/internal/prefill", pd::encode(ragged)).status == 400);
+
+  const auto ok = post(p.port(), "/internal/prefill", pd::encode(hello));
+  REQUIRE(ok.status == 200);
+  const auto accept = std::get<pd::Accept>(pd::decode_one(ok.body));
+  CHECK(accept.num_blocks == 4);
+  CHECK(accept.hashes == block_hashes(hello.layout.root, hello.tokens, 16));
+  CHECK(kv_state(p.port()).at("pins").as_int64() == 1);
+  check_no_leak(p.port());  // nobody pulls: the lease runs out and the blocks are freed
+  CHECK(kv_state(p.port()).at("leases_expired").as_int64() == 1);
+  const auto late = http::http_request("127.0.0.1", p.port(), "GET",
+                                       "/internal/prefill/blocks?transfer=" + std::to_string(accept.transfer_id) + "&from=0&count=1");
+  CHECK(late.status == 410);
+  CHECK(err(late) == "lease_expired");
+  CHECK(http::http_request("127.0.0.1", p.port(), "GET", "/internal/prefill/blocks?transfer=x").status == 400);
+}

@@ -1,0 +1,201 @@
+// The KV transfer wire format (engine/pd/wire.h): round trips, frames split at every byte, and corrupt,
+// truncated or forged input rejected with WireError, never a crash or an allocation the input asks for.
+#include <doctest/doctest.h>
+
+#include <xxhash.h>
+
+#include <cstring>
+
+#include "engine/pd/decode_fetcher.h"
+#include "engine/pd/wire.h"
+
+using namespace kvfleet;
+using namespace kvfleet::pd;
+
+namespace {
+
+KvLayout layout() {
+  KvLayout l;
+  l.model_name = "tiny-qwen";
+  l.architecture = "qwen2";
+  l.dtype = DType::bf16;
+  l.kv_dtype = DType::f32;
+  l.num_layers = 2;
+  l.num_kv_heads = 2;
+  l.head_dim = 16;
+  l.block_size = 16;
+  l.root = block_hash_root("tiny-qwen");
+  return l;
+}
+
+std::string payload(std::size_t n, char seed) {
+  std::string p(n, '\0');
+  for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<char>(seed + i * 7);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("every frame type round-trips") {
+  Hello h;
+  h.layout = layout();
+  h.compat_hash = compat_hash(h.layout);
+  h.tokens = {1, 2, 3, 4};
+  h.held = {11, 22};
+  h.lease_ms = 1234;
+  const auto hb = std::get<Hello>(decode_one(encode(h)));
+  CHECK(hb.layout == h.layout);
+  CHECK(hb.compat_hash == h.compat_hash);
+  CHECK(hb.tokens == h.tokens);
+  CHECK(hb.held == h.held);
+  CHECK(hb.lease_ms == 1234);
+  CHECK(hb.transports == std::vector<std::string>{"tcp"});
+
+  Accept a;
+  a.layout = layout();
+  a.transfer_id = 77;
+  a.first_block = 2;
+  a.num_blocks = 3;
+  a.hashes = {5, 6, 7};
+  const auto ab = std::get<Accept>(decode_one(encode(a)));
+  CHECK(ab.transfer_id == 77);
+  CHECK(ab.hashes == a.hashes);
+  CHECK(ab.first_block == 2);
+
+  const std::string p = payload(layout().block_bytes(), 3);
+  const auto bb = std::get<BlockFrame>(decode_one(encode_block(9, 0xabcdef, 0, 2, p)));
+  CHECK(bb.index == 9);
+  CHECK(bb.hash == 0xabcdef);
+  CHECK(bb.layer_end == 2);
+  CHECK(bb.payload == p);
+
+  const auto eb = std::get<End>(decode_one(encode(End{4, 999})));
+  CHECK(eb.num_blocks == 4);
+  CHECK(eb.payload_bytes == 999);
+  const auto xb = std::get<ErrorFrame>(decode_one(encode(ErrorFrame{ErrorCode::lease_expired, "gone"})));
+  CHECK(xb.code == ErrorCode::lease_expired);
+  CHECK(xb.message == "gone");
+}
+
+TEST_CASE("a stream split at every possible byte yields the same frames, whole") {
+  std::string stream;
+  for (std::uint32_t i = 0; i < 3; ++i) stream += encode_block(i, 100 + i, 0, 2, payload(300, static_cast<char>(i)));
+  stream += encode(End{3, 0});
+  for (std::size_t cut = 0; cut <= stream.size(); ++cut) {
+    FrameDecoder d;
+    std::vector<Frame> frames;
+    d.feed(std::string_view(stream).substr(0, cut));
+    while (auto f = d.next()) frames.push_back(std::move(*f));
+    d.feed(std::string_view(stream).substr(cut));
+    while (auto f = d.next()) frames.push_back(std::move(*f));
+    REQUIRE(frames.size() == 4);
+    CHECK(std::get<BlockFrame>(frames[2]).hash == 102);
+    CHECK(std::holds_alternative<End>(frames[3]));
+    CHECK_FALSE(d.partial());
+  }
+}
+
+TEST_CASE("one flipped bit anywhere is caught") {
+  const std::string good = encode_block(1, 42, 0, 2, payload(64, 1));
+  for (std::size_t i = 0; i < good.size(); ++i) {
+    std::string bad = good;
+    bad[i] = static_cast<char>(bad[i] ^ 0x10);
+    FrameDecoder d;
+    d.feed(bad);
+    bool rejected = false;
+    try {
+      // A flipped length bit may only make the frame look longer: then it waits for bytes (truncated).
+      rejected = !d.next().has_value() && d.partial();
+    } catch (const WireError&) {
+      rejected = true;
+    }
+    CAPTURE(i);
+    CHECK(rejected);
+  }
+  FrameDecoder d;
+  std::string bad = good;
+  bad[40] = static_cast<char>(bad[40] ^ 1);  // inside the payload: the checksum says so
+  d.feed(bad);
+  try {
+    d.next();
+    FAIL("no error");
+  } catch (const WireError& e) {
+    CHECK(e.kind == WireError::Kind::checksum);
+  }
+}
+
+TEST_CASE("truncated, oversized and forged frames") {
+  const std::string good = encode(End{1, 2});
+  for (std::size_t n = 0; n < good.size(); ++n) {
+    FrameDecoder d;
+    d.feed(good.substr(0, n));
+    CHECK_FALSE(d.next().has_value());
+    CHECK(d.partial() == (n > 0));
+    CHECK_THROWS_AS(decode_one(good.substr(0, n)), WireError);
+  }
+  FrameDecoder small(100);
+  small.feed(encode_block(0, 1, 0, 2, payload(200, 0)));
+  try {
+    small.next();
+    FAIL("no error");
+  } catch (const WireError& e) {
+    CHECK(e.kind == WireError::Kind::too_large);
+  }
+  CHECK_THROWS_AS(decode_one("XXXX" + good.substr(4)), WireError);
+  CHECK_THROWS_AS(decode_one(good + "x"), WireError);
+  // A well-checksummed frame whose token list claims 2^32-1 entries: rejected before allocating.
+  std::string forged = "KVF1";
+  forged.push_back(static_cast<char>(FrameType::hello));
+  forged.append(3, '\0');
+  std::string body;
+  body.append("\x01\x00", 2);
+  const std::uint32_t huge = 0xffffffffu;
+  body.append(reinterpret_cast<const char*>(&huge), 4);
+  const auto n = static_cast<std::uint32_t>(body.size());
+  forged.append(reinterpret_cast<const char*>(&n), 4);
+  forged += body;
+  const std::uint64_t sum = XXH3_64bits(forged.data(), forged.size());
+  forged.append(reinterpret_cast<const char*>(&sum), 8);
+  CHECK_THROWS_AS(decode_one(forged), WireError);
+  // An unknown frame type, properly checksummed.
+  std::string odd = encode(End{1, 2});
+  odd[4] = 9;
+  const std::uint64_t s2 = XXH3_64bits(odd.data(), odd.size() - 8);
+  std::memcpy(odd.data() + odd.size() - 8, &s2, 8);
+  CHECK_THROWS_AS(decode_one(odd), WireError);
+}
+
+TEST_CASE("the compatibility hash changes with every field, and mismatches are named") {
+  const KvLayout base = layout();
+  const std::uint64_t h = compat_hash(base);
+  std::vector<KvLayout> variants(9, base);
+  variants[0].model_name = "other";
+  variants[1].architecture = "llama";
+  variants[2].dtype = DType::f16;
+  variants[3].kv_dtype = DType::bf16;
+  variants[4].num_layers = 3;
+  variants[5].num_kv_heads = 4;
+  variants[6].head_dim = 32;
+  variants[7].block_size = 32;
+  variants[8].root = 1;
+  for (const auto& v : variants) {
+    CHECK(compat_hash(v) != h);
+    CHECK_FALSE(describe_mismatch(base, v).empty());
+  }
+  CHECK(describe_mismatch(base, variants[7]) == "block_size: 16 here, 32 there");
+  CHECK(describe_mismatch(base, base).empty());
+}
+
+TEST_CASE("peer URLs") {
+  std::string host;
+  std::uint16_t port = 0;
+  CHECK(parse_peer_url("http://127.0.0.1:8001/", host, port));
+  CHECK(host == "127.0.0.1");
+  CHECK(port == 8001);
+  CHECK(parse_peer_url("localhost:9", host, port));
+  CHECK_FALSE(parse_peer_url("http://127.0.0.1", host, port));
+  CHECK_FALSE(parse_peer_url("http://127.0.0.1:0", host, port));
+  CHECK_FALSE(parse_peer_url("http://127.0.0.1:99999", host, port));
+  CHECK_FALSE(parse_peer_url("http://h:80/x", host, port));
+  CHECK_FALSE(parse_peer_url("", host, port));
+}
