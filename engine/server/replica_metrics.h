@@ -25,6 +25,8 @@ class ReplicaMetrics {
   std::string render(const EngineStats& stats);
 
  private:
+  void update_moe(const MoeLoadStats& now);  // MoE models only; caller holds mu_
+
   http::MetricsRegistry registry_;
   prometheus::Gauge *running_, *waiting_, *kv_usage_;
   prometheus::Counter *prefix_queries_, *prefix_hits_, *evicted_tokens_, *preemptions_, *prompt_tokens_, *generation_tokens_;

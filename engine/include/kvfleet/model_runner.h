@@ -1,4 +1,5 @@
-// Executes ForwardBatches on a backend: the llama-family forward pass (Llama 1/2/3, Qwen2, Mistral).
+// Executes ForwardBatches on a backend: the llama-family forward pass (Llama 1/2/3, Qwen2, Mistral) and its
+// mixture-of-experts variants (Mixtral, Qwen2-MoE, Qwen3-MoE).
 // Thread-safety: one thread at a time (the engine thread owns the runner).
 #pragma once
 
@@ -10,6 +11,8 @@
 #include "kvfleet/model.h"
 
 namespace kvfleet {
+
+class MoeLayers;
 
 struct RunnerOptions {
   std::int64_t num_blocks = 256;
@@ -38,17 +41,23 @@ class ModelRunner {
   const Model& model() const { return model_; }
   Backend& backend() { return backend_; }
   const RunnerOptions& options() const { return options_; }
+  // MoE models: tokens routed to each expert by the last forward(), [num_layers][num_experts] (zeros for
+  // dense layers of the model). Empty for a dense model.
+  const std::vector<std::int32_t>& expert_tokens() const { return expert_tokens_; }
 
  private:
   struct Weights;
   struct Scratch;
   void run_layer(std::int64_t layer, std::int64_t rows, const AttentionMeta& meta);
+  void run_mlp(std::int64_t layer, std::int64_t rows);
 
   const Model& model_;
   Backend& backend_;
   RunnerOptions options_;
   std::unique_ptr<Weights> weights_;
   std::unique_ptr<Scratch> scratch_;
+  std::unique_ptr<MoeLayers> moe_;
+  std::vector<std::int32_t> expert_tokens_;
 };
 
 }  // namespace kvfleet
