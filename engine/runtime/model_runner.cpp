@@ -89,7 +89,7 @@ ModelRunner::ModelRunner(const Model& model, Backend& backend, const RunnerOptio
   const auto inv = rope_inv_freq(c);
   w.inv_freq = static_cast<float*>(alloc(inv.size() * f));
   backend.to_device(w.inv_freq, inv.data(), inv.size() * f);
-  moe_ = std::make_unique<MoeLayers>(model, backend, options.max_batch_tokens);
+  moe_ = std::make_unique<MoeLayers>(model, backend, options.max_batch_tokens, options.ep);
 }
 
 ModelRunner::~ModelRunner() {
@@ -144,7 +144,14 @@ std::vector<float> ModelRunner::forward(const ForwardBatch& batch) {
   const ModelConfig& c = model_.config();
   Scratch& s = *scratch_;
   const auto rows = static_cast<std::int64_t>(batch.num_tokens());
-  if (rows == 0) return {};
+  if (rows == 0) {
+    if (moe_->expert_parallel()) {  // an idle rank still serves its experts to the others
+      moe_->begin_step();
+      moe_->idle_step();
+      expert_tokens_ = moe_->step_counts();
+    }
+    return {};
+  }
   if (rows > options_.max_batch_tokens)
     throw std::invalid_argument("batch of " + std::to_string(rows) + " tokens exceeds max_batch_tokens " +
                                 std::to_string(options_.max_batch_tokens));

@@ -1,5 +1,8 @@
 #include "engine/runtime/moe_layers.h"
 
+#include <stdexcept>
+#include <string>
+
 namespace kvfleet {
 namespace {
 
@@ -7,19 +10,31 @@ DeviceWeight upload(Backend& b, const TensorView* t) { return t ? b.upload_weigh
 
 }  // namespace
 
-MoeLayers::MoeLayers(const Model& model, Backend& backend, std::int64_t max_rows)
-    : backend_(backend), config_(model.config()) {
+MoeLayers::MoeLayers(const Model& model, Backend& backend, std::int64_t max_rows, Communicator* ep)
+    : backend_(backend), config_(model.config()), ep_(ep) {
   const MoeConfig& m = config_.moe;
   if (!m.enabled()) return;
+  local_experts_ = m.num_experts;
+  if (expert_parallel()) {
+    if (m.num_experts % ep_->size() != 0)
+      throw std::invalid_argument(std::to_string(m.num_experts) + " experts do not split over ep_size " +
+                                  std::to_string(ep_->size()));
+    local_experts_ = m.num_experts / ep_->size();
+    first_expert_ = ep_->rank() * local_experts_;
+  }
   for (const LayerWeights& lw : model.layers()) {
     Layer l;
     const MoeLayerWeights& w = lw.moe;
     if (!w.experts.empty()) {
       l.router = upload(backend, w.router);
-      for (const ExpertWeights& e : w.experts) {
-        l.gate.push_back(backend.upload_weight(e.gate));
-        l.up.push_back(backend.upload_weight(e.up));
-        l.down.push_back(backend.upload_weight(e.down));
+      // Only this rank's experts reach the device; the others keep empty slots so ids index directly.
+      for (std::size_t i = 0; i < w.experts.size(); ++i) {
+        const auto e = static_cast<std::int64_t>(i);
+        const bool here = e >= first_expert_ && e < first_expert_ + local_experts_;
+        const ExpertWeights& x = w.experts[i];
+        l.gate.push_back(here ? backend.upload_weight(x.gate) : DeviceWeight{});
+        l.up.push_back(here ? backend.upload_weight(x.up) : DeviceWeight{});
+        l.down.push_back(here ? backend.upload_weight(x.down) : DeviceWeight{});
       }
       l.shared_gate = upload(backend, w.shared_gate);
       l.shared_up = upload(backend, w.shared_up);
@@ -48,6 +63,8 @@ MoeLayers::MoeLayers(const Model& model, Backend& backend, std::int64_t max_rows
 
 MoeLayers::~MoeLayers() {
   for (void* p : owned_) backend_.deallocate(p);
+  for (void* p : ep_buf_)
+    if (p) backend_.deallocate(p);
 }
 
 bool MoeLayers::sparse(std::int64_t layer) const {
@@ -64,11 +81,15 @@ void MoeLayers::forward(std::int64_t li, const float* x, std::int64_t rows, floa
   const MoeConfig& m = config_.moe;
   const Layer& l = layers_[static_cast<std::size_t>(li)];
   const std::int64_t h = config_.hidden_size;
-  backend_.linear(x, rows, h, l.router, m.num_experts, {}, logits_);
-  backend_.moe_route(logits_, rows, m.num_experts, m.top_k, m.norm_topk_prob, ids_, weights_);
-  const MoeExpertWeights experts{l.gate.data(), l.up.data(), l.down.data(), m.num_experts, m.expert_intermediate};
-  backend_.moe_experts(x, rows, h, ids_, weights_, m.top_k, experts, out, counts_ + li * m.num_experts);
-  if (!l.shared_gate.data) return;
+  if (expert_parallel()) {
+    forward_ep(li, x, rows, out);
+  } else {
+    backend_.linear(x, rows, h, l.router, m.num_experts, {}, logits_);
+    backend_.moe_route(logits_, rows, m.num_experts, m.top_k, m.norm_topk_prob, ids_, weights_);
+    const MoeExpertWeights experts{l.gate.data(), l.up.data(), l.down.data(), m.num_experts, m.expert_intermediate};
+    backend_.moe_experts(x, rows, h, ids_, weights_, m.top_k, experts, out, counts_ + li * m.num_experts);
+  }
+  if (!l.shared_gate.data || rows == 0) return;
   // Qwen2MoeSparseMoeBlock: experts + sigmoid(shared_expert_gate(x)) * shared_expert(x).
   const std::int64_t s = m.shared_intermediate;
   backend_.linear(x, rows, h, l.shared_gate, s, {}, shared_g_);

@@ -39,6 +39,11 @@ void moe_experts(ThreadPool& pool, MoeScratch& scratch, const float* x, std::int
                  std::int64_t intermediate, const std::int32_t* ids, const float* weights, std::int64_t top_k,
                  const ExpertRef* experts, std::int64_t num_experts, float* out, std::int32_t* counts);
 
+// out[r][:] = sum over j < top_k, in order, of weights[r][j] * ys[position[r * top_k + j]][:]: the combine
+// (unpermute) step of moe_experts, shared with expert parallelism's combine.
+void moe_combine(const float* ys, const std::int32_t* position, const float* weights, std::int64_t rows,
+                 std::int64_t top_k, std::int64_t hidden, float* out);
+
 // acc[r][:] += sigmoid(gate[r]) * x[r][:] (Qwen2-MoE's shared expert, gated per token).
 void sigmoid_scale_add(float* acc, const float* x, const float* gate, std::int64_t rows, std::int64_t dim);
 

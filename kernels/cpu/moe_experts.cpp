@@ -46,7 +46,13 @@ void moe_experts(ThreadPool& pool, MoeScratch& s, const float* x, std::int64_t r
     silu_mul(g + begin * inter, u + begin * inter, n * inter);
     linear(pool, g + begin * inter, n, inter, w.down, hidden, {}, ys + begin * hidden);
   }
-  // Combine in top-k rank order, from zero: the fixed order that keeps every row batch-invariant.
+  moe_combine(ys, position, weights, rows, top_k, hidden, out);
+}
+
+// In top-k rank order, from zero: the fixed order that keeps every row batch-invariant. The one combine
+// of the single-rank and the expert-parallel paths, so both give the same bits.
+void moe_combine(const float* ys, const std::int32_t* position, const float* weights, std::int64_t rows,
+                 std::int64_t top_k, std::int64_t hidden, float* out) {
   for (std::int64_t r = 0; r < rows; ++r) {
     float* o = out + r * hidden;
     std::fill(o, o + hidden, 0.0f);

@@ -12,12 +12,16 @@
 
 namespace kvfleet {
 
+class Communicator;
 class MoeLayers;
 
 struct RunnerOptions {
   std::int64_t num_blocks = 256;
   std::int64_t block_size = 16;
   std::int64_t max_batch_tokens = 2048;  // scratch buffers are sized for this many tokens per step
+  // Expert parallelism (MoE models): this rank's communicator; null = every expert on this runner. With
+  // one, every rank must call forward() in lockstep, a rank without work with an empty batch.
+  Communicator* ep = nullptr;
 };
 
 // Rotary inverse frequencies after rope scaling, as transformers computes them (fp32).
