@@ -12,7 +12,8 @@ void register_make_model(CLI::App& app) {
   auto dtype = std::make_shared<std::string>("float32");
   auto* cmd = app.add_subcommand("make-model", "Write a tiny random-weight model in the Hugging Face format");
   cmd->add_option("--out", *out, "Output directory")->required();
-  cmd->add_option("--arch", o->arch, "llama, qwen2 or mistral")->check(CLI::IsMember({"llama", "qwen2", "mistral"}));
+  cmd->add_option("--arch", o->arch, "llama, qwen2, mistral, mixtral, qwen2_moe or qwen3_moe")
+      ->check(CLI::IsMember({"llama", "qwen2", "mistral", "mixtral", "qwen2_moe", "qwen3_moe"}));
   cmd->add_option("--layers", o->layers)->check(CLI::PositiveNumber);
   cmd->add_option("--hidden", o->hidden)->check(CLI::PositiveNumber);
   cmd->add_option("--intermediate", o->intermediate)->check(CLI::PositiveNumber);
@@ -30,6 +31,17 @@ void register_make_model(CLI::App& app) {
   cmd->add_option("--seed", o->seed);
   cmd->add_option("--shards", o->shards, "Write this many safetensors shards plus an index");
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json or a directory with tokenizer files to copy");
+  cmd->add_option("--experts", o->experts, "MoE: number of experts")->check(CLI::PositiveNumber);
+  cmd->add_option("--experts-per-tok", o->experts_per_tok, "MoE: experts per token (top-k)")->check(CLI::PositiveNumber);
+  cmd->add_option("--moe-intermediate", o->moe_intermediate, "qwen2_moe/qwen3_moe: expert intermediate size")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--shared-intermediate", o->shared_intermediate, "qwen2_moe: shared expert size (0: none)");
+  cmd->add_option("--norm-topk-prob", o->norm_topk_prob, "qwen MoE: renormalise the top-k probabilities");
+  cmd->add_option("--decoder-sparse-step", o->decoder_sparse_step, "qwen MoE: every Nth layer is sparse")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--mlp-only-layers", o->mlp_only_layers, "qwen MoE: layers with a dense MLP")->delimiter(',');
+  cmd->add_flag("--packed-experts", o->packed_experts,
+                "MoE: transformers 5's packed mlp.experts.gate_up_proj/down_proj instead of experts.N.*");
   cmd->callback([o, out, dtype] {
     o->dtype = *dtype == "bfloat16" ? DType::bf16 : *dtype == "float16" ? DType::f16 : DType::f32;
     make_model(*o, *out);

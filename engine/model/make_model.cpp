@@ -1,5 +1,6 @@
 #include "kvfleet/make_model.h"
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <cmath>
 #include <cstring>
@@ -87,8 +88,37 @@ TokenizerInfo copy_tokenizer(const fs::path& src, const fs::path& out) {
   return info;
 }
 
+const char* architecture_class(const std::string& arch) {
+  if (arch == "qwen2") return "Qwen2ForCausalLM";
+  if (arch == "mistral") return "MistralForCausalLM";
+  if (arch == "mixtral") return "MixtralForCausalLM";
+  if (arch == "qwen2_moe") return "Qwen2MoeForCausalLM";
+  if (arch == "qwen3_moe") return "Qwen3MoeForCausalLM";
+  return "LlamaForCausalLM";
+}
+
+// The MoE keys of MixtralConfig / Qwen2MoeConfig / Qwen3MoeConfig.
+void add_moe_config(const MakeModelOptions& o, json::object& c) {
+  c["num_experts_per_tok"] = o.experts_per_tok;
+  if (o.arch == "mixtral") {
+    c["num_local_experts"] = o.experts;
+    c["router_jitter_noise"] = 0.0;
+    c["sliding_window"] = nullptr;
+    return;
+  }
+  c["num_experts"] = o.experts;
+  c["moe_intermediate_size"] = o.moe_intermediate;
+  c["norm_topk_prob"] = o.norm_topk_prob;
+  c["decoder_sparse_step"] = o.decoder_sparse_step;
+  json::array only;
+  for (auto l : o.mlp_only_layers) only.push_back(l);
+  c["mlp_only_layers"] = only;
+  if (o.arch == "qwen2_moe") c["shared_expert_intermediate_size"] = o.shared_intermediate;
+  if (o.arch == "qwen3_moe") c["attention_bias"] = false;
+}
+
 json::object make_config(const MakeModelOptions& o, std::int64_t vocab, const TokenizerInfo& tok) {
-  const char* cls = o.arch == "qwen2" ? "Qwen2ForCausalLM" : o.arch == "mistral" ? "MistralForCausalLM" : "LlamaForCausalLM";
+  const char* cls = architecture_class(o.arch);
   json::object c{{"architectures", json::array{cls}}, {"model_type", o.arch}, {"vocab_size", vocab},
                  {"hidden_size", o.hidden}, {"intermediate_size", o.intermediate},
                  {"num_hidden_layers", o.layers}, {"num_attention_heads", o.heads},
@@ -96,7 +126,8 @@ json::object make_config(const MakeModelOptions& o, std::int64_t vocab, const To
                  {"rms_norm_eps", 1e-6}, {"rope_theta", o.rope_theta}, {"hidden_act", "silu"},
                  {"tie_word_embeddings", o.tie_embeddings}, {"initializer_range", 0.02},
                  {"torch_dtype", o.dtype == DType::bf16 ? "bfloat16" : o.dtype == DType::f16 ? "float16" : "float32"}};
-  if (o.head_dim) c["head_dim"] = o.head_dim;
+  if (o.head_dim || o.arch == "qwen3_moe") c["head_dim"] = o.head_dim ? o.head_dim : o.hidden / o.heads;
+  if (is_moe_arch(o.arch)) add_moe_config(o, c);
   if (o.arch == "llama") c["attention_bias"] = o.attention_bias;
   if (o.arch == "mistral") c["sliding_window"] = nullptr;
   if (o.rope_scaling == "linear") c["rope_scaling"] = json::object{{"rope_type", "linear"}, {"factor", o.rope_factor}};
@@ -134,13 +165,62 @@ void write_checkpoint(const std::map<std::string, TensorData>& tensors, int shar
   write_text(out / "model.safetensors.index.json", json::serialize(index));
 }
 
-}  // namespace
+bool is_sparse(const MakeModelOptions& o, std::int64_t layer) {
+  if (o.arch == "mixtral") return true;
+  if (std::find(o.mlp_only_layers.begin(), o.mlp_only_layers.end(), layer) != o.mlp_only_layers.end()) return false;
+  return (layer + 1) % o.decoder_sparse_step == 0;
+}
 
-void make_model(const MakeModelOptions& o, const fs::path& out) {
-  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "mistral")
-    throw std::invalid_argument("--arch must be llama, qwen2 or mistral, not '" + o.arch + "'");
+// The sparse block of one layer: router, experts (generated expert by expert, gate then up then down, so
+// both layouts hold the same values), and qwen2_moe's shared expert.
+template <class Lin>
+void add_moe_layer(const MakeModelOptions& o, const std::string& p, Lin&& lin, std::map<std::string, TensorData>& t) {
+  const bool mixtral = o.arch == "mixtral";
+  const std::int64_t h = o.hidden, ff = mixtral ? o.intermediate : o.moe_intermediate;
+  const std::string block = p + (mixtral && !o.packed_experts ? "block_sparse_moe." : "mlp.");
+  t[block + "gate.weight"] = lin(o.experts, h);
+  TensorData gate_up{o.dtype, {o.experts, 2 * ff, h}, {}}, down{o.dtype, {o.experts, h, ff}, {}};
+  for (std::int64_t e = 0; e < o.experts; ++e) {
+    TensorData g = lin(ff, h), u = lin(ff, h), d = lin(h, ff);
+    if (o.packed_experts) {
+      for (const TensorData* part : {&g, &u}) gate_up.bytes.insert(gate_up.bytes.end(), part->bytes.begin(), part->bytes.end());
+      down.bytes.insert(down.bytes.end(), d.bytes.begin(), d.bytes.end());
+      continue;
+    }
+    const std::string x = block + "experts." + std::to_string(e) + ".";
+    t[x + (mixtral ? "w1" : "gate_proj") + ".weight"] = std::move(g);
+    t[x + (mixtral ? "w3" : "up_proj") + ".weight"] = std::move(u);
+    t[x + (mixtral ? "w2" : "down_proj") + ".weight"] = std::move(d);
+  }
+  if (o.packed_experts) {
+    t[block + "experts.gate_up_proj"] = std::move(gate_up);
+    t[block + "experts.down_proj"] = std::move(down);
+  }
+  if (o.arch == "qwen2_moe" && o.shared_intermediate > 0) {
+    const std::int64_t s = o.shared_intermediate;
+    t[block + "shared_expert.gate_proj.weight"] = lin(s, h);
+    t[block + "shared_expert.up_proj.weight"] = lin(s, h);
+    t[block + "shared_expert.down_proj.weight"] = lin(h, s);
+    t[block + "shared_expert_gate.weight"] = lin(1, h);
+  }
+}
+
+void check_options(const MakeModelOptions& o) {
+  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "mistral" && !is_moe_arch(o.arch))
+    throw std::invalid_argument("--arch must be llama, qwen2, mistral, mixtral, qwen2_moe or qwen3_moe, not '" + o.arch + "'");
   if (o.heads <= 0 || o.kv_heads <= 0 || o.heads % o.kv_heads != 0)
     throw std::invalid_argument("--kv-heads must divide --heads");
+  if (is_moe_arch(o.arch) && (o.experts <= 0 || o.experts_per_tok <= 0 || o.experts_per_tok > o.experts))
+    throw std::invalid_argument("--experts-per-tok must be in [1, --experts]");
+  if (is_moe_arch(o.arch) && o.decoder_sparse_step <= 0) throw std::invalid_argument("--decoder-sparse-step must be positive");
+}
+
+}  // namespace
+
+bool is_moe_arch(const std::string& arch) { return arch == "mixtral" || arch == "qwen2_moe" || arch == "qwen3_moe"; }
+
+void make_model(const MakeModelOptions& o, const fs::path& out) {
+  check_options(o);
   fs::create_directories(out);
   TokenizerInfo tok;
   if (!o.tokenizer.empty()) tok = copy_tokenizer(o.tokenizer, out);
@@ -161,13 +241,21 @@ void make_model(const MakeModelOptions& o, const fs::path& out) {
     t[p + "self_attn.k_proj.weight"] = lin(kvd, h);
     t[p + "self_attn.v_proj.weight"] = lin(kvd, h);
     t[p + "self_attn.o_proj.weight"] = lin(h, qd);
-    if (o.arch == "qwen2" || o.attention_bias) {
+    if (o.arch == "qwen2" || o.arch == "qwen2_moe" || o.attention_bias) {
       t[p + "self_attn.q_proj.bias"] = fill.make({qd}, 0.2);
       t[p + "self_attn.k_proj.bias"] = fill.make({kvd}, 0.2);
       t[p + "self_attn.v_proj.bias"] = fill.make({kvd}, 0.2);
     }
     if (o.arch == "llama" && o.attention_bias) t[p + "self_attn.o_proj.bias"] = fill.make({h}, 0.2);
+    if (o.arch == "qwen3_moe") {
+      t[p + "self_attn.q_norm.weight"] = fill.make({hd}, 0.2, 1.0);
+      t[p + "self_attn.k_norm.weight"] = fill.make({hd}, 0.2, 1.0);
+    }
     t[p + "post_attention_layernorm.weight"] = fill.make({h}, 0.2, 1.0);
+    if (is_moe_arch(o.arch) && is_sparse(o, i)) {
+      add_moe_layer(o, p, lin, t);
+      continue;
+    }
     t[p + "mlp.gate_proj.weight"] = lin(ff, h);
     t[p + "mlp.up_proj.weight"] = lin(ff, h);
     t[p + "mlp.down_proj.weight"] = lin(h, ff);

@@ -1,5 +1,7 @@
 #include "kvfleet/model.h"
 
+#include "engine/model/moe_weights.h"
+
 namespace kvfleet {
 
 std::string Model::name() const {
@@ -42,6 +44,15 @@ Model Model::load(const std::filesystem::path& dir) {
     l.v_bias = optional(p + "self_attn.v_proj.bias", kv_dim, c.qkv_bias);
     l.o_bias = optional(p + "self_attn.o_proj.bias", h, c.o_bias);
     l.post_norm = &ck.get(p + "post_attention_layernorm.weight", {h});
+    if (c.qk_norm) {
+      l.q_norm = &ck.get(p + "self_attn.q_norm.weight", {c.head_dim});
+      l.k_norm = &ck.get(p + "self_attn.k_norm.weight", {c.head_dim});
+    }
+    if (c.moe.is_sparse_layer(i)) {
+      l.moe = load_moe_layer(ck, c, p);
+      m.layers_.push_back(std::move(l));
+      continue;
+    }
     l.gate = &ck.get(p + "mlp.gate_proj.weight", {ff, h});
     l.up = &ck.get(p + "mlp.up_proj.weight", {ff, h});
     l.down = &ck.get(p + "mlp.down_proj.weight", {h, ff});

@@ -1,5 +1,6 @@
 #include "kvfleet/model_config.h"
 
+#include <algorithm>
 #include <boost/json.hpp>
 
 #include "kvfleet/files.h"
@@ -89,7 +90,44 @@ RopeScaling parse_rope_scaling(const Reader& r) {
   return s;
 }
 
+bool is_moe_type(const std::string& t) { return t == "mixtral" || t == "qwen2_moe" || t == "qwen3_moe"; }
+
+// The MoE keys with the defaults of transformers' MixtralConfig, Qwen2MoeConfig and Qwen3MoeConfig.
+MoeConfig parse_moe(const Reader& r, const std::string& type) {
+  MoeConfig m;
+  if (type == "mixtral") {
+    m.num_experts = r.get_or<std::int64_t>("num_local_experts", 8);
+    m.top_k = r.get_or<std::int64_t>("num_experts_per_tok", 2);
+    m.expert_intermediate = r.get<std::int64_t>("intermediate_size");
+    m.norm_topk_prob = true;  // MixtralSparseMoeBlock always renormalises
+  } else {
+    const bool q2 = type == "qwen2_moe";
+    m.num_experts = r.get_or<std::int64_t>("num_experts", q2 ? 60 : 128);
+    m.top_k = r.get_or<std::int64_t>("num_experts_per_tok", q2 ? 4 : 8);
+    m.expert_intermediate = r.get_or<std::int64_t>("moe_intermediate_size", q2 ? 1408 : 768);
+    if (q2) m.shared_intermediate = r.get_or<std::int64_t>("shared_expert_intermediate_size", 5632);
+    m.norm_topk_prob = r.get_or<bool>("norm_topk_prob", false);
+    m.decoder_sparse_step = r.get_or<std::int64_t>("decoder_sparse_step", 1);
+    if (r.has("mlp_only_layers")) {
+      const auto* a = r.at("mlp_only_layers").if_array();
+      if (!a) r.fail("mlp_only_layers", "must be a list of layer indices");
+      for (const auto& v : *a) m.mlp_only_layers.push_back(v.to_number<std::int64_t>());
+    }
+  }
+  if (m.num_experts <= 0) r.fail(type == "mixtral" ? "num_local_experts" : "num_experts", "must be positive");
+  if (m.top_k <= 0 || m.top_k > m.num_experts) r.fail("num_experts_per_tok", "must be in [1, number of experts]");
+  if (m.expert_intermediate <= 0) r.fail("moe_intermediate_size", "must be positive");
+  if (m.decoder_sparse_step <= 0) r.fail("decoder_sparse_step", "must be positive");
+  return m;
+}
+
 }  // namespace
+
+bool MoeConfig::is_sparse_layer(std::int64_t layer) const {
+  if (!enabled()) return false;
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) return false;
+  return (layer + 1) % decoder_sparse_step == 0;  // Qwen2MoeDecoderLayer's test
+}
 
 ModelConfig ModelConfig::parse(const std::string& text, const std::string& source) {
   json::value root;
@@ -102,8 +140,8 @@ ModelConfig ModelConfig::parse(const std::string& text, const std::string& sourc
   Reader r(root.as_object(), source);
   ModelConfig c;
   c.model_type = r.get<std::string>("model_type");
-  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "mistral")
-    r.fail("model_type", "is '" + c.model_type + "' (supported: llama, qwen2, mistral)");
+  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "mistral" && !is_moe_type(c.model_type))
+    r.fail("model_type", "is '" + c.model_type + "' (supported: llama, qwen2, mistral, mixtral, qwen2_moe, qwen3_moe)");
   c.vocab_size = r.get<std::int64_t>("vocab_size");
   c.hidden_size = r.get<std::int64_t>("hidden_size");
   c.intermediate_size = r.get<std::int64_t>("intermediate_size");
@@ -127,6 +165,19 @@ ModelConfig ModelConfig::parse(const std::string& text, const std::string& sourc
   c.qkv_bias = c.model_type == "qwen2" || attention_bias;
   c.o_bias = c.model_type != "qwen2" && attention_bias;
   c.mlp_bias = r.get_or<bool>("mlp_bias", false);
+  if (is_moe_type(c.model_type)) {
+    c.moe = parse_moe(r, c.model_type);
+    c.mlp_bias = false;  // none of the three has MLP biases
+    if (c.model_type == "mixtral") {
+      c.qkv_bias = c.o_bias = false;  // MixtralAttention is MistralAttention: no biases
+    } else if (c.model_type == "qwen2_moe") {
+      c.qkv_bias = r.get_or<bool>("qkv_bias", true);  // older configs lack the key: always biased
+      c.o_bias = false;
+    } else {
+      c.qkv_bias = c.o_bias = attention_bias;  // Qwen3Attention: attention_bias on all four
+      c.qk_norm = true;
+    }
+  }
   const std::string dt = r.has("torch_dtype") ? r.get<std::string>("torch_dtype") : r.get_or<std::string>("dtype", "float32");
   c.dtype = dt == "bfloat16" ? DType::bf16 : dt == "float16" ? DType::f16 : DType::f32;
   c.eos_token_ids = parse_ids(r, "eos_token_id");

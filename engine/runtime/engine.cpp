@@ -381,6 +381,7 @@ void Engine::step() {
   m.stats.prompt_tokens += prompt_tokens;
   m.stats.generated_tokens += sampled.size() - failed.size() - prefill_only;
   m.stats.steps += 1;
+  m.stats.moe.add_step(m.runner->expert_tokens(), model_.config().moe.num_experts);
 }
 
 void Engine::emit_token(SeqId id, TokenId token) {

@@ -5,12 +5,15 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "engine/runtime/moe_layers.h"
+
 namespace kvfleet {
 
 struct ModelRunner::Weights {
   struct Layer {
     DeviceWeight input_norm, q, k, v, o, q_bias, k_bias, v_bias, o_bias;
     DeviceWeight post_norm, gate, up, down, gate_bias, up_bias, down_bias;
+    DeviceWeight q_norm, k_norm;
   };
   DeviceWeight embed, final_norm, lm_head;
   std::vector<Layer> layers;
@@ -21,6 +24,7 @@ struct ModelRunner::Weights {
 struct ModelRunner::Scratch {
   float *x = nullptr, *residual = nullptr, *h = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *attn = nullptr;
   float *gate = nullptr, *up = nullptr, *logits_in = nullptr, *logits = nullptr;
+  float *qn = nullptr, *kn = nullptr;  // q/k after the per-head RMSNorm (qwen3_moe)
   std::int32_t *ids = nullptr, *logit_rows = nullptr, *positions = nullptr, *table_offsets = nullptr, *tables = nullptr;
   std::int64_t* slots = nullptr;
   std::int64_t tables_capacity = 0;
@@ -47,7 +51,7 @@ ModelRunner::ModelRunner(const Model& model, Backend& backend, const RunnerOptio
                         upload(backend, l.k_bias), upload(backend, l.v_bias), upload(backend, l.o_bias),
                         upload(backend, l.post_norm), upload(backend, l.gate), upload(backend, l.up),
                         upload(backend, l.down), upload(backend, l.gate_bias), upload(backend, l.up_bias),
-                        upload(backend, l.down_bias)});
+                        upload(backend, l.down_bias), upload(backend, l.q_norm), upload(backend, l.k_norm)});
   }
   backend.allocate_kv_cache({c.num_layers, options.num_blocks, options.block_size, c.num_kv_heads, c.head_dim});
 
@@ -71,6 +75,10 @@ ModelRunner::ModelRunner(const Model& model, Backend& backend, const RunnerOptio
   s.attn = static_cast<float*>(alloc(t * qd * f));
   s.gate = static_cast<float*>(alloc(t * ff * f));
   s.up = static_cast<float*>(alloc(t * ff * f));
+  if (c.qk_norm) {
+    s.qn = static_cast<float*>(alloc(t * qd * f));
+    s.kn = static_cast<float*>(alloc(t * kvd * f));
+  }
   s.logits_in = static_cast<float*>(alloc(t * h * f));
   s.logits = static_cast<float*>(alloc(t * static_cast<std::size_t>(c.vocab_size) * f));
   s.ids = static_cast<std::int32_t*>(alloc(t * sizeof(std::int32_t)));
@@ -81,6 +89,7 @@ ModelRunner::ModelRunner(const Model& model, Backend& backend, const RunnerOptio
   const auto inv = rope_inv_freq(c);
   w.inv_freq = static_cast<float*>(alloc(inv.size() * f));
   backend.to_device(w.inv_freq, inv.data(), inv.size() * f);
+  moe_ = std::make_unique<MoeLayers>(model, backend, options.max_batch_tokens, options.ep);
 }
 
 ModelRunner::~ModelRunner() {
@@ -103,11 +112,28 @@ void ModelRunner::run_layer(std::int64_t li, std::int64_t rows, const AttentionM
   backend_.linear(s.h, rows, h, l.q, qd, l.q_bias, s.q);
   backend_.linear(s.h, rows, h, l.k, kvd, l.k_bias, s.k);
   backend_.linear(s.h, rows, h, l.v, kvd, l.v_bias, s.v);
-  backend_.rope_store_kv(li, weights_->inv_freq, s.q, s.k, s.v, c.num_heads, meta);
-  backend_.paged_attention(li, s.q, c.num_heads, meta, 1.0f / std::sqrt(static_cast<float>(c.head_dim)), s.attn);
+  float *q = s.q, *k = s.k;
+  if (l.q_norm.data) {  // Qwen3: RMSNorm over head_dim of every q and k head, before RoPE
+    backend_.rms_norm(s.q, rows * c.num_heads, c.head_dim, l.q_norm, eps, q = s.qn);
+    backend_.rms_norm(s.k, rows * c.num_kv_heads, c.head_dim, l.k_norm, eps, k = s.kn);
+  }
+  backend_.rope_store_kv(li, weights_->inv_freq, q, k, s.v, c.num_heads, meta);
+  backend_.paged_attention(li, q, c.num_heads, meta, 1.0f / std::sqrt(static_cast<float>(c.head_dim)), s.attn);
   backend_.linear(s.attn, rows, qd, l.o, h, l.o_bias, s.x);
-  // MLP block.
   backend_.add_rms_norm(s.residual, s.x, rows, h, l.post_norm, eps, s.h);
+  run_mlp(li, rows);
+}
+
+// The MLP block: s.x = mlp(s.h), dense SwiGLU or the sparse MoE block.
+void ModelRunner::run_mlp(std::int64_t li, std::int64_t rows) {
+  Scratch& s = *scratch_;
+  if (moe_->sparse(li)) {
+    moe_->forward(li, s.h, rows, s.x);
+    return;
+  }
+  const ModelConfig& c = model_.config();
+  const Weights::Layer& l = weights_->layers[static_cast<std::size_t>(li)];
+  const std::int64_t h = c.hidden_size;
   backend_.linear(s.h, rows, h, l.gate, c.intermediate_size, l.gate_bias, s.gate);
   backend_.linear(s.h, rows, h, l.up, c.intermediate_size, l.up_bias, s.up);
   backend_.silu_mul(s.gate, s.up, rows * c.intermediate_size);
@@ -118,7 +144,14 @@ std::vector<float> ModelRunner::forward(const ForwardBatch& batch) {
   const ModelConfig& c = model_.config();
   Scratch& s = *scratch_;
   const auto rows = static_cast<std::int64_t>(batch.num_tokens());
-  if (rows == 0) return {};
+  if (rows == 0) {
+    if (moe_->expert_parallel()) {  // an idle rank still serves its experts to the others
+      moe_->begin_step();
+      moe_->idle_step();
+      expert_tokens_ = moe_->step_counts();
+    }
+    return {};
+  }
   if (rows > options_.max_batch_tokens)
     throw std::invalid_argument("batch of " + std::to_string(rows) + " tokens exceeds max_batch_tokens " +
                                 std::to_string(options_.max_batch_tokens));
@@ -164,7 +197,9 @@ std::vector<float> ModelRunner::forward(const ForwardBatch& batch) {
                            static_cast<std::int32_t>(batch.chunks.size())};
 
   backend_.embedding(weights_->embed, c.hidden_size, s.ids, rows, s.residual);
+  moe_->begin_step();
   for (std::int64_t li = 0; li < c.num_layers; ++li) run_layer(li, rows, meta);
+  if (c.moe.enabled()) expert_tokens_ = moe_->step_counts();
   backend_.add_rms_norm(s.residual, s.x, rows, c.hidden_size, weights_->final_norm,
                         static_cast<float>(c.rms_norm_eps), s.h);
   // lm_head only on the rows whose logits are wanted: gather them first.

@@ -53,9 +53,26 @@ std::string ReplicaMetrics::render(const EngineStats& s) {
     advance(*prompt_tokens_, s.prompt_tokens, last_.prompt_tokens);
     advance(*generation_tokens_, s.generated_tokens, last_.generated_tokens);
     for (int i = 1; i < 4; ++i) advance(*finished_[i], s.finished[static_cast<std::size_t>(i)], last_.finished[static_cast<std::size_t>(i)]);
+    update_moe(s.moe);
     last_ = s;
   }
   return registry_.render();
+}
+
+// Created at the first scrape that has MoE numbers, so dense replicas expose none of them.
+void ReplicaMetrics::update_moe(const MoeLoadStats& now) {
+  if (now.expert_tokens.empty()) return;
+  const MoeLoadStats& before = last_.moe;
+  for (std::size_t e = 0; e < now.expert_tokens.size(); ++e)
+    advance(registry_.counter("kvfleet_moe_expert_tokens_total",
+                              "Tokens routed to each expert, summed over the sparse layers", {{"expert", std::to_string(e)}}),
+            now.expert_tokens[e], e < before.expert_tokens.size() ? before.expert_tokens[e] : 0);
+  registry_.gauge("kvfleet_moe_load_imbalance_ratio",
+                  "Last step's max / mean tokens per expert (1: even load)").Set(now.last_imbalance);
+  auto& sum = registry_.counter("kvfleet_moe_load_imbalance_ratio_sum_total",
+                                "Per-step load imbalance ratios summed over the steps that routed tokens");
+  if (now.imbalance_sum > before.imbalance_sum) sum.Increment(now.imbalance_sum - before.imbalance_sum);
+  advance(registry_.counter("kvfleet_moe_steps_total", "Steps that routed tokens to experts"), now.steps, before.steps);
 }
 
 }  // namespace kvfleet::server

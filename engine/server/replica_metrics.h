@@ -27,6 +27,8 @@ class ReplicaMetrics {
   http::MetricsRegistry& registry() { return registry_; }
 
  private:
+  void update_moe(const MoeLoadStats& now);  // MoE models only; caller holds mu_
+
   http::MetricsRegistry registry_;
   prometheus::Gauge *running_, *waiting_, *kv_usage_;
   prometheus::Counter *prefix_queries_, *prefix_hits_, *evicted_tokens_, *preemptions_, *prompt_tokens_, *generation_tokens_;

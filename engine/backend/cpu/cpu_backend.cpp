@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "kernels/cpu/moe.h"
 #include "kernels/cpu/ops.h"
 #include "kvfleet/backend.h"
 
@@ -74,6 +75,22 @@ class CpuBackend final : public Backend {
     cpu::paged_attention(pool_, q, meta.rows, num_heads, rows_.data(), layer_view(layer), scale, out);
   }
 
+  void moe_route(const float* logits, std::int64_t rows, std::int64_t num_experts, std::int64_t top_k, bool renormalize,
+                 std::int32_t* ids, float* weights) override {
+    cpu::moe_route(logits, rows, num_experts, top_k, renormalize, ids, weights);
+  }
+  void moe_experts(const float* x, std::int64_t rows, std::int64_t hidden, const std::int32_t* ids, const float* weights,
+                   std::int64_t top_k, const MoeExpertWeights& e, float* out, std::int32_t* counts) override {
+    experts_.resize(static_cast<std::size_t>(e.num_experts));
+    for (std::int64_t i = 0; i < e.num_experts; ++i)
+      experts_[static_cast<std::size_t>(i)] = {ref(e.gate[i]), ref(e.up[i]), ref(e.down[i])};
+    cpu::moe_experts(pool_, moe_scratch_, x, rows, hidden, e.intermediate, ids, weights, top_k, experts_.data(),
+                     e.num_experts, out, counts);
+  }
+  void sigmoid_scale_add(float* acc, const float* x, const float* gate, std::int64_t rows, std::int64_t dim) override {
+    cpu::sigmoid_scale_add(acc, x, gate, rows, dim);
+  }
+
  private:
   cpu::KvLayer layer_view(std::int64_t layer) {
     return {cache_.data() + layer * shape_.num_blocks * shape_.block_elems(), shape_.block_size, shape_.num_kv_heads,
@@ -84,6 +101,8 @@ class CpuBackend final : public Backend {
   KvCacheShape shape_;
   std::vector<float> cache_;
   std::vector<cpu::AttnRow> rows_;
+  std::vector<cpu::ExpertRef> experts_;
+  cpu::MoeScratch moe_scratch_;
 };
 
 }  // namespace

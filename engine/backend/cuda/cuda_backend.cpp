@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_info.h"
+#include "kernels/cuda/moe.h"
 #include "kernels/cuda/ops.h"
 #include "kvfleet/backend.h"
 
@@ -67,7 +68,7 @@ class CudaBackend final : public Backend {
     // Destructors must not throw: report failures instead.
     report(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     for (void* p : weights_) report(cudaFree(p), "cudaFree(weight)");
-    for (void* p : {cache_, half_x_.ptr, attn_ws_.ptr})
+    for (void* p : {cache_, half_x_.ptr, attn_ws_.ptr, moe_ws_.ptr, moe_ptrs_.ptr})
       if (p) report(cudaFree(p), "cudaFree(scratch)");
     if (cublas_) cublasDestroy(cublas_);
     report(cudaStreamDestroy(stream_), "cudaStreamDestroy");
@@ -183,6 +184,15 @@ class CudaBackend final : public Backend {
         attn_ws_.reserve(cuda::paged_attention_workspace_bytes(meta.rows, num_heads, shape_.head_dim, a.max_position));
     cuda::paged_attention(a, cache, ws, stream_);
   }
+  void moe_route(const float* logits, std::int64_t rows, std::int64_t num_experts, std::int64_t top_k, bool renormalize,
+                 std::int32_t* ids, float* weights) override {
+    cuda::moe_route(logits, rows, num_experts, top_k, renormalize, ids, weights, stream_);
+  }
+  void moe_experts(const float* x, std::int64_t rows, std::int64_t hidden, const std::int32_t* ids, const float* weights,
+                   std::int64_t top_k, const MoeExpertWeights& e, float* out, std::int32_t* counts) override;
+  void sigmoid_scale_add(float* acc, const float* x, const float* gate, std::int64_t rows, std::int64_t dim) override {
+    cuda::sigmoid_scale_add(acc, x, gate, rows, dim, stream_);
+  }
   void synchronize() override { KVF_CUDA(cudaStreamSynchronize(stream_)); }
 
  private:
@@ -231,8 +241,41 @@ class CudaBackend final : public Backend {
   bool half_weights_ = false;
   KvCacheShape shape_;
   void* cache_ = nullptr;
-  Growable half_x_, attn_ws_;
+  Growable half_x_, attn_ws_, moe_ws_, moe_ptrs_;
 };
+
+// route -> align (group by expert) -> grouped GEMMs gate and up -> silu_mul -> grouped GEMM down ->
+// combine, all on the stream; no host round trip (the slot count is rows * top_k, known on the host).
+void CudaBackend::moe_experts(const float* x, std::int64_t rows, std::int64_t hidden, const std::int32_t* ids,
+                              const float* weights, std::int64_t top_k, const MoeExpertWeights& e, float* out,
+                              std::int32_t* counts) {
+  if (rows == 0) return;
+  const std::int64_t pairs = rows * top_k, inter = e.intermediate, n = e.num_experts;
+  auto align = [](std::size_t b) { return (b + 255) / 256 * 256; };
+  const std::size_t ints = align(static_cast<std::size_t>(n + 1 + 2 * pairs) * sizeof(std::int32_t));
+  const std::size_t floats = static_cast<std::size_t>(2 * pairs * inter + pairs * hidden) * sizeof(float);
+  auto* base = static_cast<char*>(moe_ws_.reserve(ints + floats));
+  auto* offsets = reinterpret_cast<std::int32_t*>(base);
+  std::int32_t* position = offsets + n + 1;
+  std::int32_t* source = position + pairs;
+  auto* g = reinterpret_cast<float*>(base + ints);
+  float* u = g + pairs * inter;
+  float* ys = u + pairs * inter;
+  // The experts' weight pointers, uploaded per call: stream-ordered after the previous layer's kernels, and
+  // pageable copies are staged before to_device returns.
+  std::vector<const void*> ptrs;
+  for (const DeviceWeight* w : {e.gate, e.up, e.down})
+    for (std::int64_t i = 0; i < n; ++i) ptrs.push_back(w[i].data);
+  auto* d_ptrs = static_cast<const void**>(moe_ptrs_.reserve(ptrs.size() * sizeof(void*)));
+  to_device(d_ptrs, ptrs.data(), ptrs.size() * sizeof(void*));
+  const DType dt = e.gate[0].dtype;
+  cuda::moe_align(ids, pairs, top_k, n, offsets, position, source, counts, stream_);
+  cuda::moe_grouped_linear(x, source, pairs, hidden, d_ptrs, dt, n, offsets, inter, g, stream_);
+  cuda::moe_grouped_linear(x, source, pairs, hidden, d_ptrs + n, dt, n, offsets, inter, u, stream_);
+  cuda::silu_mul(g, u, pairs * inter, stream_);
+  cuda::moe_grouped_linear(g, nullptr, pairs, inter, d_ptrs + 2 * n, dt, n, offsets, hidden, ys, stream_);
+  cuda::moe_combine(ys, position, weights, rows, top_k, hidden, out, stream_);
+}
 
 }  // namespace
 

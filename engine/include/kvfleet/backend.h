@@ -39,6 +39,16 @@ struct KvCacheShape {
   std::int64_t block_elems() const { return 2 * num_kv_heads * block_size * head_dim; }  // one layer, K+V
 };
 
+// The experts of one MoE layer, for Backend::moe_experts: num_experts weights each (host arrays of device
+// weights), expert e's MLP being down(silu(gate(x)) * up(x)) with `intermediate` hidden features.
+struct MoeExpertWeights {
+  const DeviceWeight* gate = nullptr;
+  const DeviceWeight* up = nullptr;
+  const DeviceWeight* down = nullptr;
+  std::int64_t num_experts = 0;
+  std::int64_t intermediate = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -79,6 +89,22 @@ class Backend {
                              const float* d_v, std::int64_t num_heads, const AttentionMeta& meta) = 0;
   virtual void paged_attention(std::int64_t layer, const float* d_q, std::int64_t num_heads,
                                const AttentionMeta& meta, float scale, float* d_out) = 0;
+
+  // Mixture of experts (kernels/cpu/moe.h is the reference). A backend without them throws
+  // std::runtime_error naming itself; the dense path never calls them.
+  // Per row: softmax of the router logits (fp32), the top_k experts in descending probability (ties: lower
+  // id) with their probabilities, renormalised to sum 1 when asked.
+  virtual void moe_route(const float* d_logits, std::int64_t rows, std::int64_t num_experts, std::int64_t top_k,
+                         bool renormalize, std::int32_t* d_ids, float* d_weights);
+  // d_out[r] = sum over j < top_k, in rank order, of d_weights[r][j] * expert_{d_ids[r][j]}(d_x[r]); tokens
+  // grouped by expert, one GEMM per expert and projection. d_counts (may be null): += rows per expert.
+  virtual void moe_experts(const float* d_x, std::int64_t rows, std::int64_t hidden, const std::int32_t* d_ids,
+                           const float* d_weights, std::int64_t top_k, const MoeExpertWeights& experts, float* d_out,
+                           std::int32_t* d_counts);
+  // d_acc[r][:] += sigmoid(d_gate[r]) * d_x[r][:] (Qwen2-MoE's gated shared expert).
+  virtual void sigmoid_scale_add(float* d_acc, const float* d_x, const float* d_gate, std::int64_t rows,
+                                 std::int64_t dim);
+
   virtual void synchronize() {}
   // How many KV blocks of `shape` (num_blocks ignored) fit in the memory this backend may give the cache:
   // a fraction of free device memory for CUDA; 0 when the backend sets no limit (the CPU).

@@ -86,12 +86,23 @@ struct RequestOutput {
 
 using OutputCallback = std::function<void(const RequestOutput&)>;
 
+// MoE models: how the routed tokens spread over the experts.
+struct MoeLoadStats {
+  std::vector<std::uint64_t> expert_tokens;  // [num_experts] tokens routed to each, summed over sparse layers
+  std::uint64_t steps = 0;                   // steps that routed tokens
+  double last_imbalance = 0.0;  // the last such step: max / mean of its tokens per expert (1: even; E: one expert)
+  double imbalance_sum = 0.0;   // summed over those steps (mean = imbalance_sum / steps)
+  // Adds one step's counts, [layers][num_experts] as ModelRunner::expert_tokens gives them.
+  void add_step(const std::vector<std::int32_t>& per_layer_counts, std::int64_t num_experts);
+};
+
 struct EngineStats {
   SchedulerStats scheduler;
   std::uint64_t prompt_tokens = 0;      // prompt tokens computed (prefix-cache hits excluded)
   std::uint64_t generated_tokens = 0;
   std::uint64_t steps = 0;
   std::array<std::uint64_t, 4> finished{};  // by FinishReason (none unused)
+  MoeLoadStats moe;  // empty expert_tokens for a dense model
 };
 
 class Engine {

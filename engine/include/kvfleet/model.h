@@ -11,6 +11,25 @@
 
 namespace kvfleet {
 
+// One expert's SwiGLU MLP: down(silu(gate(x)) * up(x)). Views into the mapped checkpoint: whole tensors
+// in the per-expert layout (experts.N.w1/w3/w2, experts.N.gate_proj/up_proj/down_proj), slices of the
+// packed tensors otherwise (experts.gate_up_proj [E, 2I, H]: gate rows first; experts.down_proj [E, H, I]).
+struct ExpertWeights {
+  TensorView gate, up, down;  // [I, H], [I, H], [H, I]
+};
+
+// The sparse MoE block of one layer (empty `experts`: the layer has the dense MLP).
+struct MoeLayerWeights {
+  const TensorView* router = nullptr;  // [E, H]
+  std::vector<ExpertWeights> experts;
+  bool packed = false;  // which checkpoint layout the experts came from
+  // qwen2_moe: out += sigmoid(shared_expert_gate(x)) * shared_expert(x)
+  const TensorView* shared_gate = nullptr;
+  const TensorView* shared_up = nullptr;
+  const TensorView* shared_down = nullptr;
+  const TensorView* shared_expert_gate = nullptr;  // [1, H]
+};
+
 struct LayerWeights {
   const TensorView* input_norm = nullptr;
   const TensorView* q = nullptr;
@@ -28,6 +47,9 @@ struct LayerWeights {
   const TensorView* gate_bias = nullptr;
   const TensorView* up_bias = nullptr;
   const TensorView* down_bias = nullptr;
+  const TensorView* q_norm = nullptr;  // qwen3_moe: [head_dim]
+  const TensorView* k_norm = nullptr;
+  MoeLayerWeights moe;  // sparse layers only; gate/up/down above are null there
 };
 
 class Model {

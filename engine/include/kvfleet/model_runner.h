@@ -1,4 +1,5 @@
-// Executes ForwardBatches on a backend: the llama-family forward pass (Llama 1/2/3, Qwen2, Mistral).
+// Executes ForwardBatches on a backend: the llama-family forward pass (Llama 1/2/3, Qwen2, Mistral) and its
+// mixture-of-experts variants (Mixtral, Qwen2-MoE, Qwen3-MoE).
 // Thread-safety: one thread at a time (the engine thread owns the runner).
 #pragma once
 
@@ -11,10 +12,16 @@
 
 namespace kvfleet {
 
+class Communicator;
+class MoeLayers;
+
 struct RunnerOptions {
   std::int64_t num_blocks = 256;
   std::int64_t block_size = 16;
   std::int64_t max_batch_tokens = 2048;  // scratch buffers are sized for this many tokens per step
+  // Expert parallelism (MoE models): this rank's communicator; null = every expert on this runner. With
+  // one, every rank must call forward() in lockstep, a rank without work with an empty batch.
+  Communicator* ep = nullptr;
 };
 
 // Rotary inverse frequencies after rope scaling, as transformers computes them (fp32).
@@ -38,17 +45,23 @@ class ModelRunner {
   const Model& model() const { return model_; }
   Backend& backend() { return backend_; }
   const RunnerOptions& options() const { return options_; }
+  // MoE models: tokens routed to each expert by the last forward(), [num_layers][num_experts] (zeros for
+  // dense layers of the model). Empty for a dense model.
+  const std::vector<std::int32_t>& expert_tokens() const { return expert_tokens_; }
 
  private:
   struct Weights;
   struct Scratch;
   void run_layer(std::int64_t layer, std::int64_t rows, const AttentionMeta& meta);
+  void run_mlp(std::int64_t layer, std::int64_t rows);
 
   const Model& model_;
   Backend& backend_;
   RunnerOptions options_;
   std::unique_ptr<Weights> weights_;
   std::unique_ptr<Scratch> scratch_;
+  std::unique_ptr<MoeLayers> moe_;
+  std::vector<std::int32_t> expert_tokens_;
 };
 
 }  // namespace kvfleet
