@@ -209,6 +209,51 @@ TEST_CASE("a real replica's snapshot (reader ahead of its ring) gives a router i
   CHECK(index.match(hashes).of(0) == hashes.size());
 }
 
+TEST_CASE("a real replica's event stream wakes on new events, long before its heartbeat") {
+  ReplicaProcess replica({"--kv-events-heartbeat-ms", "20000"});
+  asio::io_context io;
+  double waited = -1;
+  std::thread poster;
+  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+    http::HttpClientConfig cc;
+    cc.io_timeout = std::chrono::seconds(10);
+    http::HttpClient client(co_await asio::this_coro::executor, cc);
+    const std::string host = "127.0.0.1";
+    co_await client.connect(host, replica.port());
+    http::Request req;
+    req.method = "GET";
+    req.target = "/v1/kv_events?since=0";
+    co_await client.send(req);
+    REQUIRE((co_await client.read_head()).status == 200);
+    http::SseParser parser;
+    bool configured = false;
+    std::chrono::steady_clock::time_point sent;
+    while (waited < 0) {
+      const auto piece = co_await client.read_some();
+      if (!piece) break;
+      for (const auto& e : parser.feed(*piece)) {
+        if (!configured && e.data.find("\"config\"") != std::string::npos) {
+          configured = true;
+          sent = std::chrono::steady_clock::now();
+          poster = std::thread([&] {
+            std::string prompt;
+            for (int i = 0; i < 10; ++i) prompt += "block filler text number " + std::to_string(i) + " ";
+            replica.post("/v1/completions", json::serialize(json::object{{"prompt", prompt}, {"max_tokens", 1}}));
+          });
+        } else if (configured && e.data.find("\"stored\"") != std::string::npos) {
+          waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+        }
+      }
+    }
+    client.close();
+  }, [](std::exception_ptr e) { if (e) std::rethrow_exception(e); });
+  io.run();
+  if (poster.joinable()) poster.join();
+  MESSAGE("first stored event " << waited << " s after the request was sent");
+  CHECK(waited >= 0);
+  CHECK(waited < 5);  // the heartbeat is 20 s: only a wake-up by the ring gets it here in time
+}
+
 TEST_CASE("admin API: its own key, 400 on a bad url escape or URL, and api keys compared whole") {
   StandinUpstream up;
   up.set_kv_script(config_event(0, 1));
