@@ -52,7 +52,7 @@ void wake(const std::shared_ptr<StreamWaker>& w) {
 }
 
 // Sleeps until woken or `timeout` passes; true when woken.
-awaitable<bool> sleep(StreamWaker& w, std::chrono::milliseconds timeout) {
+awaitable<bool> sleep_until_woken(StreamWaker& w, std::chrono::milliseconds timeout) {
   if (w.pending.exchange(false)) co_return true;
   w.timer.expires_after(timeout);
   boost::system::error_code ec;
@@ -109,7 +109,7 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
       }
       if (snap) break;
       if (w.client_gone() || draining_) co_return;
-      if (!co_await sleep(*waker, heartbeat) && !co_await w.write(": ping\n\n")) co_return;
+      if (!co_await sleep_until_woken(*waker, heartbeat) && !co_await w.write(": ping\n\n")) co_return;
     }
     json::object cleared{{"seq", snap->seq}, {"type", "cleared"}, {"tier", tier}, {"snapshot", snap->blocks.size()}};
     std::string out = "data: " + json::serialize(cleared) + "\n\n";
@@ -136,7 +136,7 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
         out.clear();
       }
     }
-    if (!co_await sleep(*waker, heartbeat) && !w.client_gone() && !co_await w.write(": ping\n\n")) co_return;
+    if (!co_await sleep_until_woken(*waker, heartbeat) && !w.client_gone() && !co_await w.write(": ping\n\n")) co_return;
     replay = ring->since(since);
   }
   co_await w.finish();

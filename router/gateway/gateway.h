@@ -2,7 +2,8 @@
 // hash its blocks (Contract 1), ask the ReplicaCacheIndex which replica holds how much of it, let
 // the policy choose, and relay the request to that replica piece by piece (SSE passes through).
 //
-// Files: gateway.cpp (setup, local endpoints, admin API, metrics), routing.cpp (prompt -> hashes
+// Files: gateway.cpp (setup, local endpoints, metrics, replica set), admin.cpp (admin API, API
+// keys, metric cleanup of removed replicas), routing.cpp (prompt -> hashes
 // -> decision, in-flight bookkeeping), proxy.cpp (admission, forwarding, retries, relaying),
 // replica_links.cpp (per replica: active health checks and the KV event subscription).
 //
@@ -117,13 +118,16 @@ class Gateway {
   awaitable<void> models(const http::Request& req, http::ResponseWriter& w);
   awaitable<void> health(const http::Request& req, http::ResponseWriter& w);
   awaitable<void> metrics(const http::Request& req, http::ResponseWriter& w);
+  // admin.cpp
   using AdminHandler = awaitable<void> (Gateway::*)(const http::Request&, http::ResponseWriter&);
   awaitable<void> admin_guard(AdminHandler method, const http::Request& req, http::ResponseWriter& w);
   awaitable<void> list_replicas(const http::Request& req, http::ResponseWriter& w);
   awaitable<void> add_replica_handler(const http::Request& req, http::ResponseWriter& w);
   awaitable<void> remove_replica_handler(const http::Request& req, http::ResponseWriter& w);
   awaitable<void> drain_replica_handler(const http::Request& req, http::ResponseWriter& w);
-  std::shared_ptr<ReplicaLink> add_replica(const std::string& url, ReplicaPool pool = ReplicaPool::mixed);  // throws
+  // gateway.cpp: the replica set
+  std::shared_ptr<ReplicaLink> add_replica(const std::string& url,
+                                           ReplicaPool pool = ReplicaPool::mixed);  // throws invalid_argument
   bool remove_replica(const std::string& url);
   awaitable<void> maintenance_loop();
 

@@ -1,0 +1,248 @@
+// The admin API (/admin/*) and the API key checks: who may call what, and the replica list's
+// handlers (list, add, remove, drain), including the cleanup of a removed replica's metric series.
+#include <algorithm>
+#include <boost/json.hpp>
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+
+#include "kvfleet/http/json_error.h"
+#include "router/gateway/gateway.h"
+
+namespace kvfleet::router {
+namespace json = boost::json;
+namespace asio = boost::asio;
+
+namespace {
+
+http::Response json_response(int status, const json::value& v) { return http::Response::json(status, json::serialize(v)); }
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// The url given as ?url=... (percent-decoded: clients commonly encode ':' and '/') or as {"url": ...}
+// in the body; "" when neither. Throws std::invalid_argument on a bad percent-escape.
+std::string url_param(const http::Request& req) {
+  if (auto q = req.query_param("url")) {
+    std::string out;
+    for (std::size_t i = 0; i < q->size(); ++i) {
+      if ((*q)[i] != '%') {
+        out.push_back((*q)[i]);
+        continue;
+      }
+      const bool whole = i + 2 < q->size();
+      const int hi = whole ? hex_digit((*q)[i + 1]) : -1;
+      const int lo = whole ? hex_digit((*q)[i + 2]) : -1;
+      if (hi < 0 || lo < 0) throw std::invalid_argument("'url' has a bad percent-escape");
+      out.push_back(static_cast<char>(hi * 16 + lo));
+      i += 2;
+    }
+    return out;
+  }
+  json::error_code ec;
+  const json::value body = json::parse(req.body, ec);
+  if (!ec && body.is_object())
+    if (const auto* u = body.as_object().if_contains("url"); u && u->is_string()) return std::string(u->as_string());
+  return {};
+}
+
+
+}  // namespace
+
+// Admin: its own key; a bad ?url= escape is the client's error (400), not ours.
+awaitable<void> Gateway::admin_guard(AdminHandler method, const http::Request& req, http::ResponseWriter& w) {
+  int status = 0;
+  std::string why;
+  if (!admin_authorized(req, status, why)) {
+    co_await w.send(http::json_error(status, why, "authentication_error", "", "invalid_api_key"));
+    co_return;
+  }
+  std::string bad_url;
+  try {
+    if (req.query_param("url")) url_param(req);
+  } catch (const std::invalid_argument& e) {
+    bad_url = e.what();
+  }
+  if (!bad_url.empty()) {
+    co_await w.send(http::json_error(400, bad_url, "invalid_request_error", "url"));
+    co_return;
+  }
+  co_await (this->*method)(req, w);
+}
+
+awaitable<void> Gateway::list_replicas(const http::Request&, http::ResponseWriter& w) {
+  json::array list;
+  json::object tree;
+  std::size_t active = 0, queued = 0;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& l : links_) {
+      list.push_back(json::object{{"url", l->url},
+                                  {"slot", l->slot},
+                                  {"healthy", l->healthy},
+                                  {"draining", l->draining},
+                                  {"circuit_breaker", circuit_state_name(l->breaker.state())},
+                                  {"failure_streak", l->breaker.failure_streak()},
+                                  {"idle_connections", l->pool.idle()},
+                                  {"mode", index_.mode(l->slot) == CacheMode::exact ? "exact" : "approximate"},
+                                  {"mode_reason", index_.mode_reason(l->slot)},
+                                  {"last_seq", index_.last_seq(l->slot)},
+                                  {"events_applied", l->events_applied},
+                                  {"orphans_dropped", index_.orphans_dropped(l->slot)},
+                                  {"in_flight_requests", l->in_flight},
+                                  {"in_flight_tokens", l->in_flight_tokens},
+                                  {"routed", l->routed},
+                                  {"pd_pool", l->pd_pool == ReplicaPool::prefill  ? "prefill"
+                                              : l->pd_pool == ReplicaPool::decode ? "decode"
+                                                                                  : "mixed"}});
+    }
+    active = active_;
+    queued = waiters_.size();
+    const TreeStats s = index_.tree().stats();
+    tree = json::object{{"nodes", s.nodes}, {"blocks", s.blocks}, {"entries", s.entries}, {"bytes", s.bytes}};
+  }
+  http::Response r = json_response(200, json::object{{"policy", policy()->name()}, {"active", active}, {"queued", queued},
+                                                     {"replicas", list}, {"tree", tree}});
+  co_await w.send(std::move(r));
+}
+
+awaitable<void> Gateway::add_replica_handler(const http::Request& req, http::ResponseWriter& w) {
+  const std::string url = url_param(req);
+  std::shared_ptr<ReplicaLink> link;
+  std::string error;
+  try {
+    link = add_replica(url);
+  } catch (const std::invalid_argument& e) {
+    error = e.what();
+  }
+  if (!link) {
+    co_await w.send(http::json_error(400, error, "invalid_request_error", "url"));
+    co_return;
+  }
+  start_loops(link);
+  http::Response r = json_response(201, json::object{{"url", url}, {"slot", link->slot}});
+  co_await w.send(std::move(r));
+}
+
+awaitable<void> Gateway::remove_replica_handler(const http::Request& req, http::ResponseWriter& w) {
+  const std::string url = url_param(req);
+  if (!remove_replica(url)) {
+    co_await w.send(http::json_error(404, "no replica '" + url + "'", "not_found_error", "url"));
+    co_return;
+  }
+  http::Response r = json_response(200, json::object{{"removed", url}});
+  co_await w.send(std::move(r));
+}
+
+awaitable<void> Gateway::drain_replica_handler(const http::Request& req, http::ResponseWriter& w) {
+  const std::string url = url_param(req);
+  bool found = false;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& l : links_)
+      if (l->url == url) l->draining = found = true;
+  }
+  if (!found) {
+    co_await w.send(http::json_error(404, "no replica '" + url + "'", "not_found_error", "url"));
+    co_return;
+  }
+  http::Response r = json_response(200, json::object{{"draining", url}});
+  co_await w.send(std::move(r));
+}
+
+// prometheus-cpp keeps a series until it is removed from its family; registering a family by its name
+// again returns the existing one, so each family is reached through the registry's builder.
+void Gateway::forget_metrics(const std::string& url) {
+  prometheus::Registry& registry = *metrics_.registry();
+  const http::MetricLabels labels{{"replica", url}};
+  const std::pair<const char*, const char*> gauges[] = {
+      {"kvfleet_router_replica_healthy", "1 when the replica takes requests"},
+      {"kvfleet_router_replica_in_flight_requests", "Requests in flight"},
+      {"kvfleet_router_circuit_breaker_state", "Per replica: 0 closed, 1 open, 2 half-open"},
+      {"kvfleet_router_upstream_idle_connections", "Pooled keep-alive connections to the replica"},
+      {"kvfleet_router_replica_exact_mode", "1 when following the replica's KV events"}};
+  for (const auto& [name, help] : gauges) {
+    auto& family = prometheus::BuildGauge().Name(name).Help(help).Register(registry);
+    if (family.Has(labels)) family.Remove(&family.Add(labels));
+  }
+  std::vector<std::pair<std::string, std::string>> series;
+  {
+    std::lock_guard lock(series_mutex_);
+    for (auto it = request_series_.begin(); it != request_series_.end();) {
+      if (it->first == url) {
+        series.push_back(*it);
+        it = request_series_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  const std::pair<const char*, const char*> counters[] = {
+      {"kvfleet_router_requests_total", "Requests answered, by replica and HTTP status"},
+      {"kvfleet_router_upstream_overloaded_total", "503/429 answers retried on another replica"}};
+  for (const auto& [name, help] : counters) {
+    auto& family = prometheus::BuildCounter().Name(name).Help(help).Register(registry);
+    for (const auto& [replica, status] : series) {
+      const http::MetricLabels l{{"replica", replica}, {"status", status}};
+      if (family.Has(l)) family.Remove(&family.Add(l));
+    }
+  }
+}
+
+namespace {
+
+// Equal strings, in a time that depends on their lengths only (not on where they differ).
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  unsigned diff = a.size() == b.size() ? 0u : 1u;
+  const std::size_t n = std::max(a.size(), b.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
+// The Bearer token of the request; nullopt without one.
+std::optional<std::string_view> bearer(const http::Request& req) {
+  const std::string* h = req.headers.find("Authorization");
+  constexpr std::string_view prefix = "Bearer ";
+  if (!h || h->size() < prefix.size() || !std::equal(prefix.begin(), prefix.end(), h->begin())) return std::nullopt;
+  return std::string_view(*h).substr(prefix.size());
+}
+
+bool loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+}  // namespace
+
+bool Gateway::authorized(const http::Request& req) const {
+  std::lock_guard lock(mutex_);
+  if (api_keys_.empty()) return true;
+  const auto key = bearer(req);
+  if (!key) return false;
+  bool match = false;
+  for (const auto& k : api_keys_) match |= constant_time_equal(*key, k);  // no early exit
+  return match;
+}
+
+bool Gateway::admin_authorized(const http::Request& req, int& status, std::string& why) const {
+  std::lock_guard lock(mutex_);
+  if (admin_api_key_.empty()) {
+    if (api_keys_.empty() && loopback_host(config_.host)) return true;
+    status = 403;
+    why = "the admin API is off: set admin_api_key (--admin-api-key) to use it";
+    return false;
+  }
+  const auto key = bearer(req);
+  if (key && constant_time_equal(*key, admin_api_key_)) return true;
+  status = 401;
+  why = "invalid or missing admin API key (Authorization: Bearer ADMIN_KEY)";
+  return false;
+}
+
+}  // namespace kvfleet::router
