@@ -333,6 +333,13 @@ void Engine::step() {
     }
   }
   sched.update(out, sampled);
+  {
+    // Counted before any callback runs: a client that has its last token must find it in the metrics.
+    std::lock_guard lock(m.stats_mu);
+    m.stats.prompt_tokens += prompt_tokens;
+    m.stats.generated_tokens += sampled.size() - failed.size();
+    m.stats.steps += 1;
+  }
   for (const auto& [id, why] : failed) fail(id, why);
   std::size_t i = 0;
   for (const ScheduledChunk& c : out.chunks) {
@@ -348,9 +355,6 @@ void Engine::step() {
   }
   std::lock_guard lock(m.stats_mu);
   m.stats.scheduler = sched.stats();
-  m.stats.prompt_tokens += prompt_tokens;
-  m.stats.generated_tokens += sampled.size() - failed.size();
-  m.stats.steps += 1;
 }
 
 void Engine::emit_token(SeqId id, TokenId token) {
