@@ -102,6 +102,7 @@ void apply_router_yaml(const std::string& text, const std::string& source, Route
     else if (key == "max_body_bytes") c.max_body_bytes = positive<std::size_t>(v, source, key);
     else if (key == "read_timeout_ms") c.read_timeout = ms();
     else if (key == "drain_timeout_ms") c.drain_timeout = ms();
+    else if (key == "special_tokens_in_content") c.special_tokens_in_content = scalar<bool>(v, source, key);
     else if (key == "api_keys") {
       if (!v.IsSequence()) bad(source, key, "must be a list of strings");
       c.api_keys.clear();
@@ -148,6 +149,8 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
   flags.add_option("--max-queue", c.max_queue, "Requests waiting beyond that (then 429)");
   flags.add_option("--drain-timeout-ms", drain_ms, "On SIGTERM, how long running requests may take to finish");
   flags.add_option("--api-key", api_keys, "Require Authorization: Bearer KEY (repeat for several keys)");
+  flags.add_flag("!--no-special-tokens-in-content", c.special_tokens_in_content,
+                 "Hash chat prompts as replicas run with --no-special-tokens-in-content do");
   try {
     flags.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -55,6 +55,8 @@ struct RouterConfig {
   milliseconds drain_timeout{30'000};
   // Non-empty: the OpenAI endpoints require `Authorization: Bearer <one of these>` (401 otherwise).
   std::vector<std::string> api_keys;
+  // Must match the replicas' special_tokens_in_content, so that chat prompts hash the same (Contract 1).
+  bool special_tokens_in_content = true;
 };
 
 // Parses argv (and the YAML file it names); throws std::invalid_argument naming the bad key or
