@@ -226,7 +226,13 @@ void Engine::loop() {
                m.abort_everything || sched.has_unfinished();
       });
       if (m.stop) break;
-      for (auto& p : m.snapshots) p.set_value(sched.kv().snapshot());
+      for (auto& p : m.snapshots) {
+        try {
+          p.set_value(sched.kv().snapshot());
+        } catch (...) {
+          p.set_exception(std::current_exception());  // the reader gets the error, the engine goes on
+        }
+      }
       m.snapshots.clear();
       subs.swap(m.submissions);
       aborts.swap(m.aborts);
