@@ -1,5 +1,6 @@
 #include "kvfleet/engine.h"
 
+#include <cstdio>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -240,7 +241,14 @@ void Engine::loop() {
                m.abort_everything || !m.kv_tasks.empty() || sched.has_unfinished();
       });
       if (m.stop) break;
-      for (auto& done : m.snapshots) done(sched.kv().snapshot());
+      for (auto& done : m.snapshots) {
+        try {
+          done(sched.kv().snapshot());
+        } catch (const std::exception& e) {  // the reader goes without; the engine goes on
+          std::fprintf(stderr, "kvfleet: KV snapshot failed: %s
+", e.what());
+        }
+      }
       m.snapshots.clear();
       subs.swap(m.submissions);
       aborts.swap(m.aborts);
@@ -361,6 +369,14 @@ void Engine::step() {
     }
   }
   sched.update(out, sampled);
+  {
+    // Counted before any callback runs: a client that has its last token must find it in the metrics.
+    std::lock_guard lock(m.stats_mu);
+    m.stats.prompt_tokens += prompt_tokens;
+    m.stats.generated_tokens += sampled.size() - failed.size() - prefill_only;
+    m.stats.steps += 1;
+    m.stats.moe.add_step(m.runner->expert_tokens(), model_.config().moe.num_experts);
+  }
   for (const auto& [id, why] : failed) fail(id, why);
   std::size_t i = 0;
   for (const ScheduledChunk& c : out.chunks) {
@@ -378,10 +394,6 @@ void Engine::step() {
   }
   std::lock_guard lock(m.stats_mu);
   m.stats.scheduler = sched.stats();
-  m.stats.prompt_tokens += prompt_tokens;
-  m.stats.generated_tokens += sampled.size() - failed.size() - prefill_only;
-  m.stats.steps += 1;
-  m.stats.moe.add_step(m.runner->expert_tokens(), model_.config().moe.num_experts);
 }
 
 void Engine::emit_token(SeqId id, TokenId token) {

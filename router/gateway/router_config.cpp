@@ -134,6 +134,7 @@ void apply_router_yaml(const std::string& text, const std::string& source, Route
     else if (key == "max_body_bytes") c.max_body_bytes = positive<std::size_t>(v, source, key);
     else if (key == "read_timeout_ms") c.read_timeout = ms();
     else if (key == "drain_timeout_ms") c.drain_timeout = ms();
+    else if (key == "special_tokens_in_content") c.special_tokens_in_content = scalar<bool>(v, source, key);
     else if (key == "api_keys") {
       if (!v.IsSequence()) bad(source, key, "must be a list of strings");
       c.api_keys.clear();
@@ -190,6 +191,8 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
   std::int64_t kv_timeout_ms = c.kv_events_timeout.count();
   flags.add_option("--kv-events-timeout-ms", kv_timeout_ms, "Reconnect a KV event stream silent this long")
       ->check(CLI::PositiveNumber);
+  flags.add_flag("!--no-special-tokens-in-content", c.special_tokens_in_content,
+                 "Hash chat prompts as replicas run with --no-special-tokens-in-content do");
   try {
     flags.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

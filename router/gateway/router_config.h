@@ -75,6 +75,8 @@ struct RouterConfig {
   // forward_authorization is true).
   std::string replica_api_key;
   bool forward_authorization = false;
+  // Must match the replicas' special_tokens_in_content, so that chat prompts hash the same (Contract 1).
+  bool special_tokens_in_content = true;
 };
 
 // Parses argv (and the YAML file it names); throws std::invalid_argument naming the bad key or

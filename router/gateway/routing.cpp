@@ -3,6 +3,7 @@
 #include <boost/json.hpp>
 
 #include "kvfleet/block_hash.h"
+#include "kvfleet/chat_tokens.h"
 #include "router/gateway/gateway.h"
 
 namespace kvfleet::router {
@@ -52,7 +53,8 @@ RoutePlan Gateway::plan(std::string_view path, const json::object& body, const h
         // Only content given as parts needs a rewritten copy (of every message's text).
         json::array normalized;
         if (parts) normalized = normalize_messages(given);
-        tokens = tokenizer_.encode(chat_template_->render(parts ? normalized : given, opts), false);
+        tokens = tokenize_chat(*chat_template_, tokenizer_, parts ? normalized : given, opts,
+                               config_.special_tokens_in_content);
       }
     } else if (const auto* prompt = body.if_contains("prompt")) {
       // A list of prompts routes by its first one.

@@ -2,6 +2,11 @@
 // take, a failing step), sample ids the tokenizer cannot show, or share a tenant's cached prefix.
 #include <doctest/doctest.h>
 
+#include <boost/json.hpp>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
 #include <stdexcept>
 
 #include "engine_harness.h"
@@ -35,6 +40,27 @@ Model small_model(const test::TempDir& dir) {
   o.vocab = 300;
   o.layers = 1;
   make_model(o, dir.path());
+  return Model::load(dir.path());
+}
+
+// A model whose lm_head is all NaN (f32): every logit row the engine sees is NaN.
+Model nan_model(const test::TempDir& dir) {
+  MakeModelOptions o;
+  o.vocab = 300;
+  o.layers = 1;
+  make_model(o, dir.path());
+  const auto file = dir.path() / "model.safetensors";
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  std::uint64_t header_len = 0;
+  f.read(reinterpret_cast<char*>(&header_len), 8);
+  std::string header(header_len, '\0');
+  f.read(header.data(), static_cast<std::streamsize>(header_len));
+  const auto offsets = boost::json::parse(header).at("lm_head.weight").at("data_offsets").as_array();
+  const auto begin = offsets[0].to_number<std::uint64_t>(), end = offsets[1].to_number<std::uint64_t>();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  f.seekp(static_cast<std::streamoff>(8 + header_len + begin));
+  for (std::uint64_t at = begin; at < end; at += 4) f.write(reinterpret_cast<const char*>(&nan), 4);
+  f.close();
   return Model::load(dir.path());
 }
 
@@ -144,4 +170,29 @@ TEST_CASE("logit_bias moves sampling; abort_all ends every request with its erro
   engine.wait_idle();
   std::lock_guard lock(mu);
   CHECK(error == "drain timed out");
+}
+
+TEST_CASE("NaN logits end the request with an error (greedy or sampled); the engine goes on") {
+  test::TempDir dir;
+  const Model model = nan_model(dir);
+  Engine engine(model, cpu_config());
+  std::mutex mu;
+  std::vector<std::string> errors;
+  std::vector<TokenId> tokens;
+  for (int i = 0; i < 4; ++i) {
+    GenerationRequest r = request({1, 2, static_cast<TokenId>(3 + i)}, 4);
+    r.sampling.temperature = i % 2 ? 0.8f : 0.0f;
+    r.logprobs = i == 3 ? 2 : -1;
+    engine.submit(r, [&](const RequestOutput& o) {
+      std::lock_guard lock(mu);
+      tokens.insert(tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      if (o.finished) errors.push_back(o.error);
+    });
+  }
+  engine.wait_idle();
+  std::lock_guard lock(mu);
+  CHECK(tokens.empty());  // before: NaN reached std::sort's comparator and tokens came out
+  REQUIRE(errors.size() == 4);
+  for (const auto& e : errors) CHECK(e.find("NaN") != std::string::npos);
+  CHECK(engine.stats().scheduler.kv.num_free_blocks == engine.stats().scheduler.kv.num_blocks);
 }

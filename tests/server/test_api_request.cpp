@@ -101,7 +101,52 @@ TEST_CASE("chat requests: messages, content parts, logprobs") {
     return std::string("none");
   };
   CHECK(err(R"({"messages":[]})") == "messages");
-  CHECK(err(R"({"messages":[{"content":"x"}]})") == "messages");
-  CHECK(err(R"({"messages":[{"role":"user","content":5}]})") == "messages");
+  CHECK(err(R"({"messages":[{"content":"x"}]})") == "messages[0].role");
+  CHECK(err(R"({"messages":[{"role":"user","content":5}]})") == "messages[0].content");
   CHECK(err(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})") == "top_logprobs");
+  // Before: at("text") threw std::out_of_range, which the server answered with a 500.
+  CHECK(err(R"({"messages":[{"role":"user","content":[{"type":"text"}]}]})") == "messages[0].content[0].text");
+  CHECK(err(R"({"messages":[{"role":"user","content":"a"},{"role":"user","content":[{"type":"image_url"}]}]})") ==
+        "messages[1].content[0].type");
+  CHECK(err(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{}}]})") ==
+        "tools[0].function.name");
+}
+
+TEST_CASE("caps: stop strings, stop_token_ids, logit_bias, prompts; cache_salt") {
+  auto err = [](const std::string& fields) {
+    try {
+      parse_completion_request(parse_json_body(R"({"prompt":"x")" + fields + "}"));
+    } catch (const ApiError& e) {
+      return e.param;
+    }
+    return std::string("none");
+  };
+  auto list = [](const std::string& item, std::size_t n) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < n; ++i) s += (i ? "," : "") + item;
+    return s + "]";
+  };
+  CHECK(err(",\"stop\":" + list("\"s\"", RequestLimits::max_stop_strings)) == "none");
+  CHECK(err(",\"stop\":" + list("\"s\"", RequestLimits::max_stop_strings + 1)) == "stop");
+  CHECK(err(",\"stop\":\"" + std::string(RequestLimits::max_stop_bytes, 'a') + "\"") == "none");
+  CHECK(err(",\"stop\":\"" + std::string(RequestLimits::max_stop_bytes + 1, 'a') + "\"") == "stop");
+  CHECK(err(",\"stop_token_ids\":" + list("3", RequestLimits::max_stop_token_ids + 1)) == "stop_token_ids");
+  CHECK(err(R"(,"logit_bias":{"12":-100,"13":100})") == "none");
+  CHECK(err(R"(,"logit_bias":{"12":-101})") == "logit_bias");
+  CHECK(err(R"(,"cache_salt":"tenant-1")") == "none");
+  CHECK(err(R"(,"cache_salt":"")") == "cache_salt");
+  const auto r = parse_completion_request(parse_json_body(R"({"prompt":"x","cache_salt":"t","logit_bias":{"7":2.5}})"));
+  CHECK(r.params.cache_salt == "t");
+  REQUIRE(r.params.logit_bias.size() == 1);
+  CHECK(r.params.logit_bias[0] == std::pair<TokenId, float>{7, 2.5f});
+  auto prompts = [&](std::size_t n) {
+    try {
+      parse_completion_request(parse_json_body(R"({"prompt":)" + list("\"p\"", n) + "}"));
+    } catch (const ApiError& e) {
+      return e.param;
+    }
+    return std::string("none");
+  };
+  CHECK(prompts(RequestLimits::max_prompts) == "none");
+  CHECK(prompts(RequestLimits::max_prompts + 1) == "prompt");
 }

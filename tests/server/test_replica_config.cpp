@@ -35,3 +35,24 @@ TEST_CASE("unknown keys and bad values fail, naming the key") {
   CHECK_THROWS_WITH(parse({"--port", "1"}), "--model (or 'model' in the config file) is required");
   CHECK_THROWS_AS(parse({"--model", "m", "--no-such-flag"}), std::invalid_argument);
 }
+
+TEST_CASE("API keys and special_tokens_in_content: YAML keys and flags") {
+  ReplicaConfig c;
+  apply_replica_yaml("api_key: k1\ninternal_api_key: k2\nspecial_tokens_in_content: false\n", "r.yaml", c);
+  CHECK(c.api_key == "k1");
+  CHECK(c.internal_api_key == "k2");
+  CHECK(!c.special_tokens_in_content);
+  CHECK_THROWS_AS(apply_replica_yaml("special_tokens_in_content: maybe\n", "r.yaml", c), std::invalid_argument);
+  const ReplicaConfig defaults = parse({"--model", "m"});
+  CHECK(defaults.api_key.empty());
+  CHECK(defaults.special_tokens_in_content);
+  const ReplicaConfig flags = parse({"--model", "m", "--api-key", "a", "--internal-api-key", "b",
+                                     "--no-special-tokens-in-content"});
+  CHECK(flags.api_key == "a");
+  CHECK(flags.internal_api_key == "b");
+  CHECK(!flags.special_tokens_in_content);
+  // The example documents every new key with its default.
+  const ReplicaConfig example = parse({"--config", std::string(KVFLEET_SOURCE_DIR) + "/examples/replica.yaml"});
+  CHECK(example.api_key.empty());
+  CHECK(example.special_tokens_in_content);
+}
