@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "kvfleet/communicator.h"
 #include "kvfleet/model_runner.h"
 #include "engine/runtime/stop_checker.h"
 
@@ -85,6 +86,7 @@ Engine::Engine(const Model& model, const EngineConfig& config)
   ro.num_blocks = config.num_blocks;
   ro.block_size = config.block_size;
   ro.max_batch_tokens = config.scheduler.max_num_batched_tokens;
+  ro.ep = config.ep;
   impl_->runner = std::make_unique<ModelRunner>(model, *impl_->backend, ro);
   KvCacheConfig kv;
   kv.num_blocks = config.num_blocks;
@@ -167,14 +169,18 @@ void Engine::loop() {
   for (;;) {
     std::vector<Submission> subs;
     std::vector<RequestId> aborts;
+    bool stopping = false;
     {
       std::unique_lock lock(m.mu);
       m.busy = sched.has_unfinished();
       if (!m.busy && m.submissions.empty() && m.aborts.empty()) m.idle.notify_all();
-      m.wake.wait(lock, [&] {
+      const auto ready = [&] {
         return m.stop || !m.submissions.empty() || !m.aborts.empty() || !m.snapshots.empty() || sched.has_unfinished();
-      });
-      if (m.stop) break;
+      };
+      if (config_.ep) m.wake.wait_for(lock, std::chrono::milliseconds(1), ready);  // the group's vote cannot wait
+      else m.wake.wait(lock, ready);
+      stopping = m.stop;
+      if (m.stop && !config_.ep) break;
       for (auto& p : m.snapshots) p.set_value(sched.kv().snapshot());
       m.snapshots.clear();
       subs.swap(m.submissions);
@@ -208,6 +214,10 @@ void Engine::loop() {
       m.active.erase(it->second);
       m.seq_of.erase(it);
     }
+    if (config_.ep) {
+      if (!ep_turn(stopping)) break;
+      continue;
+    }
     if (!sched.has_unfinished()) {
       std::lock_guard lock(m.stats_mu);  // aborts changed the numbers without a step
       m.stats.scheduler = sched.stats();
@@ -219,11 +229,36 @@ void Engine::loop() {
   for (auto& [seq, a] : m.active) emit_final(a, FinishReason::aborted, {}, "the engine is shutting down");
 }
 
+// Expert parallelism: every rank votes (has work, stopping) each turn; all stop together, idle together, or
+// step together, a rank without work running an empty forward so that the MoE layers' exchanges line up.
+bool Engine::ep_turn(bool stopping) {
+  Impl& m = *impl_;
+  const int n = config_.ep->size();
+  const std::int32_t mine[2] = {m.scheduler->has_unfinished() ? 1 : 0, stopping ? 1 : 0};
+  std::vector<std::int32_t> all(static_cast<std::size_t>(2 * n));
+  config_.ep->all_gather(mine, sizeof mine, all.data());
+  bool any_work = false;
+  for (int r = 0; r < n; ++r) {
+    if (all[static_cast<std::size_t>(2 * r + 1)]) return false;
+    any_work = any_work || all[static_cast<std::size_t>(2 * r)];
+  }
+  if (mine[0]) {
+    step();
+  } else if (any_work) {
+    m.runner->forward(ForwardBatch{});
+  } else {
+    std::lock_guard lock(m.stats_mu);  // aborts may have changed the numbers without a step
+    m.stats.scheduler = m.scheduler->stats();
+  }
+  return true;
+}
+
 void Engine::step() {
   Impl& m = *impl_;
   Scheduler& sched = *m.scheduler;
   const SchedulerOutput out = sched.schedule();
   if (out.empty()) {  // nothing fits this instant; submit() rejects what could never fit
+    if (config_.ep) m.runner->forward(ForwardBatch{});  // still this rank's turn in the group's step
     std::unique_lock lock(m.mu);
     m.wake.wait_for(lock, std::chrono::milliseconds(1));
     return;
@@ -232,8 +267,10 @@ void Engine::step() {
   try {
     logits = m.runner->forward(out.to_forward_batch());
   } catch (const std::exception& e) {
-    // A step that cannot run fails the requests in it, not the engine.
+    // A step that cannot run fails the requests in it, not the engine. Under expert parallelism the
+    // runner rejects a bad batch before its first exchange, so an empty step keeps the group in line.
     for (const ScheduledChunk& c : out.chunks) fail(c.id, e.what());
+    if (config_.ep) m.runner->forward(ForwardBatch{});
     return;
   }
   const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);

@@ -2,6 +2,10 @@
 // logits --ep-size N printing exactly what one rank prints.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <fstream>
+#include <vector>
+
 #include "support/temp_dir.h"
 
 using namespace kvfleet;
@@ -41,5 +45,43 @@ TEST_CASE("kvfleet make-model/inspect/logits on MoE models, logits --ep-size 1, 
     const auto i = test::run_command(bin + "inspect --model " + m);
     CHECK(i.status == 0);
     CHECK(i.out.find("per-expert (experts.N.*) layout") != std::string::npos);
+  }
+}
+
+TEST_CASE("kvfleet generate --ep-size 2 and 4 print what one engine prints") {
+  test::TempDir dir;
+  const std::string bin = test::bin_dir() + "/kvfleet ";
+  const std::string model = (dir / "moe").string();
+  REQUIRE(test::run_command(bin + "make-model --arch mixtral --experts 4 --vocab 128 --out " + model).status == 0);
+  {
+    std::ofstream f(dir / "p.jsonl");
+    for (int i = 0; i < 6; ++i) {
+      f << "{\"id\": " << i << ", \"prompt_ids\": [";
+      for (int t = 0; t < 5 + 9 * i; ++t) f << (t ? "," : "") << (t * 7 + i) % 128;
+      f << "], \"max_tokens\": " << 3 + i << (i % 2 ? ", \"temperature\": 0.8, \"seed\": 5" : "") << "}\n";
+    }
+  }
+  const std::string gen = bin + "generate --backend cpu --threads 1 --ignore-eos --model " + model + " --prompts " +
+                          (dir / "p.jsonl").string();
+  auto sorted_lines = [](const std::string& out) {
+    std::vector<std::string> lines;
+    std::size_t start = 0;
+    while (start < out.size()) {
+      const auto end = out.find('\n', start);
+      lines.push_back(out.substr(start, end - start));
+      start = end + 1;
+    }
+    std::sort(lines.begin(), lines.end());
+    return lines;
+  };
+  const auto one = test::run_command(gen);
+  REQUIRE(one.status == 0);
+  const auto want = sorted_lines(one.out);
+  CHECK(want.size() == 6);
+  for (const char* n : {"2", "4"}) {
+    CAPTURE(n);
+    const auto ep = test::run_command(gen + " --ep-size " + n);
+    REQUIRE(ep.status == 0);
+    CHECK(sorted_lines(ep.out) == want);
   }
 }

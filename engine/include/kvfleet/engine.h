@@ -28,6 +28,7 @@
 
 namespace kvfleet {
 
+class Communicator;
 class Tokenizer;
 
 struct EngineConfig {
@@ -38,6 +39,10 @@ struct EngineConfig {
   std::string served_model_name;  // the block-hash namespace (Contract 1); default: the model's name
   std::int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
   BackendOptions backend;
+  // Expert parallelism (MoE models): this engine is rank ep->rank() of a group whose engines step in
+  // lockstep (a rank without work runs an empty step). Each rank has its own requests, scheduler and KV
+  // cache; destroying any rank's engine stops the whole group's loops. Null: a plain engine.
+  Communicator* ep = nullptr;
 };
 
 struct GenerationRequest {
@@ -125,6 +130,7 @@ class Engine {
   struct Impl;
   void loop();
   void step();
+  bool ep_turn(bool stopping);
   void fail(SeqId seq, const std::string& error);
   void count_finished(FinishReason reason);
 
