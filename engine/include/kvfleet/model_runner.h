@@ -54,6 +54,8 @@ class ModelRunner {
   // MoE models: tokens routed to each expert by the last forward(), [num_layers][num_experts] (zeros for
   // dense layers of the model). Empty for a dense model.
   const std::vector<std::int32_t>& expert_tokens() const { return expert_tokens_; }
+  // Expert parallelism: seconds spent in the MoE layers' dispatch and combine since construction.
+  double ep_exchange_seconds() const;
 
  private:
   struct Weights;
