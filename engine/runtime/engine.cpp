@@ -245,7 +245,9 @@ bool Engine::ep_turn(bool stopping) {
   if (mine[0]) {
     step();
   } else if (any_work) {
-    m.runner->forward(ForwardBatch{});
+    m.runner->forward(ForwardBatch{});  // this rank's experts still serve the others' tokens
+    std::lock_guard lock(m.stats_mu);
+    count_experts();
   } else {
     std::lock_guard lock(m.stats_mu);  // aborts may have changed the numbers without a step
     m.stats.scheduler = m.scheduler->stats();
@@ -258,7 +260,11 @@ void Engine::step() {
   Scheduler& sched = *m.scheduler;
   const SchedulerOutput out = sched.schedule();
   if (out.empty()) {  // nothing fits this instant; submit() rejects what could never fit
-    if (config_.ep) m.runner->forward(ForwardBatch{});  // still this rank's turn in the group's step
+    if (config_.ep) {  // still this rank's turn in the group's step
+      m.runner->forward(ForwardBatch{});
+      std::lock_guard lock(m.stats_mu);
+      count_experts();
+    }
     std::unique_lock lock(m.mu);
     m.wake.wait_for(lock, std::chrono::milliseconds(1));
     return;
@@ -329,7 +335,14 @@ void Engine::step() {
   m.stats.prompt_tokens += prompt_tokens;
   m.stats.generated_tokens += sampled.size();
   m.stats.steps += 1;
-  m.stats.moe.add_step(m.runner->expert_tokens(), model_.config().moe.num_experts);
+  count_experts();
+}
+
+// The step's tokens per expert (this rank's experts under expert parallelism). Caller holds stats_mu.
+void Engine::count_experts() {
+  const std::int64_t e = model_.config().moe.num_experts;
+  const std::int64_t held = config_.ep ? e / config_.ep->size() : e;
+  impl_->stats.moe.add_step(impl_->runner->expert_tokens(), e, config_.ep ? config_.ep->rank() * held : 0, held);
 }
 
 void Engine::fail(SeqId seq, const std::string& error) {

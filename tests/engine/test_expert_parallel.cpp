@@ -216,19 +216,23 @@ TEST_CASE("expert-parallel engines in lockstep: every request's tokens equal the
   const Model model = Model::load(dir.path());
   const auto requests = test::equivalence_requests(300);
   EngineConfig c;
-  c.num_blocks = 64;
+  c.num_blocks = 128;  // no preemption, and no prefix cache: each rank would hit its own cache differently,
+  c.enable_prefix_caching = false;  // so the tokens computed (the expert load) would differ from one engine's
   c.scheduler.max_num_batched_tokens = 64;  // chunked prefill, several steps per rank
   c.scheduler.max_num_seqs = 8;
   c.backend.kind = "cpu";
   c.backend.threads = 1;
   std::map<std::size_t, test::Collected> want;
+  std::vector<std::uint64_t> want_load;
   {
     Engine engine(model, c);
     test::Collector col;
     for (std::size_t i = 0; i < requests.size(); ++i) engine.submit(requests[i], col.callback(i));
     engine.wait_idle();
     want = col.results();
+    want_load = engine.stats().moe.expert_tokens;
   }
+  REQUIRE(want_load.size() == 8);
   for (int ep : {2, 4}) {
     CAPTURE(ep);
     auto comms = make_in_process_group(ep);
@@ -252,10 +256,20 @@ TEST_CASE("expert-parallel engines in lockstep: every request's tokens equal the
       CHECK(got.at(i).tokens == w.tokens);
       CHECK(got.at(i).finals == 1);
     }
-    std::uint64_t routed = 0;
-    for (auto& e : engines)
-      for (auto t : e->stats().moe.expert_tokens) routed += t;
-    CHECK(routed > 0);
+    // Each rank counts what its own experts computed: summed over the ranks, the single engine's load.
+    std::vector<std::uint64_t> load(8, 0);
+    for (int r = 0; r < ep; ++r) {
+      const auto s = engines[static_cast<std::size_t>(r)]->stats().moe;
+      REQUIRE(s.expert_tokens.size() == 8);
+      for (std::size_t e = 0; e < 8; ++e) {
+        load[e] += s.expert_tokens[e];
+        const bool held = static_cast<int>(e) / (8 / ep) == r;
+        if (!held) CHECK(s.expert_tokens[e] == 0);
+      }
+      CHECK(s.last_imbalance >= 1.0);
+      CHECK(s.last_imbalance <= 8.0 / ep);
+    }
+    CHECK(load == want_load);
     engines.clear();  // the first destructor stops the group; the others find their loops ended
   }
 }

@@ -86,8 +86,10 @@ struct MoeLoadStats {
   std::uint64_t steps = 0;                   // steps that routed tokens
   double last_imbalance = 0.0;  // the last such step: max / mean of its tokens per expert (1: even; E: one expert)
   double imbalance_sum = 0.0;   // summed over those steps (mean = imbalance_sum / steps)
-  // Adds one step's counts, [layers][num_experts] as ModelRunner::expert_tokens gives them.
-  void add_step(const std::vector<std::int32_t>& per_layer_counts, std::int64_t num_experts);
+  // Adds one step's counts, [layers][num_experts] as ModelRunner::expert_tokens gives them. An expert-parallel
+  // rank counts only the experts it holds, [first, first + held): the imbalance is over those.
+  void add_step(const std::vector<std::int32_t>& per_layer_counts, std::int64_t num_experts, std::int64_t first = 0,
+                std::int64_t held = 0);
 };
 
 struct EngineStats {
@@ -131,6 +133,7 @@ class Engine {
   void loop();
   void step();
   bool ep_turn(bool stopping);
+  void count_experts();
   void fail(SeqId seq, const std::string& error);
   void count_finished(FinishReason reason);
 
