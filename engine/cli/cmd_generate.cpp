@@ -3,6 +3,7 @@
 //   --prompts FILE.jsonl  many prompts, one JSON object a line: {"id", "prompt_ids": [...]} or {"id", "prompt"}
 //                         with optional max_tokens, temperature, top_k, top_p, min_p, seed, stop; prints one
 //                         line per prompt (in completion order): {"id", "output_ids", "text", "finish_reason"}
+//   --ep-size N          MoE models: N expert-parallel ranks (engines in lockstep), prompts spread by prefix
 #include <boost/json.hpp>
 #include <condition_variable>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "engine/cli/common.h"
+#include "kvfleet/communicator.h"
 #include "kvfleet/engine.h"
 #include "kvfleet/tokenizer.h"
 
@@ -26,7 +28,16 @@ struct Args {
   SamplingParams sampling;
   EngineConfig engine;
   bool no_prefix_cache = false;
+  int ep_size = 1;
 };
+
+// Expert parallelism: the rank that serves a prompt, by the hash of its first block (Contract 1's chaining),
+// so that prompts sharing a prefix meet the same rank's cache.
+std::size_t rank_for(const std::vector<TokenId>& prompt, std::int32_t block_size, int ranks) {
+  const auto n = std::min<std::size_t>(prompt.size(), static_cast<std::size_t>(block_size));
+  const std::span<const TokenId> first(prompt.data(), n);
+  return static_cast<std::size_t>(block_hash_next(block_hash_root("ep"), first) % static_cast<std::uint64_t>(ranks));
+}
 
 const char* reason_name(FinishReason r) { return r == FinishReason::stop ? "stop" : r == FinishReason::length ? "length" : "abort"; }
 
@@ -68,8 +79,15 @@ void run(const Args& a) {
   if (std::filesystem::exists(std::filesystem::path(a.model) / "tokenizer.json")) tok = Tokenizer::load(a.model);
   EngineConfig ec = a.engine;
   ec.enable_prefix_caching = !a.no_prefix_cache;
-  Engine engine(model, ec);
-  if (tok) engine.set_tokenizer(&*tok);
+  if (a.ep_size > 1 && !model.config().moe.enabled()) throw std::invalid_argument("--ep-size needs a mixture-of-experts model");
+  // One engine, or one per expert-parallel rank (threads of this process), each with its own cache.
+  const auto comms = a.ep_size > 1 ? make_in_process_group(a.ep_size) : std::vector<std::unique_ptr<Communicator>>{};
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (int r = 0; r < a.ep_size; ++r) {
+    if (!comms.empty()) ec.ep = comms[static_cast<std::size_t>(r)].get();
+    engines.push_back(std::make_unique<Engine>(model, ec));
+    if (tok) engines.back()->set_tokenizer(&*tok);
+  }
 
   std::mutex mu;  // serializes printing from the engine thread
   std::vector<json::value> ids;
@@ -99,6 +117,7 @@ void run(const Args& a) {
   }
   std::vector<std::vector<TokenId>> outputs(requests.size());
   for (std::size_t i = 0; i < requests.size(); ++i) {
+    Engine& engine = *engines[rank_for(requests[i].prompt, ec.block_size, a.ep_size)];
     engine.submit(requests[i], [&, i](const RequestOutput& o) {
       std::lock_guard lock(mu);
       auto& out = outputs[i];
@@ -117,7 +136,7 @@ void run(const Args& a) {
       std::fflush(stdout);
     });
   }
-  engine.wait_idle();
+  for (auto& e : engines) e->wait_idle();
 }
 
 }  // namespace
@@ -146,6 +165,8 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--block-size", a->engine.block_size, "Tokens per KV block")->check(CLI::PositiveNumber);
   cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable automatic prefix caching");
   add_backend_options(*cmd, a->engine.backend);
+  cmd->add_option("--ep-size", a->ep_size, "MoE: expert-parallel ranks in process, prompts spread by prefix")
+      ->check(CLI::PositiveNumber);
   cmd->callback([a] {
     if (a->ids.empty() && a->prompts.empty()) throw std::invalid_argument("give --ids or --prompts");
     a->sampling.validate();

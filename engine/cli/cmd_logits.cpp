@@ -11,17 +11,26 @@ void register_logits(CLI::App& app) {
   struct Args {
     std::string model, ids;
     BackendOptions backend;
+    int ep_size = 1;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("logits", "Print the logits of every position as JSON {\"logits\": [[...], ...]}");
   cmd->add_option("--model", a->model, "Hugging Face model directory")->required();
   cmd->add_option("--ids", a->ids, "Token ids, e.g. 1,2,3")->required();
   add_backend_options(*cmd, a->backend);
+  cmd->add_option("--ep-size", a->ep_size, "MoE: expert-parallel ranks in process (each computes the sequence)")
+      ->check(CLI::PositiveNumber);
   cmd->callback([a] {
     const auto ids = parse_ids(a->ids);
     const Model model = Model::load(a->model);
-    auto backend = make_backend(a->backend);
-    const auto logits = all_position_logits(model, *backend, ids);
+    std::vector<float> logits;
+    if (a->ep_size > 1) {
+      if (!model.config().moe.enabled()) throw std::invalid_argument("--ep-size needs a mixture-of-experts model");
+      logits = all_position_logits_ep(model, a->backend, ids, a->ep_size);
+    } else {
+      auto backend = make_backend(a->backend);
+      logits = all_position_logits(model, *backend, ids);
+    }
     const auto vocab = static_cast<std::size_t>(model.config().vocab_size);
     std::string out = "{\"logits\": [";
     char buf[32];

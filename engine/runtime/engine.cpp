@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "kvfleet/communicator.h"
 #include "kvfleet/model_runner.h"
 #include "kvfleet/tokenizer.h"
 #include "engine/runtime/stop_checker.h"
@@ -120,6 +121,7 @@ Engine::Engine(const Model& model, const EngineConfig& config)
   ro.num_blocks = config.num_blocks;
   ro.block_size = config.block_size;
   ro.max_batch_tokens = config.scheduler.max_num_batched_tokens;
+  ro.ep = config.ep;
   impl_->runner = std::make_unique<ModelRunner>(model, *impl_->backend, ro);
   KvCacheConfig kv;
   kv.num_blocks = config.num_blocks;
@@ -232,21 +234,24 @@ void Engine::loop() {
     std::vector<Impl::Abort> aborts;
     std::optional<std::string> abort_everything;
     std::vector<KvTask> tasks;
+    bool stopping = false;
     {
       std::unique_lock lock(m.mu);
       m.busy = sched.has_unfinished();
       if (!m.busy && m.submissions.empty() && m.aborts.empty()) m.idle.notify_all();
-      m.wake.wait(lock, [&] {
+      const auto ready = [&] {
         return m.stop || !m.submissions.empty() || !m.aborts.empty() || !m.snapshots.empty() ||
                m.abort_everything || !m.kv_tasks.empty() || sched.has_unfinished();
-      });
-      if (m.stop) break;
+      };
+      if (config_.ep) m.wake.wait_for(lock, std::chrono::milliseconds(1), ready);  // the group's vote cannot wait
+      else m.wake.wait(lock, ready);
+      stopping = m.stop;
+      if (m.stop && !config_.ep) break;
       for (auto& done : m.snapshots) {
         try {
           done(sched.kv().snapshot());
         } catch (const std::exception& e) {  // the reader goes without; the engine goes on
-          std::fprintf(stderr, "kvfleet: KV snapshot failed: %s
-", e.what());
+          std::fprintf(stderr, "kvfleet: KV snapshot failed: %s\n", e.what());
         }
       }
       m.snapshots.clear();
@@ -261,6 +266,10 @@ void Engine::loop() {
       if (auto it = m.seq_of.find(a.id); it != m.seq_of.end()) fail(it->second, a.error);
     if (abort_everything) fail_all(*abort_everything);
     for (auto& task : tasks) task(sched, *m.backend);
+    if (config_.ep) {
+      if (!ep_turn(stopping)) break;
+      continue;
+    }
     if (!sched.has_unfinished()) {
       std::lock_guard lock(m.stats_mu);  // aborts and tasks changed the numbers without a step
       m.stats.scheduler = sched.stats();
@@ -321,11 +330,42 @@ TokenId Engine::sample_row(Active& a, const Sequence& seq, std::span<float> row)
   return sample(row, a.request.sampling, static_cast<std::uint64_t>(seq.num_output_tokens()));
 }
 
+// Expert parallelism: every rank votes (has work, stopping) each turn; all stop together, idle together, or
+// step together, a rank without work running an empty forward so that the MoE layers' exchanges line up.
+bool Engine::ep_turn(bool stopping) {
+  Impl& m = *impl_;
+  const int n = config_.ep->size();
+  const std::int32_t mine[2] = {m.scheduler->has_unfinished() ? 1 : 0, stopping ? 1 : 0};
+  std::vector<std::int32_t> all(static_cast<std::size_t>(2 * n));
+  config_.ep->all_gather(mine, sizeof mine, all.data());
+  bool any_work = false;
+  for (int r = 0; r < n; ++r) {
+    if (all[static_cast<std::size_t>(2 * r + 1)]) return false;
+    any_work = any_work || all[static_cast<std::size_t>(2 * r)];
+  }
+  if (mine[0]) {
+    step();
+  } else if (any_work) {
+    m.runner->forward(ForwardBatch{});  // this rank's experts still serve the others' tokens
+    std::lock_guard lock(m.stats_mu);
+    count_experts();
+  } else {
+    std::lock_guard lock(m.stats_mu);  // aborts may have changed the numbers without a step
+    m.stats.scheduler = m.scheduler->stats();
+  }
+  return true;
+}
+
 void Engine::step() {
   Impl& m = *impl_;
   Scheduler& sched = *m.scheduler;
   const SchedulerOutput out = sched.schedule();
   if (out.empty()) {  // nothing fits this instant; submit() rejects what could never fit
+    if (config_.ep) {  // still this rank's turn in the group's step
+      m.runner->forward(ForwardBatch{});
+      std::lock_guard lock(m.stats_mu);
+      count_experts();
+    }
     std::unique_lock lock(m.mu);
     m.wake.wait_for(lock, std::chrono::milliseconds(1));
     return;
@@ -334,8 +374,10 @@ void Engine::step() {
   try {
     logits = m.runner->forward(out.to_forward_batch());
   } catch (const std::exception& e) {
-    // A step that cannot run fails the requests in it, not the engine.
+    // A step that cannot run fails the requests in it, not the engine. Under expert parallelism the
+    // runner rejects a bad batch before its first exchange, so an empty step keeps the group in line.
     for (const ScheduledChunk& c : out.chunks) fail(c.id, e.what());
+    if (config_.ep) m.runner->forward(ForwardBatch{});
     return;
   }
   const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);
@@ -375,7 +417,7 @@ void Engine::step() {
     m.stats.prompt_tokens += prompt_tokens;
     m.stats.generated_tokens += sampled.size() - failed.size() - prefill_only;
     m.stats.steps += 1;
-    m.stats.moe.add_step(m.runner->expert_tokens(), model_.config().moe.num_experts);
+    count_experts();
   }
   for (const auto& [id, why] : failed) fail(id, why);
   std::size_t i = 0;
@@ -394,6 +436,13 @@ void Engine::step() {
   }
   std::lock_guard lock(m.stats_mu);
   m.stats.scheduler = sched.stats();
+}
+
+// The step's tokens per expert (this rank's experts under expert parallelism). Caller holds stats_mu.
+void Engine::count_experts() {
+  const std::int64_t e = model_.config().moe.num_experts;
+  const std::int64_t held = config_.ep ? e / config_.ep->size() : e;
+  impl_->stats.moe.add_step(impl_->runner->expert_tokens(), e, config_.ep ? config_.ep->rank() * held : 0, held);
 }
 
 void Engine::emit_token(SeqId id, TokenId token) {

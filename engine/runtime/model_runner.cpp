@@ -140,6 +140,8 @@ void ModelRunner::run_mlp(std::int64_t li, std::int64_t rows) {
   backend_.linear(s.gate, rows, c.intermediate_size, l.down, h, l.down_bias, s.x);
 }
 
+double ModelRunner::ep_exchange_seconds() const { return moe_->exchange_seconds(); }
+
 std::vector<float> ModelRunner::forward(const ForwardBatch& batch) {
   const ModelConfig& c = model_.config();
   Scratch& s = *scratch_;

@@ -1,5 +1,6 @@
 // Expert parallelism inside one sparse layer (see moe_layers.h): route here, dispatch pairs to the ranks
 // that own their experts, compute, send back, combine in top-k rank order.
+#include <chrono>
 #include <cstring>
 
 #include "engine/runtime/moe_layers.h"
@@ -62,6 +63,8 @@ void MoeLayers::forward_ep(std::int64_t li, const float* d_x, std::int64_t rows,
     backend_.to_host(w.data(), weights_, w.size() * sizeof(float));
     backend_.to_host(x.data(), d_x, x.size() * sizeof(float));
   }
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
   // Dispatch: per destination rank, its pairs in pair order, each as [expert id][hidden floats].
   const std::size_t item = sizeof(std::int32_t) + static_cast<std::size_t>(h) * sizeof(float);
   std::vector<std::size_t> send_bytes(static_cast<std::size_t>(ranks), 0);
@@ -88,16 +91,20 @@ void MoeLayers::forward_ep(std::int64_t li, const float* d_x, std::int64_t rows,
     std::memcpy(&rid[i], recv.data() + i * item, 4);
     std::memcpy(rx.data() + i * static_cast<std::size_t>(h), recv.data() + i * item + 4, item - 4);
   }
+  const auto t1 = Clock::now();
   experts_here(li, rx, rid, ry);
+  const auto t2 = Clock::now();
   // Combine: the outputs go back to their sources in the order they came; ours arrive in dispatch order.
   std::vector<std::size_t> back_bytes(recv_bytes.size());
   for (std::size_t r = 0; r < recv_bytes.size(); ++r) back_bytes[r] = recv_bytes[r] / item * static_cast<std::size_t>(h) * sizeof(float);
   std::vector<std::size_t> got_bytes;
   const std::vector<std::uint8_t> back = ep_->all_to_all_v(ry.data(), back_bytes, got_bytes);
-  if (rows == 0) return;
-  std::vector<float> out(static_cast<std::size_t>(rows * h));
-  cpu::moe_combine(reinterpret_cast<const float*>(back.data()), position.data(), w.data(), rows, k, h, out.data());
-  backend_.to_device(d_out, out.data(), out.size() * sizeof(float));
+  if (rows > 0) {
+    std::vector<float> out(static_cast<std::size_t>(rows * h));
+    cpu::moe_combine(reinterpret_cast<const float*>(back.data()), position.data(), w.data(), rows, k, h, out.data());
+    backend_.to_device(d_out, out.data(), out.size() * sizeof(float));
+  }
+  exchange_seconds_ += std::chrono::duration<double>(t1 - t0 + (Clock::now() - t2)).count();
 }
 
 }  // namespace kvfleet

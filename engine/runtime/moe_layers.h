@@ -39,6 +39,9 @@ class MoeLayers {
   // Tokens routed to each expert in the step since begin_step, [num_layers][num_experts] (0 for dense
   // layers); empty for a dense model.
   std::vector<std::int32_t> step_counts();
+  // Expert parallelism: seconds spent in dispatch and combine (packing, the two exchanges, unpacking, the
+  // combine; not the experts' compute), summed since construction.
+  double exchange_seconds() const { return exchange_seconds_; }
 
  private:
   struct Layer {
@@ -56,6 +59,7 @@ class MoeLayers {
   std::int64_t first_expert_ = 0, local_experts_ = 0;
   void* ep_buf_[4] = {};  // device staging for expert parallelism: x, ids, ones, y
   std::size_t ep_cap_[4] = {};
+  double exchange_seconds_ = 0.0;
   std::vector<Layer> layers_;  // one per model layer; sparse ones have experts
   float *logits_ = nullptr, *weights_ = nullptr, *shared_g_ = nullptr, *shared_u_ = nullptr, *shared_out_ = nullptr,
         *gate_logit_ = nullptr;

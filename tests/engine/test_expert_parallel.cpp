@@ -7,6 +7,7 @@
 #include <map>
 #include <thread>
 
+#include "engine_harness.h"
 #include "kvfleet/communicator.h"
 #include "kvfleet/make_model.h"
 #include "kvfleet/model_runner.h"
@@ -201,4 +202,74 @@ TEST_CASE("expert parallelism needs the experts to split evenly over the ranks")
   RunnerOptions ro;
   ro.ep = comms[0].get();
   CHECK_THROWS_WITH_AS(ModelRunner(model, *backend, ro), "6 experts do not split over ep_size 4", std::invalid_argument);
+}
+
+TEST_CASE("expert-parallel engines in lockstep: every request's tokens equal the single engine's") {
+  test::TempDir dir;
+  MakeModelOptions o;
+  o.arch = "qwen3_moe";
+  o.dtype = DType::bf16;
+  o.vocab = 300;
+  o.experts = 8;
+  o.experts_per_tok = 2;
+  make_model(o, dir.path());
+  const Model model = Model::load(dir.path());
+  const auto requests = test::equivalence_requests(300);
+  EngineConfig c;
+  c.num_blocks = 128;  // no preemption, and no prefix cache: each rank would hit its own cache differently,
+  c.enable_prefix_caching = false;  // so the tokens computed (the expert load) would differ from one engine's
+  c.scheduler.max_num_batched_tokens = 64;  // chunked prefill, several steps per rank
+  c.scheduler.max_num_seqs = 8;
+  c.backend.kind = "cpu";
+  c.backend.threads = 1;
+  std::map<std::size_t, test::Collected> want;
+  std::vector<std::uint64_t> want_load;
+  {
+    Engine engine(model, c);
+    test::Collector col;
+    for (std::size_t i = 0; i < requests.size(); ++i) engine.submit(requests[i], col.callback(i));
+    engine.wait_idle();
+    want = col.results();
+    want_load = engine.stats().moe.expert_tokens;
+  }
+  REQUIRE(want_load.size() == 8);
+  for (int ep : {2, 4}) {
+    CAPTURE(ep);
+    auto comms = make_in_process_group(ep);
+    std::vector<std::unique_ptr<Engine>> engines;
+    for (int r = 0; r < ep; ++r) {
+      EngineConfig rc = c;
+      rc.ep = comms[static_cast<std::size_t>(r)].get();
+      engines.push_back(std::make_unique<Engine>(model, rc));
+    }
+    test::Collector col;
+    // Uneven: rank 0 takes half of the requests, the last rank only every sixth.
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      const std::size_t r = i % 2 == 0 ? 0 : (i % 6 == 1 ? static_cast<std::size_t>(ep - 1) : 1 % static_cast<std::size_t>(ep));
+      engines[r]->submit(requests[i], col.callback(i));
+    }
+    for (auto& e : engines) e->wait_idle();
+    const auto got = col.results();
+    REQUIRE(got.size() == want.size());
+    for (const auto& [i, w] : want) {
+      CAPTURE(i);
+      CHECK(got.at(i).tokens == w.tokens);
+      CHECK(got.at(i).finals == 1);
+    }
+    // Each rank counts what its own experts computed: summed over the ranks, the single engine's load.
+    std::vector<std::uint64_t> load(8, 0);
+    for (int r = 0; r < ep; ++r) {
+      const auto s = engines[static_cast<std::size_t>(r)]->stats().moe;
+      REQUIRE(s.expert_tokens.size() == 8);
+      for (std::size_t e = 0; e < 8; ++e) {
+        load[e] += s.expert_tokens[e];
+        const bool held = static_cast<int>(e) / (8 / ep) == r;
+        if (!held) CHECK(s.expert_tokens[e] == 0);
+      }
+      CHECK(s.last_imbalance >= 1.0);
+      CHECK(s.last_imbalance <= 8.0 / ep);
+    }
+    CHECK(load == want_load);
+    engines.clear();  // the first destructor stops the group; the others find their loops ended
+  }
 }

@@ -30,6 +30,7 @@
 
 namespace kvfleet {
 
+class Communicator;
 class Tokenizer;
 
 struct EngineConfig {
@@ -40,6 +41,10 @@ struct EngineConfig {
   std::string served_model_name;  // the block-hash namespace (Contract 1); default: the model's name
   std::int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
   BackendOptions backend;
+  // Expert parallelism (MoE models): this engine is rank ep->rank() of a group whose engines step in
+  // lockstep (a rank without work runs an empty step). Each rank has its own requests, scheduler and KV
+  // cache; destroying any rank's engine stops the whole group's loops. Null: a plain engine.
+  Communicator* ep = nullptr;
 };
 
 struct GenerationRequest {
@@ -92,8 +97,10 @@ struct MoeLoadStats {
   std::uint64_t steps = 0;                   // steps that routed tokens
   double last_imbalance = 0.0;  // the last such step: max / mean of its tokens per expert (1: even; E: one expert)
   double imbalance_sum = 0.0;   // summed over those steps (mean = imbalance_sum / steps)
-  // Adds one step's counts, [layers][num_experts] as ModelRunner::expert_tokens gives them.
-  void add_step(const std::vector<std::int32_t>& per_layer_counts, std::int64_t num_experts);
+  // Adds one step's counts, [layers][num_experts] as ModelRunner::expert_tokens gives them. An expert-parallel
+  // rank counts only the experts it holds, [first, first + held): the imbalance is over those.
+  void add_step(const std::vector<std::int32_t>& per_layer_counts, std::int64_t num_experts, std::int64_t first = 0,
+                std::int64_t held = 0);
 };
 
 struct EngineStats {
@@ -159,6 +166,8 @@ class Engine {
   void step();
   TokenId sample_row(Active& a, const Sequence& seq, std::span<float> row) const;
   void emit_token(SeqId seq, TokenId token);
+  bool ep_turn(bool stopping);
+  void count_experts();
   void fail(SeqId seq, const std::string& error);
   void fail_all(const std::string& error);
   void finish_prefill_only(SeqId id, const Sequence& seq);

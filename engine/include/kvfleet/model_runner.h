@@ -31,6 +31,12 @@ std::vector<float> rope_inv_freq(const ModelConfig& config);
 // `kvfleet logits` prints and what the reference tests compare. [ids.size()][vocab_size].
 std::vector<float> all_position_logits(const Model& model, Backend& backend, std::span<const TokenId> ids);
 
+// The same on ep_size in-process expert-parallel ranks (threads, each with its own backend from `backend`,
+// KV cache and num_experts / ep_size experts), every rank computing `ids`: rank 0's logits, which equal
+// the single-rank ones bit for bit. What `kvfleet logits --ep-size N` prints.
+std::vector<float> all_position_logits_ep(const Model& model, const BackendOptions& backend,
+                                          std::span<const TokenId> ids, int ep_size);
+
 class ModelRunner {
  public:
   ModelRunner(const Model& model, Backend& backend, const RunnerOptions& options);
@@ -48,6 +54,8 @@ class ModelRunner {
   // MoE models: tokens routed to each expert by the last forward(), [num_layers][num_experts] (zeros for
   // dense layers of the model). Empty for a dense model.
   const std::vector<std::int32_t>& expert_tokens() const { return expert_tokens_; }
+  // Expert parallelism: seconds spent in the MoE layers' dispatch and combine since construction.
+  double ep_exchange_seconds() const;
 
  private:
   struct Weights;
