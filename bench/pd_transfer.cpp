@@ -7,6 +7,8 @@
 // checksum, index and hash). The model is random with a KV block of 512 KiB (8 layers, 8 KV heads, head dim
 // 64, fp32), so a 1024-token prompt ships 32 MiB.
 #include <boost/asio.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -55,6 +57,40 @@ double tcp_copy(std::size_t bytes) {
   return t;
 }
 
+// One pull of every block, read as the decode replica reads it (1 MiB pieces, frames decoded and checked as
+// they arrive). Returns the payload bytes, or 0 on any mismatch; `wire` gets the bytes on the wire.
+std::size_t pull(std::uint16_t port, const std::string& target, const pd::KvLayout& layout,
+                 const std::vector<BlockHash>& hashes, std::size_t& wire) {
+  asio::io_context io;
+  std::size_t bytes = 0, blocks = 0;
+  wire = 0;
+  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+    http::HttpClientConfig cc;
+    cc.piece_size = 1 << 20;
+    http::HttpClient c(co_await asio::this_coro::executor, cc);
+    co_await c.connect("127.0.0.1", port);
+    http::Request get;
+    get.method = "GET";
+    get.target = target;
+    co_await c.send(get);
+    co_await c.read_head();
+    pd::FrameDecoder decoder(layout.block_bytes() + 4096);
+    while (auto piece = co_await c.read_some()) {
+      wire += piece->size();
+      decoder.feed(*piece);
+      while (auto f = decoder.next()) {
+        const auto* b = std::get_if<pd::BlockFrame>(&*f);
+        if (!b) continue;
+        if (b->index != blocks || b->hash != hashes[blocks] || b->payload.size() != layout.block_bytes()) co_return;
+        bytes += b->payload.size();
+        ++blocks;
+      }
+    }
+  }, asio::detached);
+  io.run();
+  return blocks == hashes.size() ? bytes : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -100,21 +136,12 @@ int main(int argc, char** argv) {
     const std::string target = "/internal/prefill/blocks?transfer=" + std::to_string(accept.transfer_id) +
                                "&from=0&count=" + std::to_string(accept.num_blocks);
     const auto start = Clock::now();
-    const auto res = http::http_request("127.0.0.1", p.port(), "GET", target, {}, {}, std::chrono::seconds(120));
-    pd::FrameDecoder decoder(hello.layout.block_bytes() + 4096);
-    decoder.feed(res.body);
-    std::size_t blocks = 0, bytes = 0;
-    while (auto f = decoder.next()) {
-      if (const auto* b = std::get_if<pd::BlockFrame>(&*f)) {
-        if (b->index != blocks || b->hash != hashes[blocks] || b->payload.size() != hello.layout.block_bytes()) return 1;
-        bytes += b->payload.size();
-        ++blocks;
-      }
-    }
+    payload = pull(p.port(), target, hello.layout, hashes, wire);
     pd_s.push_back(seconds_since(start));
-    if (blocks != accept.num_blocks) return 1;
-    payload = bytes;
-    wire = res.body.size();
+    if (payload == 0) {
+      std::fprintf(stderr, "bench_pd_transfer: the pull did not deliver every block intact\n");
+      return 1;
+    }
     tcp_s.push_back(tcp_copy(wire));
   }
   const double pd_gbs = static_cast<double>(payload) / median(pd_s) / 1e9;

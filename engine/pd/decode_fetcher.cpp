@@ -224,6 +224,7 @@ awaitable<void> DecodeFetcher::transfer(Plan& plan, FetchResult& result, http::R
   http::HttpClientConfig pc;
   pc.connect_timeout = config_.connect_timeout;
   pc.io_timeout = config_.io_timeout;  // a P that stalls mid-stream is given up on after this
+  pc.piece_size = 1 << 20;             // block frames are large: fewer, bigger reads
   http::HttpClient pull(ex, pc);
   plan.active = &pull;
   std::exception_ptr failure;
