@@ -160,6 +160,9 @@ awaitable<std::vector<BlockFrame>> read_pull(http::HttpClient& c, const KvLayout
     }
   }
   if (!ended) throw PdFailure("peer_closed", decoder.partial() ? "the stream ended inside a frame" : "the stream ended early");
+  // Read the body to its end (the last chunk), so the connection is ready for the next pull.
+  while (auto rest = co_await c.read_some())
+    if (!rest->empty()) throw PdFailure("malformed", "bytes after the end frame");
   co_return got;
 }
 
