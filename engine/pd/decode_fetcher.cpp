@@ -260,11 +260,8 @@ awaitable<void> DecodeFetcher::transfer(Plan& plan, FetchResult& result, http::R
 
 awaitable<std::uint32_t> DecodeFetcher::import_blocks(PinId pin, const Plan& plan, std::vector<BlockFrame> frames) {
   const auto bs = static_cast<std::size_t>(layout_.block_size);
-  const std::size_t layer_bytes = layout_.layer_block_bytes();
-  const auto layers = layout_.num_layers;
   const BlockHash root = layout_.root;
-  auto task = [pin, frames = std::move(frames), tokens = plan.tokens, hashes = plan.hashes, bs, layer_bytes, layers,
-               root](Scheduler& s, Backend& b) -> std::uint32_t {
+  auto task = [pin, frames = std::move(frames), tokens = plan.tokens, hashes = plan.hashes, bs, root](Scheduler& s, Backend& b) -> std::uint32_t {
         KvCacheManager& kv = s.kv();
         std::uint32_t done = 0;
         for (const BlockFrame& f : frames) {
@@ -276,8 +273,7 @@ awaitable<std::uint32_t> DecodeFetcher::import_blocks(PinId pin, const Plan& pla
           } else {
             block = kv.import_block(pin, f.hash, parent, toks);
             if (block == kNoBlock) break;
-            for (std::int64_t l = 0; l < layers; ++l)
-              b.write_kv_bytes(l, block, f.payload.data() + static_cast<std::size_t>(l) * layer_bytes);
+            b.write_kv_blocks(std::span<const BlockId>(&block, 1), f.payload.data());  // layers in order
           }
           ++done;
         }

@@ -176,22 +176,17 @@ awaitable<void> PrefillService::handle_prefill(const http::Request& req, http::R
 std::shared_ptr<PrefillService::Payloads> PrefillService::start_read(boost::asio::any_io_executor ex, PinId pin,
                                                                     std::uint32_t from, std::uint32_t count) {
   auto out = std::make_shared<Payloads>(std::move(ex));
-  const auto layers = layout_.num_layers;
-  const std::size_t layer_bytes = layout_.layer_block_bytes();
-  // Copies on the engine thread while the pin holds the blocks: a lease that ended before this turn
-  // finds no pin and copies nothing.
+  const std::size_t block_bytes = layout_.block_bytes();
+  // Copies on the engine thread while the pin holds the blocks (one batch call: the CUDA backend stages
+  // it through pinned memory): a lease that ended before this turn finds no pin and copies nothing.
   engine_.run_kv_task([=](Scheduler& s, Backend& b) {
-    std::vector<std::string> payloads;
+    std::string bytes;
     const auto blocks = s.kv().pinned_blocks(pin);
     if (blocks.size() >= static_cast<std::size_t>(from) + count) {
-      for (std::uint32_t i = from; i < from + count; ++i) {
-        std::string p(layer_bytes * static_cast<std::size_t>(layers), '\0');
-        for (std::int64_t l = 0; l < layers; ++l)
-          b.read_kv_bytes(l, blocks[i], p.data() + static_cast<std::size_t>(l) * layer_bytes);
-        payloads.push_back(std::move(p));
-      }
+      bytes.resize(block_bytes * count);
+      b.read_kv_blocks(blocks.subspan(from, count), bytes.data());
     }
-    out->push(std::move(payloads));
+    out->push(std::move(bytes));
   });
   return out;
 }
@@ -233,18 +228,19 @@ awaitable<void> PrefillService::handle_pull(const http::Request& req, http::Resp
   if (touch(*id)) pending = start_read(ex, lease.pin, first, std::min(per_read, last - first));
   for (std::uint32_t at = first; at < last;) {
     const std::uint32_t n = std::min(per_read, last - at);
-    std::vector<std::string> payloads;
+    std::string batch;  // n blocks back to back, or empty when the lease ended first
     if (pending) {
       auto got = co_await pending->pop();
-      if (got) payloads = std::move(*got);
+      if (got) batch = std::move(*got);
     }
     pending.reset();
     if (at + n < last && touch(*id)) pending = start_read(ex, lease.pin, at + n, std::min(per_read, last - at - n));
     std::vector<std::string> frames;
-    for (std::size_t i = 0; i < payloads.size(); ++i) {
+    const std::size_t block_bytes = layout_.block_bytes();
+    for (std::size_t i = 0; !batch.empty() && i < n; ++i) {
       const std::uint32_t index = at + static_cast<std::uint32_t>(i);
       frames.push_back(encode_block(index, lease.hashes[index - lease.first], 0, static_cast<std::uint16_t>(layout_.num_layers),
-                                    payloads[i]));
+                                    std::string_view(batch).substr(i * block_bytes, block_bytes)));
     }
     if (frames.empty()) {
       ErrorFrame e{ErrorCode::lease_expired, "the transfer's lease expired; its blocks are freed"};

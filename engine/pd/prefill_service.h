@@ -64,9 +64,9 @@ class PrefillService {
   // Drops the lease and unpins its blocks; false when it was gone already.
   bool release(std::uint64_t id);
   void reap();
-  // Copies blocks [from, from + count) of the pin on the engine thread; the queue gets their payloads (none
-  // when the pin is gone).
-  using Payloads = http::AsyncQueue<std::vector<std::string>>;
+  // Copies blocks [from, from + count) of the pin on the engine thread; the queue gets their bytes back to
+  // back (empty when the pin is gone).
+  using Payloads = http::AsyncQueue<std::string>;
   std::shared_ptr<Payloads> start_read(boost::asio::any_io_executor ex, PinId pin, std::uint32_t from, std::uint32_t count);
 
   Engine& engine_;
