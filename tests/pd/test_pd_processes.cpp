@@ -153,7 +153,7 @@ TEST_CASE("P killed while D fetches from it: the answer is still correct, D leak
 }
 
 TEST_CASE("P's endpoints: bad frames, wrong roles and layouts get error objects; an unclaimed lease expires") {
-  ReplicaProcess p({"--role", "prefill", "--pd-lease-ms", "300"}), d({"--role", "decode"});
+  ReplicaProcess p({"--role", "prefill", "--pd-lease-ms", "1500"}), d({"--role", "decode"});
   auto err = [](const http::Response& r) { return json::parse(r.body).at("error").at("code"); };
   const auto garbage = post(p.port(), "/internal/prefill", "not a frame");
   CHECK(garbage.status == 400);
