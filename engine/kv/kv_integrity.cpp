@@ -59,7 +59,7 @@ std::string KvCacheManager::check_integrity(std::span<const Sequence* const> liv
     }
     if (auto e = check_sequence(*seq, cache_, block_size_); !e.empty()) return e;
   }
-  for (const auto& [id, blocks] : pins_) {  // pinned references (engine/pd) count like tables
+  for (const auto& [id, blocks] : pins_) {  // pinned references (engine/pd) count as tables
     for (const BlockId b : blocks) {
       if (b < 0 || b >= pool_.num_blocks()) return "pin " + std::to_string(id) + " holds an invalid block";
       ++refs[static_cast<std::size_t>(b)];
@@ -69,7 +69,7 @@ std::string KvCacheManager::check_integrity(std::span<const Sequence* const> liv
     const std::int32_t want = refs[static_cast<std::size_t>(b)];
     if (pool_.ref_count(b) != want) {
       return block_str(b) + ": refcount " + std::to_string(pool_.ref_count(b)) + " but " + std::to_string(want) +
-             " tables and pins hold it";
+             " tables hold it";
     }
   }
   return {};

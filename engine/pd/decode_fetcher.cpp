@@ -160,6 +160,9 @@ awaitable<std::vector<BlockFrame>> read_pull(http::HttpClient& c, const KvLayout
     }
   }
   if (!ended) throw PdFailure("peer_closed", decoder.partial() ? "the stream ended inside a frame" : "the stream ended early");
+  // Read the body to its end (the last chunk), so the connection is ready for the next pull.
+  while (auto rest = co_await c.read_some())
+    if (!rest->empty()) throw PdFailure("malformed", "bytes after the end frame");
   co_return got;
 }
 
@@ -224,6 +227,7 @@ awaitable<void> DecodeFetcher::transfer(Plan& plan, FetchResult& result, http::R
   http::HttpClientConfig pc;
   pc.connect_timeout = config_.connect_timeout;
   pc.io_timeout = config_.io_timeout;  // a P that stalls mid-stream is given up on after this
+  pc.piece_size = 1 << 20;             // block frames are large: fewer, bigger reads
   http::HttpClient pull(ex, pc);
   plan.active = &pull;
   std::exception_ptr failure;
@@ -256,11 +260,8 @@ awaitable<void> DecodeFetcher::transfer(Plan& plan, FetchResult& result, http::R
 
 awaitable<std::uint32_t> DecodeFetcher::import_blocks(PinId pin, const Plan& plan, std::vector<BlockFrame> frames) {
   const auto bs = static_cast<std::size_t>(layout_.block_size);
-  const std::size_t layer_bytes = layout_.layer_block_bytes();
-  const auto layers = layout_.num_layers;
   const BlockHash root = layout_.root;
-  auto task = [pin, frames = std::move(frames), tokens = plan.tokens, hashes = plan.hashes, bs, layer_bytes, layers,
-               root](Scheduler& s, Backend& b) -> std::uint32_t {
+  auto task = [pin, frames = std::move(frames), tokens = plan.tokens, hashes = plan.hashes, bs, root](Scheduler& s, Backend& b) -> std::uint32_t {
         KvCacheManager& kv = s.kv();
         std::uint32_t done = 0;
         for (const BlockFrame& f : frames) {
@@ -272,8 +273,7 @@ awaitable<std::uint32_t> DecodeFetcher::import_blocks(PinId pin, const Plan& pla
           } else {
             block = kv.import_block(pin, f.hash, parent, toks);
             if (block == kNoBlock) break;
-            for (std::int64_t l = 0; l < layers; ++l)
-              b.write_kv_bytes(l, block, f.payload.data() + static_cast<std::size_t>(l) * layer_bytes);
+            b.write_kv_blocks(std::span<const BlockId>(&block, 1), f.payload.data());  // layers in order
           }
           ++done;
         }

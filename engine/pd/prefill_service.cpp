@@ -10,8 +10,6 @@ using boost::asio::awaitable;
 
 namespace {
 
-constexpr std::uint32_t kBlocksPerRead = 8;  // blocks copied per engine-thread visit during a pull
-
 std::optional<std::uint64_t> query_number(const http::Request& req, std::string_view name) {
   const auto v = req.query_param(name);
   if (!v || v->empty() || v->size() > 19 || !std::all_of(v->begin(), v->end(), [](char c) { return c >= '0' && c <= '9'; }))
@@ -175,28 +173,22 @@ awaitable<void> PrefillService::handle_prefill(const http::Request& req, http::R
   if (w.client_gone() || !co_await w.send(frame_response(a))) release(a.transfer_id);
 }
 
-awaitable<std::vector<std::string>> PrefillService::read_frames(std::uint64_t, PinId pin, std::uint32_t from,
-                                                                std::uint32_t count, std::vector<BlockHash> hashes) {
-  const auto layers = layout_.num_layers;
-  const std::size_t layer_bytes = layout_.layer_block_bytes();
-  // Copies on the engine thread while the pin holds the blocks: a lease that ended before this turn
-  // finds no pin and copies nothing.
-  auto copy = [=](Scheduler& s, Backend& b) {
-    std::vector<std::string> out;
+std::shared_ptr<PrefillService::Payloads> PrefillService::start_read(boost::asio::any_io_executor ex, PinId pin,
+                                                                    std::uint32_t from, std::uint32_t count) {
+  auto out = std::make_shared<Payloads>(std::move(ex));
+  const std::size_t block_bytes = layout_.block_bytes();
+  // Copies on the engine thread while the pin holds the blocks (one batch call: the CUDA backend stages
+  // it through pinned memory): a lease that ended before this turn finds no pin and copies nothing.
+  engine_.run_kv_task([=](Scheduler& s, Backend& b) {
+    std::string bytes;
     const auto blocks = s.kv().pinned_blocks(pin);
-    if (blocks.size() < static_cast<std::size_t>(from) + count) return out;
-    for (std::uint32_t i = from; i < from + count; ++i) {
-      std::string p(layer_bytes * static_cast<std::size_t>(layers), '\0');
-      for (std::int64_t l = 0; l < layers; ++l) b.read_kv_bytes(l, blocks[i], p.data() + static_cast<std::size_t>(l) * layer_bytes);
-      out.push_back(std::move(p));
+    if (blocks.size() >= static_cast<std::size_t>(from) + count) {
+      bytes.resize(block_bytes * count);
+      b.read_kv_blocks(blocks.subspan(from, count), bytes.data());
     }
-    return out;
-  };
-  std::vector<std::string> payloads = co_await on_engine_thread(engine_, std::move(copy));
-  std::vector<std::string> frames;
-  for (std::size_t i = 0; i < payloads.size(); ++i)
-    frames.push_back(encode_block(from + static_cast<std::uint32_t>(i), hashes[i], 0, static_cast<std::uint16_t>(layers), payloads[i]));
-  co_return frames;
+    out->push(std::move(bytes));
+  });
+  return out;
 }
 
 awaitable<void> PrefillService::handle_pull(const http::Request& req, http::ResponseWriter& w) {
@@ -229,11 +221,27 @@ awaitable<void> PrefillService::handle_pull(const http::Request& req, http::Resp
   w.on_disconnect([this, id = *id] { release(id); });  // D is gone: nobody will pull the rest
   const auto first = static_cast<std::uint32_t>(*from), last = static_cast<std::uint32_t>(*from + *count);
   End end;
+  // Batches of about 8 MiB; the next batch is copied on the engine thread while this one is sent.
+  const auto per_read = static_cast<std::uint32_t>(std::clamp<std::size_t>((8u << 20) / layout_.block_bytes(), 1, 64));
+  const auto ex = co_await boost::asio::this_coro::executor;
+  std::shared_ptr<Payloads> pending;
+  if (touch(*id)) pending = start_read(ex, lease.pin, first, std::min(per_read, last - first));
   for (std::uint32_t at = first; at < last;) {
-    const std::uint32_t n = std::min(kBlocksPerRead, last - at);
-    std::vector<BlockHash> hashes(lease.hashes.begin() + (at - lease.first), lease.hashes.begin() + (at - lease.first + n));
+    const std::uint32_t n = std::min(per_read, last - at);
+    std::string batch;  // n blocks back to back, or empty when the lease ended first
+    if (pending) {
+      auto got = co_await pending->pop();
+      if (got) batch = std::move(*got);
+    }
+    pending.reset();
+    if (at + n < last && touch(*id)) pending = start_read(ex, lease.pin, at + n, std::min(per_read, last - at - n));
     std::vector<std::string> frames;
-    if (touch(*id)) frames = co_await read_frames(*id, lease.pin, at, n, std::move(hashes));
+    const std::size_t block_bytes = layout_.block_bytes();
+    for (std::size_t i = 0; !batch.empty() && i < n; ++i) {
+      const std::uint32_t index = at + static_cast<std::uint32_t>(i);
+      frames.push_back(encode_block(index, lease.hashes[index - lease.first], 0, static_cast<std::uint16_t>(layout_.num_layers),
+                                    std::string_view(batch).substr(i * block_bytes, block_bytes)));
+    }
     if (frames.empty()) {
       ErrorFrame e{ErrorCode::lease_expired, "the transfer's lease expired; its blocks are freed"};
       const std::string bytes = encode(e);

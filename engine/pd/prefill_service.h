@@ -64,8 +64,10 @@ class PrefillService {
   // Drops the lease and unpins its blocks; false when it was gone already.
   bool release(std::uint64_t id);
   void reap();
-  boost::asio::awaitable<std::vector<std::string>> read_frames(std::uint64_t id, PinId pin, std::uint32_t from,
-                                                               std::uint32_t count, std::vector<BlockHash> hashes);
+  // Copies blocks [from, from + count) of the pin on the engine thread; the queue gets their bytes back to
+  // back (empty when the pin is gone).
+  using Payloads = http::AsyncQueue<std::string>;
+  std::shared_ptr<Payloads> start_read(boost::asio::any_io_executor ex, PinId pin, std::uint32_t from, std::uint32_t count);
 
   Engine& engine_;
   const KvLayout layout_;

@@ -27,7 +27,8 @@ std::string fallbacks(const std::string& reason) { return "kvfleet_pd_fallbacks_
 }  // namespace
 
 TEST_CASE("pd mode answers token for token like mixed mode: greedy, seeded, shared prefixes, partial hits, short prompts") {
-  ReplicaProcess p({"--role", "prefill"}), d({"--role", "decode"}), m({"--role", "mixed"});
+  // Two blocks per pull: the longer prompts take several pulls of one lease.
+  ReplicaProcess p({"--role", "prefill"}), d({"--role", "decode", "--pd-pull-blocks", "2"}), m({"--role", "mixed"});
   const std::vector<int> base = prompt_ids(1, 48);
   const std::vector<std::vector<int>> prompts{
       prompt_ids(2, 5),                      // shorter than a block: nothing to ship
@@ -152,7 +153,7 @@ TEST_CASE("P killed while D fetches from it: the answer is still correct, D leak
 }
 
 TEST_CASE("P's endpoints: bad frames, wrong roles and layouts get error objects; an unclaimed lease expires") {
-  ReplicaProcess p({"--role", "prefill", "--pd-lease-ms", "300"}), d({"--role", "decode"});
+  ReplicaProcess p({"--role", "prefill", "--pd-lease-ms", "1500"}), d({"--role", "decode"});
   auto err = [](const http::Response& r) { return json::parse(r.body).at("error").at("code"); };
   const auto garbage = post(p.port(), "/internal/prefill", "not a frame");
   CHECK(garbage.status == 400);

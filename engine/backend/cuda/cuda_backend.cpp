@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -70,6 +71,7 @@ class CudaBackend final : public Backend {
     for (void* p : weights_) report(cudaFree(p), "cudaFree(weight)");
     for (void* p : {cache_, half_x_.ptr, attn_ws_.ptr, moe_ws_.ptr, moe_ptrs_.ptr})
       if (p) report(cudaFree(p), "cudaFree(scratch)");
+    if (staging_) report(cudaFreeHost(staging_), "cudaFreeHost(staging)");
     if (cublas_) cublasDestroy(cublas_);
     report(cudaStreamDestroy(stream_), "cudaStreamDestroy");
   }
@@ -138,6 +140,28 @@ class CudaBackend final : public Backend {
     to_device(static_cast<char*>(l.base) + static_cast<std::size_t>(block) * bytes, host, bytes);
     synchronize();  // the caller may reuse its buffer at once
   }
+  // KV transfer's staging path: every (block, layer) copy is queued on the stream into one pinned buffer,
+  // then a single synchronize; the engine/pd pipeline overlaps this with sending the previous batch.
+  void read_kv_blocks(std::span<const std::int32_t> blocks, void* host) override {
+    const std::size_t bytes = kv_block_bytes(), layers = static_cast<std::size_t>(shape_.num_layers);
+    char* pinned = staging(blocks.size() * layers * bytes);
+    for (std::size_t i = 0; i < blocks.size(); ++i)
+      for (std::size_t l = 0; l < layers; ++l)
+        KVF_CUDA(cudaMemcpyAsync(pinned + (i * layers + l) * bytes, block_ptr(l, blocks[i]), bytes, cudaMemcpyDeviceToHost,
+                                 stream_));
+    synchronize();
+    std::memcpy(host, pinned, blocks.size() * layers * bytes);
+  }
+  void write_kv_blocks(std::span<const std::int32_t> blocks, const void* host) override {
+    const std::size_t bytes = kv_block_bytes(), layers = static_cast<std::size_t>(shape_.num_layers);
+    char* pinned = staging(blocks.size() * layers * bytes);
+    std::memcpy(pinned, host, blocks.size() * layers * bytes);
+    for (std::size_t i = 0; i < blocks.size(); ++i)
+      for (std::size_t l = 0; l < layers; ++l)
+        KVF_CUDA(cudaMemcpyAsync(block_ptr(l, blocks[i]), pinned + (i * layers + l) * bytes, bytes, cudaMemcpyHostToDevice,
+                                 stream_));
+    synchronize();
+  }
 
   void embedding(DeviceWeight table, std::int64_t dim, const std::int32_t* ids, std::int64_t n, float* out) override {
     cuda::embedding(ref(table), dim, ids, n, out, stream_);
@@ -196,6 +220,21 @@ class CudaBackend final : public Backend {
   void synchronize() override { KVF_CUDA(cudaStreamSynchronize(stream_)); }
 
  private:
+  char* block_ptr(std::size_t layer, std::int32_t block) const {
+    return static_cast<char*>(layer_view(static_cast<std::int64_t>(layer)).base) + static_cast<std::size_t>(block) * kv_block_bytes();
+  }
+  // The pinned host buffer of read/write_kv_blocks; only grows.
+  char* staging(std::size_t n) {
+    if (n > staging_bytes_) {
+      if (staging_) KVF_CUDA(cudaFreeHost(staging_));
+      staging_ = nullptr;
+      staging_bytes_ = 0;
+      KVF_CUDA(cudaMallocHost(&staging_, n));
+      staging_bytes_ = n;
+    }
+    return static_cast<char*>(staging_);
+  }
+
   static void report(cudaError_t e, const char* call) {
     if (e != cudaSuccess) std::fprintf(stderr, "kvfleet cuda: %s failed: %s\n", call, cudaGetErrorString(e));
   }
@@ -241,6 +280,8 @@ class CudaBackend final : public Backend {
   bool half_weights_ = false;
   KvCacheShape shape_;
   void* cache_ = nullptr;
+  void* staging_ = nullptr;  // pinned host memory for KV transfer (read/write_kv_blocks)
+  std::size_t staging_bytes_ = 0;
   Growable half_x_, attn_ws_, moe_ws_, moe_ptrs_;
 };
 
