@@ -167,7 +167,12 @@ awaitable<std::vector<BlockFrame>> read_pull(http::HttpClient& c, const KvLayout
 }
 
 // Best effort: tells P it may free the transfer's blocks now rather than at lease expiry.
-awaitable<void> send_release(const std::string& host, std::uint16_t port, std::uint64_t id) {
+// P's internal endpoints take the fleet's internal key (the replica's --internal-api-key, else --api-key).
+void authorize(http::Request& req, const std::string& key) {
+  if (!key.empty()) req.headers.set("Authorization", "Bearer " + key);
+}
+
+awaitable<void> send_release(const std::string& host, std::uint16_t port, std::uint64_t id, std::string key) {
   try {
     http::HttpClientConfig cc;
     cc.connect_timeout = std::chrono::milliseconds(500);
@@ -177,6 +182,7 @@ awaitable<void> send_release(const std::string& host, std::uint16_t port, std::u
     http::Request req;
     req.method = "POST";
     req.target = "/internal/prefill/release?transfer=" + std::to_string(id);
+    authorize(req, key);
     co_await c.request(req);
   } catch (const std::exception&) {
   }
@@ -206,6 +212,7 @@ awaitable<void> DecodeFetcher::transfer(Plan& plan, FetchResult& result, http::R
   http::Request req;
   req.method = "POST";
   req.target = "/internal/prefill";
+  authorize(req, config_.peer_api_key);
   req.headers.set("Content-Type", "application/octet-stream");
   req.body = encode(hello);
   const http::Response answer = co_await hello_client.request(req);
@@ -239,6 +246,7 @@ awaitable<void> DecodeFetcher::transfer(Plan& plan, FetchResult& result, http::R
       get.method = "GET";
       get.target = "/internal/prefill/blocks?transfer=" + std::to_string(id) + "&from=" + std::to_string(at) +
                    "&count=" + std::to_string(n);
+      authorize(get, config_.peer_api_key);
       co_await pull.send(get);
       std::vector<BlockFrame> frames = co_await read_pull(pull, layout_, plan.hashes, at, n, plan.deadline);
       const std::uint32_t imported = co_await import_blocks(plan.pin, plan, std::move(frames));
@@ -253,7 +261,7 @@ awaitable<void> DecodeFetcher::transfer(Plan& plan, FetchResult& result, http::R
   plan.active = nullptr;
   if (failure) {  // (no co_await inside a handler)
     pull.close();
-    co_await send_release(plan.host, plan.port, id);  // the client leaving too: P may free at once
+    co_await send_release(plan.host, plan.port, id, config_.peer_api_key);  // the client leaving too: P may free at once
     std::rethrow_exception(failure);
   }
 }

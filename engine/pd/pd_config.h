@@ -16,6 +16,9 @@ struct PdConfig {
   // D: the whole transfer, handshake (P's prefill included) to the last block.
   std::chrono::milliseconds transfer_timeout{60'000};
   std::uint32_t pull_blocks = 32;  // D: blocks asked for per pull (bounds D's buffer)
+  // D: the Bearer key sent to P's /internal/* endpoints (the replica sets it from its internal_api_key, else
+  // its api_key: a fleet shares its keys). Empty: none sent.
+  std::string peer_api_key;
 };
 
 }  // namespace kvfleet::pd

@@ -21,6 +21,7 @@ void Replica::start_pd() {
   const pd::KvLayout layout = pd::layout_of(model_, *engine_);
   pd_metrics_ = std::make_unique<pd::PdMetrics>(metrics_.registry());
   if (config_.role != "decode") pd_prefill_ = std::make_unique<pd::PrefillService>(*engine_, layout, config_.pd);
+  config_.pd.peer_api_key = config_.internal_api_key.empty() ? config_.api_key : config_.internal_api_key;
   if (config_.role != "prefill") pd_fetch_ = std::make_unique<pd::DecodeFetcher>(*engine_, layout, config_.pd, pd_metrics_.get());
 }
 
@@ -28,6 +29,13 @@ void Replica::add_pd_routes(http::HttpRouter& r) {
   using Method = awaitable<void> (pd::PrefillService::*)(const http::Request&, http::ResponseWriter&);
   const auto p_side = [this](Method m) -> http::Handler {
     return [this, m](const http::Request& req, http::ResponseWriter& w) -> awaitable<void> {
+      if (!authorized(req, Access::internal)) {
+        http::Response r = http::json_error(401, "a valid internal API key is required: send 'Authorization: Bearer KEY'",
+                                            "authentication_error", "", "invalid_api_key");
+        r.headers.set("WWW-Authenticate", "Bearer");
+        co_await w.send(std::move(r));
+        co_return;
+      }
       if (!pd_prefill_) {
         co_await w.send(http::json_error(403, "this replica's role is " + config_.role + "; it serves no KV transfers",
                                          "invalid_request_error", {}, "wrong_role"));
@@ -39,7 +47,7 @@ void Replica::add_pd_routes(http::HttpRouter& r) {
   r.post("/internal/prefill", p_side(&pd::PrefillService::handle_prefill));
   r.get("/internal/prefill/blocks", p_side(&pd::PrefillService::handle_pull));
   r.post("/internal/prefill/release", p_side(&pd::PrefillService::handle_release));
-  r.get("/internal/kv_state", guarded(&Replica::kv_state));
+  r.get("/internal/kv_state", guarded(&Replica::kv_state, Access::internal));
 }
 
 awaitable<std::vector<pd::FetchResult>> Replica::pd_prefetch(const http::Request& req,

@@ -190,3 +190,25 @@ TEST_CASE("P's endpoints: bad frames, wrong roles and layouts get error objects;
   CHECK(err(late) == "lease_expired");
   CHECK(http::http_request("127.0.0.1", p.port(), "GET", "/internal/prefill/blocks?transfer=x").status == 400);
 }
+
+TEST_CASE("internal keys: P's transfer endpoints need the internal key, and D sends its own") {
+  ReplicaProcess p({"--role", "prefill", "--internal-api-key", "fleet-secret"});
+  ReplicaProcess d({"--role", "decode", "--internal-api-key", "fleet-secret"});
+  ReplicaProcess stranger({"--role", "decode", "--internal-api-key", "not-the-key"});
+  ReplicaProcess m({"--role", "mixed"});
+  // Without the key (or with another), /internal/* answers 401 with an error object.
+  const auto bare = post(p.port(), "/internal/prefill", "not a frame");
+  CHECK(bare.status == 401);
+  CHECK(json::parse(bare.body).at("error").at("type") == "authentication_error");
+  CHECK(http::http_request("127.0.0.1", p.port(), "GET", "/internal/kv_state").status == 401);
+  // D holds the fleet's key: the transfer happens. A D with another key falls back, and still answers right.
+  const std::string body = completion_body(prompt_ids(400, 80), 3);
+  const std::string want = answer_of(post(m.port(), "/v1/completions", body));
+  CHECK(answer_of(post(d.port(), "/v1/completions", body, p.base_url())) == want);
+  CHECK(metric_value(d.port(), "kvfleet_pd_transfers_total") == 1);
+  const std::string other = completion_body(prompt_ids(401, 80), 3);
+  CHECK(answer_of(post(stranger.port(), "/v1/completions", other, p.base_url())) ==
+        answer_of(post(m.port(), "/v1/completions", other)));
+  CHECK(metric_value(stranger.port(), "kvfleet_pd_transfers_total") == 0);
+  CHECK(metric_value(stranger.port(), fallbacks("error")) == 1);
+}
