@@ -191,7 +191,10 @@ ChatRequest parse_chat_request(const json::value& body) {
       for (const auto& part : c->as_array()) {
         if (!part.is_object() || part.as_object().if_contains("type") == nullptr || part.at("type") != "text")
           throw bad_request("only text content parts are supported", "messages");
-        text += std::string(part.at("text").as_string());
+        const json::value* part_text = part.as_object().if_contains("text");
+        if (!part_text || !part_text->is_string())
+          throw bad_request("each text content part needs a 'text' string", "messages");
+        text += std::string(part_text->as_string());
       }
       msg["content"] = text;
     } else if (c && !c->is_string() && !c->is_null()) {
