@@ -9,6 +9,7 @@ namespace kvfleet {
 StopChecker::StopChecker(StopRules rules, const Tokenizer* tokenizer) : rules_(std::move(rules)) {
   if (!rules_.stop_strings.empty() && tokenizer) decoder_ = std::make_unique<StreamDecoder>(*tokenizer);
 }
+StopChecker::StopChecker() = default;
 StopChecker::StopChecker(StopChecker&&) noexcept = default;
 StopChecker& StopChecker::operator=(StopChecker&&) noexcept = default;
 StopChecker::~StopChecker() = default;
