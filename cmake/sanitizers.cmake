@@ -14,7 +14,7 @@ endif()
 if(KVFLEET_FUZZ)
   if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
     message(FATAL_ERROR "KVFLEET_FUZZ needs clang (libFuzzer): configure with -DCMAKE_CXX_COMPILER=clang++ "
-                        "-DCMAKE_C_COMPILER=clang (scripts/fuzz does)")
+                        "-DCMAKE_C_COMPILER=clang (scripts/fuzz-build does)")
   endif()
   if(kvfleet_sanitizers STREQUAL "")
     set(kvfleet_sanitizers "address,undefined")
