@@ -57,10 +57,14 @@ std::vector<TokenId> parse_ids(const Reader& r, std::string_view key) {
   std::vector<TokenId> ids;
   if (!r.has(key)) return ids;
   const auto& v = r.at(key);
-  if (v.is_array())
-    for (const auto& e : v.as_array()) ids.push_back(e.to_number<TokenId>());
-  else
-    ids.push_back(v.to_number<TokenId>());
+  try {
+    if (v.is_array())
+      for (const auto& e : v.as_array()) ids.push_back(e.to_number<TokenId>());
+    else
+      ids.push_back(v.to_number<TokenId>());
+  } catch (const std::exception& e) {  // a string, or a number no token id can be (boost's system_error)
+    r.fail(key, std::string("must be a token id or a list of token ids: ") + e.what());
+  }
   return ids;
 }
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <boost/json.hpp>
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -51,6 +52,16 @@ TensorView parse_entry(const std::filesystem::path& file, const std::string& nam
       const auto dim = json::value_to<std::int64_t>(d);
       if (dim < 0) fail(file, "bad header: tensor '" + name + "' has a negative dimension");
       t.shape.push_back(dim);
+    }
+    // No tensor can have more elements than the file has bytes; checking that first keeps numel() and
+    // bytes() from overflowing (a shape of [2^62, 4] multiplied out to 0 and passed the size check).
+    const bool empty = std::find(t.shape.begin(), t.shape.end(), 0) != t.shape.end();
+    std::uint64_t elements = 1;
+    for (const std::int64_t dim : t.shape) {
+      if (empty) break;
+      if (elements > data_size / static_cast<std::uint64_t>(dim))
+        fail(file, "tensor '" + name + "' has shape " + shape_str(t.shape) + ", more elements than the file has bytes");
+      elements *= static_cast<std::uint64_t>(dim);
     }
     const auto& off = obj->at("data_offsets").as_array();
     if (off.size() != 2) fail(file, "bad header: tensor '" + name + "' data_offsets must have two entries");

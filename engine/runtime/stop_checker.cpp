@@ -12,6 +12,7 @@ StopChecker::StopChecker(StopRules rules, const Tokenizer* tokenizer) : rules_(s
     matcher_ = StopMatcher(rules_.stop_strings);
   }
 }
+StopChecker::StopChecker() = default;
 StopChecker::StopChecker(StopChecker&&) noexcept = default;
 StopChecker& StopChecker::operator=(StopChecker&&) noexcept = default;
 StopChecker::~StopChecker() = default;

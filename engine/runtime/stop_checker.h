@@ -31,7 +31,7 @@ struct StopResult {
 
 class StopChecker {
  public:
-  StopChecker() = default;
+  StopChecker();  // defined where StreamDecoder is complete (clang instantiates ~unique_ptr here)
   StopChecker(StopRules rules, const Tokenizer* tokenizer);
   StopChecker(StopChecker&&) noexcept;
   StopChecker& operator=(StopChecker&&) noexcept;

@@ -30,7 +30,7 @@ class ChoiceStream {
   std::int32_t num_cached_tokens() const { return num_cached_tokens_; }
 
  private:
-  const Tokenizer& tokenizer_;
+  [[maybe_unused]] const Tokenizer& tokenizer_;  // unused for now (clang: -Wunused-private-field)
   StreamDecoder decoder_;
   std::vector<std::string> stop_;
   std::size_t hold_ = 0;      // bytes held back: the longest stop string minus one

@@ -1,6 +1,7 @@
 #include "engine/core/chat_template/lexer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <stdexcept>
 
@@ -122,6 +123,9 @@ size_t Lexer::lex_string(size_t pos, Token& tok) {
     p += 2;
     auto hex = [&](int n) {
       if (p + static_cast<size_t>(n) > src_.size()) fail("bad escape in string", pos);
+      // Exactly n hex digits, as Python requires (std::stoul would throw std::invalid_argument on "\\upper").
+      for (size_t k = 0; k < static_cast<size_t>(n); ++k)
+        if (!std::isxdigit(static_cast<unsigned char>(src_[p + k]))) fail("bad escape in string", pos);
       char32_t v = static_cast<char32_t>(std::stoul(src_.substr(p, static_cast<size_t>(n)), nullptr, 16));
       p += static_cast<size_t>(n);
       utf8_append(out, v);

@@ -75,6 +75,9 @@ std::string py_format(const std::string& fmt, const CallArgs& a) {
       v = auto_index < a.args.size() ? &a.args[auto_index] : nullptr;
       ++auto_index;
     } else if (std::isdigit(static_cast<unsigned char>(field[0]))) {
+      // Digits only, and no more than fit (std::stoul throws for "1x" leftovers it ignores, and for overflow).
+      if (field.size() > 9 || field.find_first_not_of("0123456789") != std::string::npos)
+        throw TemplateError("unsupported format field '{" + field + "}'");
       size_t idx = std::stoul(field);
       v = idx < a.args.size() ? &a.args[idx] : nullptr;
     } else {

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 
 namespace kvfleet {
@@ -31,8 +32,24 @@ inline std::uint16_t f32_to_bf16(float f) {
   return static_cast<std::uint16_t>(u >> 16);
 }
 
+#if defined(__clang__) && __clang_major__ < 15
+// Clang 14 (Debian's, used by the sanitizer and fuzz build) has no _Float16 on x86; its __fp16 is a
+// storage type with the same IEEE conversions (round to nearest even), but cannot be a return value.
+inline float f16_to_f32(std::uint16_t h) {
+  __fp16 x;
+  std::memcpy(&x, &h, sizeof x);
+  return static_cast<float>(x);
+}
+inline std::uint16_t f32_to_f16(float f) {
+  const __fp16 x = static_cast<__fp16>(f);
+  std::uint16_t h;
+  std::memcpy(&h, &x, sizeof h);
+  return h;
+}
+#else
 inline float f16_to_f32(std::uint16_t h) { return static_cast<float>(std::bit_cast<_Float16>(h)); }
 inline std::uint16_t f32_to_f16(float f) { return std::bit_cast<std::uint16_t>(static_cast<_Float16>(f)); }
+#endif
 
 // Reads element i of a tensor of type t as fp32.
 inline float load_as_f32(const void* data, DType t, std::size_t i) {
