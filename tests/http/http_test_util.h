@@ -16,6 +16,7 @@
 #include <chrono>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "kvfleet/http/server.h"
 
@@ -70,7 +71,7 @@ class RawSocket {
     int one = 1;
     ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   }
-  ~RawSocket() { ::close(fd_); }
+  ~RawSocket() { close_now(); }
   RawSocket(const RawSocket&) = delete;
   RawSocket& operator=(const RawSocket&) = delete;
 
@@ -83,6 +84,25 @@ class RawSocket {
     }
     return true;
   }
+
+  // Sends `bytes` in pieces of `piece` bytes with `pause` between them, so that the server sees
+  // many short reads (Beast-style partial writes). False when the peer has closed.
+  bool send_in_pieces(std::string_view bytes, size_t piece, std::chrono::milliseconds pause) {
+    while (!bytes.empty()) {
+      size_t n = std::min(piece, bytes.size());
+      if (!send_all(bytes.substr(0, n))) return false;
+      bytes.remove_prefix(n);
+      if (!bytes.empty()) std::this_thread::sleep_for(pause);
+    }
+    return true;
+  }
+
+  void shutdown_write() { ::shutdown(fd_, SHUT_WR); }
+  void close_now() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  int fd() const { return fd_; }
 
   // Waits up to `timeout` for input. Returns: 1 data, 0 EOF/reset, -1 nothing yet.
   int poll_input(std::chrono::milliseconds timeout) {
@@ -109,6 +129,74 @@ class RawSocket {
 
  private:
   int fd_ = -1;
+};
+
+// The status code of the first response in `raw` ("HTTP/1.1 431 ..." -> 431), 0 when there is none.
+inline int status_of(const std::string& raw) {
+  if (!raw.starts_with("HTTP/1.1 ") || raw.size() < 12) return 0;
+  return std::stoi(raw.substr(9, 3));
+}
+
+// How many responses (status lines) `raw` holds.
+inline int responses_in(const std::string& raw) {
+  int count = 0;
+  for (size_t at = raw.find("HTTP/1.1 "); at != std::string::npos; at = raw.find("HTTP/1.1 ", at + 1)) ++count;
+  return count;
+}
+
+// A hostile HTTP server for client tests: accepts one connection on an ephemeral loopback port,
+// reads the request head, sends `response` in pieces, then closes. Stops by itself.
+class RawServer {
+ public:
+  explicit RawServer(std::string response, size_t piece = 1 << 20,
+                     std::chrono::milliseconds pause = std::chrono::milliseconds{0}) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    ::listen(listen_fd_, 4);
+    socklen_t len = sizeof addr;
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this, response = std::move(response), piece, pause] { serve(response, piece, pause); });
+  }
+  ~RawServer() {
+    thread_.join();
+    ::close(listen_fd_);
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  void serve(const std::string& response, size_t piece, std::chrono::milliseconds pause) {
+    pollfd p{listen_fd_, POLLIN, 0};
+    if (::poll(&p, 1, 5000) <= 0) return;
+    int fd = ::accept(listen_fd_, nullptr, nullptr);
+    std::string request;
+    char buf[4096];
+    while (request.find("\r\n\r\n") == std::string::npos) {
+      pollfd q{fd, POLLIN, 0};
+      if (::poll(&q, 1, 5000) <= 0) break;
+      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      request.append(buf, static_cast<size_t>(n));
+    }
+    std::string_view rest = response;
+    while (!rest.empty()) {
+      size_t n = std::min(piece, rest.size());
+      if (::send(fd, rest.data(), n, MSG_NOSIGNAL) <= 0) break;
+      rest.remove_prefix(n);
+      if (pause.count() > 0) std::this_thread::sleep_for(pause);
+    }
+    ::shutdown(fd, SHUT_WR);
+    pollfd q{fd, POLLIN, 0};
+    ::poll(&q, 1, 2000);  // until the client closes (or 2 s)
+    ::close(fd);
+  }
+
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::thread thread_;
 };
 
 }  // namespace kvfleet::http::test

@@ -6,14 +6,16 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/read_size.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
-#include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 #include <vector>
+
+#include "bounded_parser.h"
 
 namespace kvfleet::http {
 
@@ -28,8 +30,35 @@ constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
 struct HttpClient::Impl {
   // The buffer gets room for a whole small response up front (Beast reads at most its free capacity).
   Impl(asio::any_io_executor executor, HttpClientConfig c)
-      : config(std::move(c)), stream(std::move(executor)), piece(config.piece_size) {
+      : config(std::move(c)),
+        stream(std::move(executor)),
+        reader(ParseLimits{config.header_limit, config.trailer_limit, config.chunk_extension_limit}),
+        piece(config.piece_size) {
     buffer.reserve(16 * 1024);
+  }
+
+  std::string_view unread() const { return {static_cast<const char*>(buffer.data().data()), buffer.size()}; }
+
+  // One parse step over what is buffered (see BoundedParser); need_more when nothing is.
+  error_code step() {
+    error_code ec = bhttp::error::need_more;
+    if (buffer.size() == 0) return ec;
+    size_t used = reader.step(unread(), ec);
+    buffer.consume(used);
+    if (!ec && used == 0) ec = bhttp::error::need_more;
+    if (!ec && buffer.size() == 0 && !reader.parser().is_done()) ec = bhttp::error::need_more;
+    return ec;
+  }
+
+  // Reads more of the response into `buffer`; false at the end of the stream.
+  asio::awaitable<bool> read_more() {
+    stream.expires_after(config.io_timeout);
+    auto space = buffer.prepare(beast::read_size(buffer, 64 * 1024));
+    auto [ec, n] = co_await stream.async_read_some(space, tuple_awaitable);
+    buffer.commit(n);
+    if (ec == asio::error::eof) co_return false;
+    if (ec) fail(ec);
+    co_return true;
   }
 
   // Closes the connection and throws: a half-read response leaves the stream unusable.
@@ -37,9 +66,9 @@ struct HttpClient::Impl {
     close();
     throw system_error(ec);
   }
-  // The parser stays: a read may be pending (close() from a disconnect callback), or its completion
-  // already queued with bytes that it will still feed to the parser. That read then fails with
-  // operation_aborted; a closed socket is never reusable().
+  // The parser stays: a read may be pending (close() from a disconnect callback); it then fails
+  // with operation_aborted (reads only fill `buffer`; the coroutine parses). A closed socket is
+  // never reusable().
   void close() {
     error_code ignored;
     stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
@@ -49,7 +78,7 @@ struct HttpClient::Impl {
   HttpClientConfig config;
   beast::tcp_stream stream;
   beast::flat_buffer buffer;
-  std::optional<bhttp::response_parser<bhttp::buffer_body>> parser;
+  BoundedParser<bhttp::response_parser<bhttp::buffer_body>> reader;
   std::vector<char> piece;
   std::string host_header;
   bool head_request = false;  // a HEAD response has no body whatever its headers say
@@ -99,38 +128,52 @@ asio::awaitable<void> HttpClient::send(const Request& request) {
   if (ec) s.fail(ec);
 }
 
+// The head and the body are read through BoundedParser: Beast's own read operations would run its
+// parser inside a completion handler, where a hostile server's 64 KiB trailer field throws out of
+// io_context::run(), and they bound neither a head spread over many reads nor chunk extensions.
 asio::awaitable<ResponseHead> HttpClient::read_head() {
   Impl& s = *impl_;
-  s.parser.emplace();
-  s.parser->header_limit(static_cast<uint32_t>(std::min<size_t>(s.config.header_limit, UINT32_MAX)));
-  s.parser->body_limit(std::numeric_limits<std::uint64_t>::max());
-  if (s.head_request) s.parser->skip(true);
-  s.stream.expires_after(s.config.io_timeout);
-  auto [ec, n] = co_await bhttp::async_read_header(s.stream, s.buffer, *s.parser, tuple_awaitable);
-  if (ec) s.fail(ec);
-  const auto& message = s.parser->get();
+  auto& parser = s.reader.start(std::nullopt);  // read_body() applies body_limit; read_some() none
+  if (s.head_request) parser.skip(true);
+  for (;;) {
+    error_code ec = s.step();
+    if (ec && ec != bhttp::error::need_more) s.fail(ec);
+    if (parser.is_header_done()) break;
+    if (!ec) continue;
+    bool more = co_await s.read_more();  // (not inside &&: GCC 12 miscompiles co_await there)
+    if (!more) s.fail(parser.got_some() ? bhttp::error::partial_message : bhttp::error::end_of_stream);
+  }
+  const auto& message = parser.get();
   ResponseHead head;
   head.status = static_cast<int>(message.result_int());
   for (const auto& field : message) head.headers.add(field.name_string(), field.value());
   head.chunked = message.chunked();
-  if (auto length = s.parser->content_length()) head.content_length = *length;
+  if (auto length = parser.content_length()) head.content_length = *length;
   head.keep_alive = message.keep_alive();
   co_return head;
 }
 
 asio::awaitable<std::optional<std::string>> HttpClient::read_some() {
   Impl& s = *impl_;
-  if (!s.parser) throw std::logic_error("HttpClient::read_some before read_head");
-  while (!s.parser->is_done()) {
-    auto& body = s.parser->get().body();
+  if (!s.reader.active()) throw std::logic_error("HttpClient::read_some before read_head");
+  auto& parser = s.reader.parser();
+  while (!parser.is_done()) {
+    auto& body = parser.get().body();
     body.data = s.piece.data();
     body.size = s.piece.size();
-    s.stream.expires_after(s.config.io_timeout);
-    auto [ec, n] = co_await bhttp::async_read_some(s.stream, s.buffer, *s.parser, tuple_awaitable);
-    if (ec && ec != bhttp::error::need_buffer) s.fail(ec);
+    error_code ec = s.step();
+    if (ec == bhttp::error::need_buffer) ec = {};
+    if (ec && ec != bhttp::error::need_more) s.fail(ec);
     size_t got = s.piece.size() - body.size;
-    // Some reads only consume chunk framing; keep reading until body bytes appear.
+    // Some steps only consume chunk framing; keep going until body bytes appear.
     if (got > 0) co_return std::string(s.piece.data(), got);
+    if (!ec || parser.is_done()) continue;
+    bool more = co_await s.read_more();
+    if (!more) {
+      if (!parser.need_eof()) s.fail(bhttp::error::partial_message);
+      parser.put_eof(ec);  // a body that ends with the connection
+      if (ec) s.fail(ec);
+    }
   }
   co_return std::nullopt;
 }
@@ -160,8 +203,8 @@ bool HttpClient::is_open() const { return impl_->stream.socket().is_open(); }
 
 bool HttpClient::reusable() const {
   const Impl& s = *impl_;
-  return s.stream.socket().is_open() && s.parser && s.parser->is_done() && s.parser->get().keep_alive() &&
-         s.buffer.size() == 0;
+  return s.stream.socket().is_open() && s.reader.active() && s.reader.parser().is_done() &&
+         s.reader.parser().get().keep_alive() && s.buffer.size() == 0;
 }
 
 asio::any_io_executor HttpClient::executor() const { return impl_->stream.get_executor(); }

@@ -2,7 +2,10 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+
+#include <cstdio>
 
 #include "session.h"
 
@@ -13,21 +16,57 @@ using asio::ip::tcp;
 
 namespace {
 
+bool out_of_descriptors(const boost::system::error_code& ec) {
+  return ec == asio::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system ||
+         ec == asio::error::no_buffer_space || ec == asio::error::no_memory;
+}
+
+// An exception that ends a connection's coroutine ends that connection only (its frame, and with it
+// the socket, is gone by now).
+void log_session_exception(std::exception_ptr error) {
+  if (!error) return;
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvfleet-http: a connection ended by an exception: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "kvfleet-http: a connection ended by an unknown exception\n");
+  }
+}
+
+template <typename Socket>
+std::string peer_address(const Socket& socket) {
+  boost::system::error_code ec;
+  tcp::endpoint endpoint = socket.remote_endpoint(ec);
+  return ec ? std::string() : endpoint.address().to_string();
+}
+
 asio::awaitable<void> accept_loop(HttpServer::State& server) {
+  asio::steady_timer pause(server.acceptor.get_executor());
+  std::chrono::milliseconds backoff{0};
   for (;;) {
     auto [ec, socket] = co_await server.acceptor.async_accept(
         asio::make_strand(server.ioc), asio::as_tuple(asio::use_awaitable));
     if (ec == asio::error::operation_aborted || !server.acceptor.is_open()) co_return;
-    if (ec) continue;  // e.g. the peer reset before accept, or out of descriptors for a moment
-    if (server.stopping || server.connection_count() >= server.config.max_connections) {
-      boost::system::error_code ignored;
-      socket.close(ignored);
+    if (out_of_descriptors(ec)) {
+      // The connection stays in the backlog and accept fails again at once: retrying now would
+      // spin. Pause, doubling, until descriptors are free again.
+      backoff = std::min(std::max(backoff * 2, server.config.accept_backoff), std::chrono::milliseconds{1000});
+      if (backoff == server.config.accept_backoff) {
+        std::fprintf(stderr, "kvfleet-http: accept: %s; pausing accepts\n", ec.message().c_str());
+      }
+      pause.expires_after(backoff);
+      co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
       continue;
     }
+    backoff = std::chrono::milliseconds{0};
+    if (ec) continue;  // e.g. the peer reset before accept
+    if (server.stopping) continue;  // closed on leaving scope
     socket.set_option(tcp::no_delay(true), ec);  // stream pieces must not wait for Nagle
+    std::string peer = peer_address(socket);
     auto session = std::make_shared<Session>(server, std::move(socket));
-    server.add_session(session.get(), session);
-    asio::co_spawn(session->executor(), session->run(), asio::detached);
+    if (!server.add_session(session.get(), session, std::move(peer))) continue;  // over a cap: closed
+    asio::co_spawn(session->executor(), session->run(), log_session_exception);
   }
 }
 
@@ -37,12 +76,27 @@ void for_each_session(HttpServer::State& server, Fn fn) {
   std::vector<std::shared_ptr<Session>> live;
   {
     std::lock_guard lock(server.mutex);
-    for (auto& [raw, weak] : server.sessions) {
-      if (auto session = weak.lock()) live.push_back(std::move(session));
+    for (auto& [raw, entry] : server.sessions) {
+      if (auto session = entry.session.lock()) live.push_back(std::move(session));
     }
   }
   for (auto& session : live) {
     asio::post(session->executor(), [session, fn] { fn(*session); });
+  }
+}
+
+// The last resort: an exception thrown by a completion handler (not inside a coroutine, where the
+// session catches it) leaves io_context::run(); log it and keep the thread serving the others.
+void run_io(asio::io_context& ioc) {
+  for (;;) {
+    try {
+      ioc.run();
+      return;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kvfleet-http: an io thread caught an exception: %s\n", e.what());
+    } catch (...) {
+      std::fprintf(stderr, "kvfleet-http: an io thread caught an unknown exception\n");
+    }
   }
 }
 
@@ -74,7 +128,7 @@ void HttpServer::start() {
   asio::co_spawn(s.acceptor.get_executor(), accept_loop(s), asio::detached);
   int threads = std::max(1, s.config.io_threads);
   for (int i = 0; i < threads; ++i) {
-    s.threads.emplace_back([&s] { s.ioc.run(); });
+    s.threads.emplace_back([&s] { run_io(s.ioc); });
   }
 }
 

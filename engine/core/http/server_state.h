@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -21,13 +22,27 @@ class Session;
 struct HttpServer::State {
   State(HttpServerConfig c, HttpRouter r) : config(std::move(c)), router(std::move(r)) {}
 
-  void add_session(Session* session, std::weak_ptr<Session> weak) {
+  // Registers a new connection; false (and nothing registered) when it is over max_connections
+  // or over max_connections_per_peer for `peer` (its address; empty: unknown, not capped).
+  bool add_session(Session* session, std::weak_ptr<Session> weak, std::string peer) {
     std::lock_guard lock(mutex);
-    sessions.emplace(session, std::move(weak));
+    if (sessions.size() >= config.max_connections) return false;
+    if (config.max_connections_per_peer > 0 && !peer.empty()) {
+      size_t& count = per_peer[peer];
+      if (count >= config.max_connections_per_peer) return false;
+      ++count;
+    }
+    sessions.emplace(session, Entry{std::move(weak), std::move(peer)});
+    return true;
   }
   void remove_session(Session* session) {
     std::lock_guard lock(mutex);
-    sessions.erase(session);
+    auto it = sessions.find(session);
+    if (it == sessions.end()) return;
+    if (auto peer = per_peer.find(it->second.peer); peer != per_peer.end() && --peer->second == 0) {
+      per_peer.erase(peer);
+    }
+    sessions.erase(it);
     if (sessions.empty()) sessions_empty.notify_all();
   }
 
@@ -38,9 +53,14 @@ struct HttpServer::State {
   std::atomic<bool> stopping{false};
   std::atomic<uint16_t> port{0};
 
-  mutable std::mutex mutex;  // guards sessions, started, stopped
+  struct Entry {
+    std::weak_ptr<Session> session;
+    std::string peer;
+  };
+  mutable std::mutex mutex;  // guards sessions, per_peer, started, stopped
   std::condition_variable sessions_empty;
-  std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
+  std::unordered_map<Session*, Entry> sessions;
+  std::unordered_map<std::string, size_t> per_peer;  // open connections per client address
   bool started = false;
   bool stopped = false;
   std::vector<std::thread> threads;

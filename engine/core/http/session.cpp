@@ -9,13 +9,8 @@
 #include <boost/beast/http/chunk_encode.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/error.hpp>
-#include <boost/beast/http/read.hpp>
 #include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
-
-#include <sys/socket.h>
-
-#include <cerrno>
 
 #include "kvfleet/http/json_error.h"
 
@@ -30,33 +25,9 @@ constexpr auto tuple_awaitable = asio::as_tuple(use_awaitable);
 
 namespace {
 
-Request to_request(bhttp::request<bhttp::string_body>&& message) {
-  Request request;
-  request.method = std::string(message.method_string());
-  request.target = std::string(message.target());
-  for (const auto& field : message) {
-    request.headers.add(field.name_string(), field.value());
-  }
-  request.body = std::move(message.body());
-  return request;
-}
-
 template <typename Message>
 void copy_headers(const Headers& from, Message& to) {
   for (const Headers::Field& f : from.fields()) to.insert(f.name, f.value);
-}
-
-// The status to answer a failed request read with; 0: just close (the peer closed or reset, the
-// read timed out and tcp_stream already closed the socket, or the server is stopping).
-int read_error_status(error_code ec) {
-  if (ec == bhttp::error::header_limit) return 431;
-  if (ec == bhttp::error::body_limit) return 413;
-  if (ec == bhttp::error::end_of_stream || ec == beast::error::timeout ||
-      ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
-      ec == asio::error::eof || ec == asio::error::bad_descriptor) {
-    return 0;
-  }
-  return 400;
 }
 
 }  // namespace
@@ -143,7 +114,13 @@ class SessionWriter final : public ResponseWriter {
 // Beast reads at most the buffer's free capacity (at least 512 bytes) per call, and an empty buffer
 // never grows: a 6 kB chat request took 13 recvmsg calls. Room for a typical request in one.
 Session::Session(HttpServer::State& server, asio::ip::tcp::socket socket)
-    : server_(server), stream_(std::move(socket)) {
+    : server_(server),
+      stream_(std::move(socket)),
+      reader_(ParseLimits{server.config.header_limit, server.config.trailer_limit,
+                          server.config.chunk_extension_limit}),
+      deadline_timer_(stream_.get_executor()),
+      accepted_at_(Clock::now()),
+      watch_done_(stream_.get_executor()) {
   buffer_.reserve(16 * 1024);
 }
 
@@ -151,26 +128,23 @@ Session::~Session() { server_.remove_session(this); }
 
 asio::awaitable<void> Session::run() {
   auto self = shared_from_this();  // the connection lives while its coroutine does
-  const HttpServerConfig& config = server_.config;
-  for (;;) {
-    if (server_.stopping) break;
-    parser_.emplace();
-    parser_->header_limit(static_cast<uint32_t>(std::min<size_t>(config.header_limit, UINT32_MAX)));
-    parser_->body_limit(config.body_limit);
-    stream_.expires_after(config.read_timeout);
-    reading_ = true;
-    auto [ec, n] = co_await bhttp::async_read(stream_, buffer_, *parser_, tuple_awaitable);
-    reading_ = false;
-    if (ec) {
-      // Classified here, before the coroutine call (an error_code argument crashed GCC 12 code).
-      if (int status = read_error_status(ec)) co_await answer_read_error(status, ec.message());
-      stream_.close();
-      co_return;
-    }
-    bool keep_alive = parser_->get().keep_alive();
-    Request request = to_request(parser_->release());
-    parser_.reset();
-    if (!co_await serve(request, keep_alive) || !keep_alive) break;
+  // The error answer is written out here, after the loop. GCC 12 miscompiled the helper coroutine
+  // `if (co_await write_error(...)) co_await linger_close();` called from this loop (a frame was
+  // resumed at 8 bytes past its address: SIGILL); the bool goes through a named variable.
+  Request request;
+  ReadFailure failure;
+  bool keep_alive = false;
+  bool complete = false;
+  while (!server_.stopping) {
+    request = Request();
+    complete = co_await read_request(request, keep_alive, failure);
+    if (!complete) break;
+    bool again = co_await serve(request, keep_alive);
+    if (!again || !keep_alive) break;
+  }
+  if (!complete && failure.status != 0) {
+    bool written = co_await write_error(failure.status, failure.message);
+    if (written) co_await linger_close();
   }
   error_code ignored;
   stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
@@ -181,6 +155,8 @@ asio::awaitable<bool> Session::serve(const Request& request, bool keep_alive) {
   client_gone_ = false;
   on_disconnect_ = nullptr;
   uint64_t generation = ++watch_generation_;
+  watching_ = true;
+  watch_done_.expires_at(Clock::time_point::max());
   asio::co_spawn(executor(), watch_disconnect(generation), asio::detached);
 
   SessionWriter writer(*this, keep_alive);
@@ -192,9 +168,12 @@ asio::awaitable<bool> Session::serve(const Request& request, bool keep_alive) {
     failure = e.what();
   }
   if (failure && !writer.started()) co_await writer.send(json_error(500, *failure, "server_error"));
+  // Stop the watcher and wait for it: it reads into pipelined_, which the next request needs.
   ++watch_generation_;  // a late watcher result belongs to this request only
   watch_cancel_.emit(asio::cancellation_type::terminal);
   on_disconnect_ = nullptr;
+  if (watching_) co_await watch_done_.async_wait(tuple_awaitable);
+  take_pipelined();
 
   if (!writer.started()) {
     co_await writer.send(json_error(500, "the handler sent no response", "server_error"));
@@ -202,30 +181,44 @@ asio::awaitable<bool> Session::serve(const Request& request, bool keep_alive) {
     if (failure) co_return false;  // no last chunk: the client sees a truncated stream
     co_await writer.finish();
   }
-  co_return !client_gone_ && writer.keep_alive();
+  co_return !client_gone_ && !discarded_ && writer.keep_alive();
 }
 
-// While the handler runs nothing reads the socket, so a closed connection would go unnoticed
-// until the next write. Waiting for readability catches the FIN (or RST) at once.
+// While the handler runs nothing else reads the socket, so a closed connection would go unnoticed
+// until the next write. The watcher reads: EOF or a reset marks the client gone at once. What it
+// reads is the start of a pipelined request, kept up to pipeline_limit; past that it is discarded
+// (and the connection ends after this request), but the watcher keeps reading, so a client that
+// sends more and then leaves is still noticed. (Never a blocking peek: a spurious readiness made
+// asio's synchronous receive wait in poll, holding an io thread and the strand.)
 asio::awaitable<void> Session::watch_disconnect(uint64_t generation) {
   auto self = shared_from_this();
+  bool gone = false;
   for (;;) {
-    auto [ec] = co_await stream_.socket().async_wait(
-        asio::ip::tcp::socket::wait_read,
-        asio::bind_cancellation_slot(watch_cancel_.slot(), tuple_awaitable));
-    if (generation != watch_generation_ || ec == asio::error::operation_aborted) co_return;
-    if (!ec) {
-      // Never a blocking peek: a readiness report can be spurious, and asio's synchronous receive
-      // on such a socket waits (in poll) for data that may never come, holding this io thread and
-      // the session's strand until the client hangs up.
-      char byte = 0;
-      const ssize_t n = ::recv(stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n > 0) co_return;  // a pipelined request: data, not a disconnect
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;  // spurious
+    auto [ec, n] = co_await stream_.socket().async_read_some(
+        asio::buffer(watch_buffer_), asio::bind_cancellation_slot(watch_cancel_.slot(), tuple_awaitable));
+    if (generation != watch_generation_ || ec == asio::error::operation_aborted) break;
+    if (ec) {
+      gone = true;  // EOF, reset or an error: the client is gone
+      break;
     }
-    break;  // EOF, reset or an error: the client is gone
+    if (!discarded_ && pipelined_.size() + n <= pipeline_limit) {
+      pipelined_.append(watch_buffer_.data(), n);
+    } else {
+      discarded_ = true;
+    }
   }
-  mark_gone();
+  watching_ = false;
+  watch_done_.cancel();
+  if (gone) mark_gone();
+}
+
+// The watcher's bytes follow what the parser left in buffer_.
+void Session::take_pipelined() {
+  if (pipelined_.empty() || discarded_) return;
+  auto space = buffer_.prepare(pipelined_.size());
+  asio::buffer_copy(space, asio::buffer(pipelined_));
+  buffer_.commit(pipelined_.size());
+  pipelined_.clear();
 }
 
 void Session::mark_gone() {
@@ -237,17 +230,20 @@ void Session::mark_gone() {
   }
 }
 
-asio::awaitable<void> Session::answer_read_error(int status, std::string detail) {
-  std::string message = status == 431   ? "request headers are too large"
-                        : status == 413 ? "request body is too large"
-                                        : "malformed HTTP request: " + detail;
-  if (co_await write_error(status, message)) co_await linger_close();
+void Session::on_server_stop() {
+  if (reading_ && phase_ == Phase::idle) stream_.cancel();
+}
+
+void Session::force_close() {
+  error_code ignored;
+  stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  stream_.close();
 }
 
 asio::awaitable<bool> Session::write_error(int status, std::string_view message) {
   Response response = json_error(status, message, error_type_for(status));
   bhttp::response<bhttp::string_body> out{bhttp::status(status), 11};
-  copy_headers(response.headers, out);
+  for (const Headers::Field& f : response.headers.fields()) out.insert(f.name, f.value);
   out.body() = std::move(response.body);
   out.keep_alive(false);
   out.prepare_payload();
@@ -269,16 +265,6 @@ asio::awaitable<void> Session::linger_close() {
     ec = read_ec;
     drained += n;
   }
-}
-
-void Session::on_server_stop() {
-  if (reading_ && parser_ && !parser_->got_some()) stream_.cancel();
-}
-
-void Session::force_close() {
-  error_code ignored;
-  stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-  stream_.close();
 }
 
 }  // namespace kvfleet::http

@@ -1,15 +1,22 @@
 // Internal: one HTTP connection, run as a coroutine on its own strand (see server.h).
+// session_read.cpp reads requests (limits, deadlines, checks); session.cpp serves them.
 #pragma once
 
+#include <array>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
-#include <optional>
+#include <chrono>
+#include <functional>
+#include <string>
 
+#include "bounded_parser.h"
+#include "request_checks.h"
 #include "server_state.h"
 
 namespace kvfleet::http {
@@ -30,28 +37,55 @@ class Session : public std::enable_shared_from_this<Session> {
   // On the strand: the grace period is over.
   void force_close();
 
+  // Bytes of a pipelined next request kept while a handler runs; more are discarded.
+  static constexpr size_t pipeline_limit = 64 * 1024;
+
  private:
   friend class SessionWriter;
   using RequestParser = boost::beast::http::request_parser<boost::beast::http::string_body>;
+  using Clock = std::chrono::steady_clock;
+  enum class Phase { idle, head, body, serving };
+  enum class ReadResult { data, timeout, closed };
 
-  boost::asio::awaitable<bool> serve(const Request& request, bool keep_alive);
-  boost::asio::awaitable<void> answer_read_error(int status, std::string detail);
-  boost::asio::awaitable<void> watch_disconnect(uint64_t generation);
+  // session_read.cpp
+  // True with a whole request; false: answer `failure` if it has a status, then close.
+  boost::asio::awaitable<bool> read_request(Request& request, bool& keep_alive, ReadFailure& failure);
+  boost::asio::awaitable<ReadResult> read_more(Clock::time_point deadline);
+  boost::asio::awaitable<bool> write_continue();
+  std::chrono::milliseconds timeout_or_default(std::chrono::milliseconds timeout) const;
+
+  // session.cpp
   boost::asio::awaitable<bool> write_error(int status, std::string_view message);
   boost::asio::awaitable<void> linger_close();
+  boost::asio::awaitable<bool> serve(const Request& request, bool keep_alive);
+  boost::asio::awaitable<void> watch_disconnect(uint64_t generation);
+  void take_pipelined();
   void mark_gone();
 
   HttpServer::State& server_;
   boost::beast::tcp_stream stream_;
   boost::beast::flat_buffer buffer_;
-  std::optional<RequestParser> parser_;
-  bool reading_ = false;        // an async_read for the next request is pending
+
+  // Reading a request.
+  BoundedParser<RequestParser> reader_;
+  boost::asio::steady_timer deadline_timer_;
+  uint64_t read_generation_ = 0;  // a late timer belongs to an earlier read
+  bool timed_out_ = false;        // the current read was cancelled by its deadline
+  bool reading_ = false;          // a socket read is pending
+  Phase phase_ = Phase::idle;
+  bool first_request_ = true;
+  Clock::time_point accepted_at_;
 
   // Per request: disconnect detection while the handler runs.
   bool client_gone_ = false;
   std::function<void()> on_disconnect_;
   uint64_t watch_generation_ = 0;
   boost::asio::cancellation_signal watch_cancel_;
+  bool watching_ = false;               // the watcher coroutine runs
+  boost::asio::steady_timer watch_done_;  // cancelled when it ends
+  std::array<char, 4096> watch_buffer_{};
+  std::string pipelined_;  // what the watcher read: the start of the next request
+  bool discarded_ = false;  // the watcher dropped bytes: the connection ends after this request
 };
 
 }  // namespace kvfleet::http

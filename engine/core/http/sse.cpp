@@ -30,6 +30,9 @@ std::vector<SseEvent> SseParser::feed(std::string_view bytes) {
       on_line(line_, out);
       line_.clear();
     } else {
+      if (limits_.max_line > 0 && line_.size() >= limits_.max_line) {
+        throw SseLimitError("SSE line over " + std::to_string(limits_.max_line) + " bytes");
+      }
       line_.push_back(c);
     }
   }
@@ -52,6 +55,9 @@ void SseParser::on_line(std::string_view line, std::vector<SseEvent>& out) {
     if (has_data_) current_.data.push_back('\n');
     current_.data.append(value);
     has_data_ = true;
+    if (limits_.max_event > 0 && current_.data.size() > limits_.max_event) {
+      throw SseLimitError("SSE event over " + std::to_string(limits_.max_event) + " bytes");
+    }
   } else if (field == "event") {
     current_.event = std::string(value);
   } else if (field == "id") {

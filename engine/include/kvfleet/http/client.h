@@ -28,10 +28,14 @@
 
 namespace kvfleet::http {
 
+// Limits on what the server may send (a replica can be hostile or broken); over one, the call
+// throws system_error and the client is closed.
 struct HttpClientConfig {
   std::chrono::milliseconds connect_timeout{5'000};
   std::chrono::milliseconds io_timeout{30'000};  // each read or write
-  size_t header_limit = 64 * 1024;
+  size_t header_limit = 64 * 1024;               // status line + all headers, across reads
+  size_t trailer_limit = 8 * 1024;               // a chunked body's trailer section
+  size_t chunk_extension_limit = 4 * 1024;       // all chunk extensions of one body
   size_t body_limit = 64 * 1024 * 1024;          // what read_body() may buffer; read_some: no limit
   size_t piece_size = 16 * 1024;                 // most bytes one read_some() returns
 };

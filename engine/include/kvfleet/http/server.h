@@ -1,11 +1,31 @@
 // HttpServer: HTTP/1.1 on a Boost.Asio io_context run by N threads, one coroutine per connection.
 //
-// Each connection runs on its own strand, reads a request under a deadline (header and body
-// together, so a client that trickles bytes is cut off with 408), enforces header (431) and body
-// (413) limits, then hands the request to a Handler chosen by the HttpRouter. The handler answers
-// through a ResponseWriter: one whole response, or a chunked stream (SSE) written piece by piece,
-// each piece flushed at once under a write deadline. Keep-alive is supported; pipelined requests
-// are answered in order.
+// Each connection runs on its own strand and reads a request through our own limits and deadlines
+// (HttpServerConfig; Beast's alone do not hold, see bounded_parser.h), then hands it to a Handler
+// chosen by the HttpRouter. The handler answers through a ResponseWriter: one whole response, or a
+// chunked stream (SSE) written piece by piece, each piece flushed at once under a write deadline.
+// Keep-alive is supported; pipelined requests are answered in order.
+//
+// What a request must pass (each failure is an OpenAI-style JSON error, then the connection closes):
+//   - header_limit (16 KiB): the request line and all header fields together, however many reads
+//     they take -> 431. trailer_limit (8 KiB): a chunked body's trailers -> 431 (trailers are
+//     parsed and dropped, never merged into the headers). chunk_extension_limit (4 KiB): the chunk
+//     extensions of one body -> 400. body_limit (8 MiB) -> 413, before reading any of the body when
+//     Content-Length says so (also with Expect: 100-continue, whose 100 is then never sent).
+//   - Framing (RFC 9112, against request smuggling): Transfer-Encoding must end in chunked (400),
+//     other codings are not supported (501), no Content-Length with it (400), one valid
+//     Content-Length (400). HTTP/1.1 needs exactly one Host (400).
+//   - Deadlines: header_timeout, body_timeout (408 once a request has begun), idle_timeout between
+//     requests (silent close); each defaults to read_timeout (30 s). write_timeout (30 s) per write.
+//   - Connections: max_connections (4096) in all, max_connections_per_peer (0: no cap; a replica's
+//     only peer is usually the router) per client address; more are closed at once. On EMFILE/ENFILE
+//     the accept loop pauses (accept_backoff, 50 ms, doubling up to 1 s) instead of spinning.
+//   - `Expect: 100-continue` gets `100 Continue` once the head passed its checks.
+// An exception in one connection (Beast, a handler, our code) ends that connection only, logged.
+//
+// While a handler runs, the connection is still read: bytes of a pipelined next request are kept
+// (up to 64 KiB; beyond that they are discarded and the connection closes after this response), so
+// a client that leaves is noticed (client_gone(), on_disconnect) even after it sent more data.
 //
 // Threading:
 //   - HttpServer::start(), stop(), port(), executor() and the destructor: any non-io thread
@@ -34,11 +54,21 @@ struct HttpServerConfig {
   std::string host = "127.0.0.1";
   uint16_t port = 0;  // 0: an ephemeral port, see HttpServer::port()
   int io_threads = 2;
-  std::chrono::milliseconds read_timeout{30'000};   // one whole request (or idle keep-alive wait)
+  // Read deadlines. Past one, a request that has begun is answered 408 (Connection: close); a
+  // connection waiting for its next request is closed without a word. 0 for the three: read_timeout.
+  std::chrono::milliseconds read_timeout{30'000};
+  std::chrono::milliseconds header_timeout{0};  // request line + headers: from accept (a connection's
+                                                 // first request) or from the first byte (later ones)
+  std::chrono::milliseconds body_timeout{0};    // the whole body, from the end of the head
+  std::chrono::milliseconds idle_timeout{0};    // keep-alive: from a response to the next first byte
   std::chrono::milliseconds write_timeout{30'000};  // each write (a response, or one stream piece)
-  size_t header_limit = 16 * 1024;       // bytes of request line + headers; more -> 431
-  size_t body_limit = 8 * 1024 * 1024;   // bytes of body; more -> 413
-  size_t max_connections = 4096;         // more are accepted and closed at once
+  size_t header_limit = 16 * 1024;          // request line + all headers, across reads; more -> 431
+  size_t trailer_limit = 8 * 1024;          // a chunked body's trailer section; more -> 431
+  size_t chunk_extension_limit = 4 * 1024;  // all chunk extensions of one body; more -> 400
+  size_t body_limit = 8 * 1024 * 1024;      // bytes of body; more -> 413 (at once from Content-Length)
+  size_t max_connections = 4096;            // more are accepted and closed at once
+  size_t max_connections_per_peer = 0;      // per client IP address, 0: no cap; more: closed at once
+  std::chrono::milliseconds accept_backoff{50};  // out of descriptors: first pause, doubled up to 1 s
 };
 
 // The handler's side of one response. Every call returns false once the client is gone (a write
