@@ -97,7 +97,9 @@ void KvCacheManager::commit(Sequence& seq) {
     const BlockHash parent = i == 0 ? root_of(seq) : seq.block_hashes[i - 1];
     // Fails when another sequence cached the same content first: this block then stays private.
     if (cache_.insert(seq.block_hashes[i], parent, seq.block_table[i], tokens.subspan(i * bs, bs))) {
-      if (run.empty()) run_parent = parent;
+      // A salted chain's first block names the namespace root in its event, as an unsalted one does: the
+      // router places chains under the roots it knows, and the salt is already in every block's hash.
+      if (run.empty()) run_parent = i == 0 ? cache_.root() : parent;
       run.push_back(seq.block_hashes[i]);
     } else {
       flush();
@@ -145,7 +147,10 @@ KvSnapshot KvCacheManager::snapshot() const {
   KvSnapshot snap;
   snap.seq = events_->last_seq();
   snap.blocks.reserve(order.size());
-  for (const BlockId b : order) snap.blocks.push_back({cache_.hash_of(b), cache_.parent_of(b)});
+  // A block with no cached ancestor starts a chain: under the namespace root (a salted chain's own root is
+  // not one the router knows; see commit()).
+  for (const BlockId b : order)
+    snap.blocks.push_back({cache_.hash_of(b), depth[static_cast<std::size_t>(b)] == 0 ? cache_.root() : cache_.parent_of(b)});
   return snap;
 }
 

@@ -71,7 +71,10 @@ RoutePlan Gateway::plan(std::string_view path, const json::object& body, const h
     tokens.clear();
   }
   RoutePlan plan;
-  plan.hashes = block_hashes(block_hash_root(name_), tokens, config_.block_size);
+  // A tenant's cache_salt is part of its namespace (Contract 1): the replica hashes its blocks the same way.
+  std::string_view salt;
+  if (const auto* s = body.if_contains("cache_salt"); s && s->is_string()) salt = s->as_string();
+  plan.hashes = block_hashes(block_hash_root(name_, salt), tokens, config_.block_size);
   plan.prompt_tokens = tokens.size();
   std::uint64_t max_tokens = kDefaultMaxTokens;
   for (const char* key : {"max_tokens", "max_completion_tokens"})

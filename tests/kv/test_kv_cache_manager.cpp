@@ -213,3 +213,23 @@ TEST_CASE("a snapshot lists every cached block, parents before children, as of t
   CHECK(snap.blocks[3].parent == hc[1]);
   CHECK(integrity(kv, {&c}) == "");
 }
+
+TEST_CASE("a salted chain hashes under its own root but names the namespace root in events and snapshots") {
+  KvCacheManager kv(config(8));
+  const BlockHash salted = block_hash_root("tiny-llama", "tenant-a");
+  Sequence a = make_seq(1, iota_tokens(8));
+  a.hash_root = salted;
+  REQUIRE(kv.allocate(a, 8));
+  compute_all(kv, a);
+  const Hashes ha = block_hashes(salted, a.tokens, 4);  // the salt is in every hash
+  CHECK(ha != block_hashes(kRoot, a.tokens, 4));
+  const KvReplay r = kv.events()->since(0);
+  REQUIRE(r.events.size() == 1);
+  CHECK(r.events[0].block_hashes == ha);
+  CHECK(r.events[0].parent == kRoot);  // a router knows this root; it cannot know the tenant's
+  const KvSnapshot snap = kv.snapshot();
+  REQUIRE(snap.blocks.size() == 2);
+  CHECK(snap.blocks[0].hash == ha[0]);
+  CHECK(snap.blocks[0].parent == kRoot);
+  CHECK(snap.blocks[1].parent == ha[0]);
+}
