@@ -211,6 +211,7 @@ TEST_CASE("HttpClient: a hostile server's response is bounded, and throws instea
   config.header_limit = 2048;
   std::string chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
   CHECK(outcome(chunked + "2\r\nok\r\n0\r\n\r\n", config) == "status 200 body ok");
+  CHECK(outcome("HTTP/1.1 100 Continue\r\n\r\n" + chunked + "2\r\nok\r\n0\r\n\r\n", config) == "status 200 body ok");
   std::string many_headers = "HTTP/1.1 200 OK\r\n";
   for (int i = 0; i < 200; ++i) many_headers += "X-" + std::to_string(i) + ": vvvvvvvvvvvvvvvv\r\n";
   CHECK(outcome(many_headers + "Content-Length: 0\r\n\r\n", config, 50) == "error kvfleet.http.parse");
