@@ -59,11 +59,15 @@ inline boost::json::object error_of(const std::string& body) {
 // A blocking loopback socket with a receive timeout; closes on destruction.
 class RawSocket {
  public:
-  explicit RawSocket(uint16_t port) {
+  explicit RawSocket(uint16_t port, bool connect_now = true) : port_(port) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (connect_now) connect();
+  }
+  // Connects the socket made by the constructor (needs no new descriptor).
+  void connect() {
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
+    addr.sin_port = htons(port_);
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
       throw std::runtime_error("connect failed");
@@ -129,6 +133,7 @@ class RawSocket {
 
  private:
   int fd_ = -1;
+  uint16_t port_ = 0;
 };
 
 // The status code of the first response in `raw` ("HTTP/1.1 431 ..." -> 431), 0 when there is none.

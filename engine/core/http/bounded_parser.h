@@ -2,8 +2,9 @@
 // client's responses alike.
 //
 // Why not Beast's limits alone (Boost 1.81): its header_limit is checked against the bytes of one
-// put(), and the head is consumed field by field, so a head trickled over many reads has no limit
-// at all (22 KB passed a 16 KiB limit; a hostile peer can send fields forever). It accepts chunk
+// put(), after the request line was consumed by an earlier step, so the limit covers the fields
+// but not the line (a 1.5 KB target plus 1.2 KB of fields passed a 2 KiB limit; 22 KB passed a
+// 16 KiB one in the field). It accepts chunk
 // extensions of any length and trailers of any size, and a trailer field over 64 KiB makes
 // basic_fields throw std::length_error out of the read. Here every byte Beast sees of a head, a
 // chunk-size line or a trailer section is first bounded by our limit: put() is handed at most the

@@ -133,22 +133,29 @@ asio::awaitable<void> HttpClient::send(const Request& request) {
 // io_context::run(), and they bound neither a head spread over many reads nor chunk extensions.
 asio::awaitable<ResponseHead> HttpClient::read_head() {
   Impl& s = *impl_;
-  auto& parser = s.reader.start(std::nullopt);  // read_body() applies body_limit; read_some() none
-  if (s.head_request) parser.skip(true);
+  auto* parser = &s.reader.start(std::nullopt);  // read_body() applies body_limit; read_some() none
+  if (s.head_request) parser->skip(true);
   for (;;) {
     error_code ec = s.step();
     if (ec && ec != bhttp::error::need_more) s.fail(ec);
-    if (parser.is_header_done()) break;
+    // An interim 1xx (e.g. 100 Continue when the request had Expect) precedes the response: skip it.
+    const int status = parser->is_header_done() ? static_cast<int>(parser->get().result_int()) : 0;
+    if (status >= 100 && status < 200 && status != 101) {
+      parser = &s.reader.start(std::nullopt);
+      if (s.head_request) parser->skip(true);
+      continue;
+    }
+    if (parser->is_header_done()) break;
     if (!ec) continue;
     bool more = co_await s.read_more();  // (not inside &&: GCC 12 miscompiles co_await there)
-    if (!more) s.fail(parser.got_some() ? bhttp::error::partial_message : bhttp::error::end_of_stream);
+    if (!more) s.fail(parser->got_some() ? bhttp::error::partial_message : bhttp::error::end_of_stream);
   }
-  const auto& message = parser.get();
+  const auto& message = parser->get();
   ResponseHead head;
   head.status = static_cast<int>(message.result_int());
   for (const auto& field : message) head.headers.add(field.name_string(), field.value());
   head.chunked = message.chunked();
-  if (auto length = parser.content_length()) head.content_length = *length;
+  if (auto length = parser->content_length()) head.content_length = *length;
   head.keep_alive = message.keep_alive();
   co_return head;
 }
