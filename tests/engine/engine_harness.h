@@ -50,7 +50,8 @@ inline void check_equals_alone(const std::string& name, const std::map<std::size
                                const std::map<std::size_t, Collected>& got, const EngineStats& stats) {
   CAPTURE(name);
   for (const auto& [i, c] : alone) {
-    CAPTURE(i);
+    const std::size_t request = i;  // CAPTURE's lambda cannot capture a structured binding (clang 14)
+    CAPTURE(request);
     CHECK(got.at(i).tokens == c.tokens);
     CHECK(got.at(i).finals == 1);
   }

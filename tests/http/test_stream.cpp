@@ -234,11 +234,13 @@ TEST_CASE("a handler streams what an engine thread pushes, and a disconnect clos
     });
     // Stands in for the engine thread; n == 0 means "never produce" (a long prefill, say).
     // Joined before the server goes: a queue must not outlive the io_context (async_queue.h).
-    std::lock_guard lock(producers_mutex);
-    producers.emplace_back([queue, n] {
-      for (int i = 0; i < n; ++i) queue->push(std::to_string(i));
-      if (n > 0) queue->close();
-    });
+    {  // not held across a co_await: the coroutine may resume on another io thread (ThreadSanitizer)
+      std::lock_guard lock(producers_mutex);
+      producers.emplace_back([queue, n] {
+        for (int i = 0; i < n; ++i) queue->push(std::to_string(i));
+        if (n > 0) queue->close();
+      });
+    }
     co_await writer.begin_stream(200, kSseHeaders);
     while (std::optional<std::string> token = co_await queue->pop()) {
       if (!co_await writer.write(sse_format(*token))) break;

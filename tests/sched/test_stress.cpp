@@ -83,8 +83,10 @@ TEST_CASE("random workloads: same outputs as alone, preemptions and prefix hits 
       CAPTURE(chunked);
       const RunResult r = run(reqs, sched_config(chunked ? 24 : 48, 6, chunked), kv_config(20), rng, 0);
       REQUIRE(r.outputs.size() == reqs.size());
-      for (const auto& [i, out] : r.outputs) {
-        CAPTURE(i);
+      for (const auto& entry : r.outputs) {  // no structured binding: CAPTURE's lambda (clang 14)
+        const auto& [i, out] = entry;
+        const auto request = i;
+        CAPTURE(request);
         CHECK(out == reference_outputs(reqs[i].prompt, reqs[i].max_tokens));
       }
       CHECK(r.stats.num_preemptions > 0);
