@@ -196,15 +196,20 @@ asio::awaitable<void> Session::watch_disconnect(uint64_t generation) {
   for (;;) {
     auto [ec, n] = co_await stream_.socket().async_read_some(
         asio::buffer(watch_buffer_), asio::bind_cancellation_slot(watch_cancel_.slot(), tuple_awaitable));
+    // Bytes that arrived are kept even when the read completed just as serve() stopped the watcher: a
+    // keep-alive client sends its next request the moment it has the response, and losing its start
+    // leaves the connection waiting for a request that never comes.
+    if (n > 0) {
+      if (!discarded_ && pipelined_.size() + n <= pipeline_limit) {
+        pipelined_.append(watch_buffer_.data(), n);
+      } else {
+        discarded_ = true;
+      }
+    }
     if (generation != watch_generation_ || ec == asio::error::operation_aborted) break;
     if (ec) {
       gone = true;  // EOF, reset or an error: the client is gone
       break;
-    }
-    if (!discarded_ && pipelined_.size() + n <= pipeline_limit) {
-      pipelined_.append(watch_buffer_.data(), n);
-    } else {
-      discarded_ = true;
     }
   }
   watching_ = false;
