@@ -115,8 +115,9 @@ TEST_CASE("ids past the tokenizer (padded embedding rows) are never sampled, gre
     engine.submit(r, col.callback(i));
   }
   engine.wait_idle();
-  for (const auto& [i, c] : col.results()) {
-    CAPTURE(i);
+  for (const auto& [id, c] : col.results()) {
+    const auto request_id = id;  // clang 14 cannot capture a structured binding in CAPTURE's lambda
+    CAPTURE(request_id);
     REQUIRE(c.tokens.size() == 24);
     for (TokenId t : c.tokens) CHECK(t < 4096);
   }
