@@ -112,8 +112,9 @@ void check_ep_equals_single_rank(const Model& model) {
     }
     REQUIRE(all.size() == want.size());
     for (const auto& [key, row] : want) {
-      CAPTURE(key.first);
-      CAPTURE(key.second);
+      const auto seq = key.first, position = key.second;  // clang 14: no structured binding in CAPTURE
+      CAPTURE(seq);
+      CAPTURE(position);
       const auto& g = all.at(key);
       CHECK(std::memcmp(g.data(), row.data(), row.size() * sizeof(float)) == 0);
     }
@@ -252,7 +253,8 @@ TEST_CASE("expert-parallel engines in lockstep: every request's tokens equal the
     const auto got = col.results();
     REQUIRE(got.size() == want.size());
     for (const auto& [i, w] : want) {
-      CAPTURE(i);
+      const auto request_id = i;  // clang 14: no structured binding in CAPTURE
+      CAPTURE(request_id);
       CHECK(got.at(i).tokens == w.tokens);
       CHECK(got.at(i).finals == 1);
     }
