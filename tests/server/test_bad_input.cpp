@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "support/sanitizers.h"
 #include "replica_fixture.h"
 #include "router_integration/router_fixture.h"
 
@@ -324,7 +325,7 @@ TEST_CASE("the bad-input suite: every case a 4xx OpenAI error naming the field; 
   CAPTURE(rss_before);
   CAPTURE(rss_after);
   CHECK(rss_before > 0);
-  CHECK(rss_after < rss_before + (8u << 20));  // three more passes over every case: no growth past noise
+  if (!test::kUnderAsan) CHECK(rss_after < rss_before + (8u << 20));  // three more passes: no growth past noise
   CHECK(replica.get("/health").status == 200);
   const auto ok = replica.post("/v1/completions", R"({"prompt":"hi","max_tokens":2})");
   CHECK(ok.status == 200);

@@ -25,8 +25,13 @@ class CpuBackend final : public Backend {
     return p;
   }
   void deallocate(void* p) override { std::free(p); }
-  void to_device(void* dst, const void* src, std::size_t n) override { std::memcpy(dst, src, n); }
-  void to_host(void* dst, const void* src, std::size_t n) override { std::memcpy(dst, src, n); }
+  // n == 0 comes with null pointers (an empty step's vectors): memcpy must not see them.
+  void to_device(void* dst, const void* src, std::size_t n) override {
+    if (n) std::memcpy(dst, src, n);
+  }
+  void to_host(void* dst, const void* src, std::size_t n) override {
+    if (n) std::memcpy(dst, src, n);
+  }
   DeviceWeight upload_weight(const TensorView& t) override { return {t.data, t.dtype}; }
 
   void allocate_kv_cache(const KvCacheShape& s) override {
