@@ -16,31 +16,6 @@ namespace {
 
 constexpr std::int32_t kVocab = 300;
 
-EngineConfig config(std::int32_t num_blocks, std::int32_t budget, bool prefix_cache) {
-  EngineConfig c;
-  c.num_blocks = num_blocks;
-  c.scheduler.max_num_batched_tokens = budget;
-  c.scheduler.max_num_seqs = 16;
-  c.enable_prefix_caching = prefix_cache;
-  c.backend.kind = "cuda";
-  return c;
-}
-
-std::map<std::size_t, test::Collected> run(const Model& model, const std::vector<GenerationRequest>& requests,
-                                           const EngineConfig& c, bool one_at_a_time, EngineStats* stats) {
-  Engine engine(model, c);
-  test::Collector col;
-  for (std::size_t i = 0; i < requests.size(); ++i) {
-    engine.submit(requests[i], col.callback(i));
-    if (one_at_a_time) engine.wait_idle();
-  }
-  engine.wait_idle();
-  if (stats) *stats = engine.stats();
-  const auto kv = engine.stats().scheduler.kv;
-  CHECK_MESSAGE(kv.num_free_blocks == kv.num_blocks, "blocks leaked");
-  return col.results();
-}
-
 }  // namespace
 
 TEST_CASE("cuda engine: batched, cached, chunked and preempted runs equal each request run alone") {
@@ -53,7 +28,7 @@ TEST_CASE("cuda engine: batched, cached, chunked and preempted runs equal each r
   make_model(o, dir.path());
   const Model model = Model::load(dir.path());
   const auto requests = test::equivalence_requests(kVocab);
-  const auto alone = run(model, requests, config(64, 256, false), true, nullptr);
+  const auto alone = test::run_requests(model, requests, test::engine_config(64, 256, false, "cuda"), true, nullptr);
   REQUIRE(alone.size() == requests.size());
   for (const auto& [i, c] : alone) CHECK(c.tokens.size() == static_cast<std::size_t>(requests[i].max_tokens));
   struct Case {
@@ -61,13 +36,13 @@ TEST_CASE("cuda engine: batched, cached, chunked and preempted runs equal each r
     EngineConfig c;
   };
   const Case cases[] = {
-      {"batched, prefix cache", config(128, 256, true)},   {"batched, no prefix cache", config(128, 256, false)},
-      {"chunked prefill, budget 8", config(128, 8, true)}, {"chunked prefill, budget 61", config(128, 61, true)},
-      {"small cache: preemption", config(14, 64, true)},
+      {"batched, prefix cache", test::engine_config(128, 256, true, "cuda")},   {"batched, no prefix cache", test::engine_config(128, 256, false, "cuda")},
+      {"chunked prefill, budget 8", test::engine_config(128, 8, true, "cuda")}, {"chunked prefill, budget 61", test::engine_config(128, 61, true, "cuda")},
+      {"small cache: preemption", test::engine_config(14, 64, true, "cuda")},
   };
   for (const auto& k : cases) {
     EngineStats stats;
-    const auto got = run(model, requests, k.c, false, &stats);
+    const auto got = test::run_requests(model, requests, k.c, false, &stats);
     test::check_equals_alone(k.name, alone, got, stats);
   }
 }
@@ -82,11 +57,11 @@ TEST_CASE("cuda engine: greedy output on an fp32 model equals the CPU engine's")
   const Model model = Model::load(dir.path());
   auto requests = test::equivalence_requests(kVocab);
   for (auto& r : requests) r.sampling.temperature = 0.0f;
-  EngineConfig cpu = config(128, 256, true);
+  EngineConfig cpu = test::engine_config(128, 256, true, "cuda");
   cpu.backend.kind = "cpu";
   cpu.backend.threads = 2;
-  const auto want = run(model, requests, cpu, false, nullptr);
-  const auto got = run(model, requests, config(128, 256, true), false, nullptr);
+  const auto want = test::run_requests(model, requests, cpu, false, nullptr);
+  const auto got = test::run_requests(model, requests, test::engine_config(128, 256, true, "cuda"), false, nullptr);
   // fp32 logits agree to ~1e-6 relative, so greedy choices may only differ where the CPU's top two
   // logits are closer than 1e-4 of the largest |logit| (a near-tie); anything else is a bug. Ties counted.
   auto cpu_backend = make_cpu_backend(2);

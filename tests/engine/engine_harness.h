@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kvfleet/engine.h"
+#include "kvfleet/model.h"
 
 namespace kvfleet::test {
 
@@ -84,6 +85,36 @@ inline std::vector<GenerationRequest> equivalence_requests(std::int32_t vocab) {
     out.push_back(r);
   }
   return out;
+}
+
+// The engine configuration of the equivalence tests: a cache of `num_blocks`, a step budget, 16 sequences.
+inline EngineConfig engine_config(std::int32_t num_blocks, std::int32_t budget, bool prefix_cache,
+                                  const std::string& backend = "cpu") {
+  EngineConfig c;
+  c.num_blocks = num_blocks;
+  c.scheduler.max_num_batched_tokens = budget;
+  c.scheduler.max_num_seqs = 16;
+  c.enable_prefix_caching = prefix_cache;
+  c.backend.kind = backend;
+  if (backend == "cpu") c.backend.threads = 2;
+  return c;
+}
+
+// Runs `requests` through a new engine (all at once, or each after the previous finished) and returns the
+// outputs by request index; checks that no block is left allocated.
+inline std::map<std::size_t, Collected> run_requests(const Model& model, const std::vector<GenerationRequest>& requests,
+                                                     const EngineConfig& c, bool one_at_a_time, EngineStats* stats) {
+  Engine engine(model, c);
+  Collector col;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    engine.submit(requests[i], col.callback(i));
+    if (one_at_a_time) engine.wait_idle();
+  }
+  engine.wait_idle();
+  if (stats) *stats = engine.stats();
+  const auto kv = engine.stats().scheduler.kv;
+  CHECK_MESSAGE(kv.num_free_blocks == kv.num_blocks, "blocks leaked");
+  return col.results();
 }
 
 }  // namespace kvfleet::test

@@ -30,50 +30,24 @@ Model make_moe(const test::TempDir& dir, const std::string& arch, bool packed) {
   return Model::load(dir.path());
 }
 
-EngineConfig config(std::int32_t num_blocks, std::int32_t budget, bool prefix_cache) {
-  EngineConfig c;
-  c.num_blocks = num_blocks;
-  c.scheduler.max_num_batched_tokens = budget;
-  c.scheduler.max_num_seqs = 16;
-  c.enable_prefix_caching = prefix_cache;
-  c.backend.kind = "cpu";
-  c.backend.threads = 2;
-  return c;
-}
-
-std::map<std::size_t, test::Collected> run(const Model& model, const std::vector<GenerationRequest>& requests,
-                                           const EngineConfig& c, bool one_at_a_time, EngineStats* stats) {
-  Engine engine(model, c);
-  test::Collector col;
-  for (std::size_t i = 0; i < requests.size(); ++i) {
-    engine.submit(requests[i], col.callback(i));
-    if (one_at_a_time) engine.wait_idle();
-  }
-  engine.wait_idle();
-  if (stats) *stats = engine.stats();
-  const auto kv = engine.stats().scheduler.kv;
-  CHECK_MESSAGE(kv.num_free_blocks == kv.num_blocks, "blocks leaked");
-  return col.results();
-}
-
 void check_equivalence(const Model& model) {
   const auto requests = test::equivalence_requests(kVocab);
-  const auto alone = run(model, requests, config(64, 256, false), true, nullptr);
+  const auto alone = test::run_requests(model, requests, test::engine_config(64, 256, false), true, nullptr);
   REQUIRE(alone.size() == requests.size());
   struct Case {
     const char* name;
     EngineConfig c;
   };
   const Case cases[] = {
-      {"batched, prefix cache", config(128, 256, true)},
-      {"batched, no prefix cache", config(128, 256, false)},
-      {"chunked prefill, budget 8", config(128, 8, true)},
-      {"chunked prefill, budget 61", config(128, 61, true)},
-      {"small cache: preemption", config(14, 64, true)},
+      {"batched, prefix cache", test::engine_config(128, 256, true)},
+      {"batched, no prefix cache", test::engine_config(128, 256, false)},
+      {"chunked prefill, budget 8", test::engine_config(128, 8, true)},
+      {"chunked prefill, budget 61", test::engine_config(128, 61, true)},
+      {"small cache: preemption", test::engine_config(14, 64, true)},
   };
   for (const auto& k : cases) {
     EngineStats stats;
-    const auto got = run(model, requests, k.c, false, &stats);
+    const auto got = test::run_requests(model, requests, k.c, false, &stats);
     test::check_equals_alone(k.name, alone, got, stats);
   }
 }
