@@ -25,7 +25,8 @@ http::Response json_response(int status, const json::value& v) { return http::Re
 Replica::Replica(ReplicaConfig config)
     : config_(std::move(config)), model_(Model::load(config_.model)),
       name_(config_.served_model_name.empty() ? model_.name() : config_.served_model_name),
-      tokenizer_(Tokenizer::load(config_.model)), metrics_(config_.engine.block_size) {
+      tokenizer_(Tokenizer::load(config_.model)),
+      metrics_(config_.engine.block_size, {name_, config_.engine.num_blocks, config_.engine.enable_prefix_caching}) {
   std::string why;
   chat_template_ = ChatTemplate::from_model_dir(config_.model, &why);
   if (!chat_template_)

@@ -12,7 +12,8 @@ void advance(prometheus::Counter& c, std::uint64_t now, std::uint64_t before) {
 
 }  // namespace
 
-ReplicaMetrics::ReplicaMetrics(std::int32_t block_size) : block_size_(block_size) {
+ReplicaMetrics::ReplicaMetrics(std::int32_t block_size, const VllmMetricsInfo& vllm)
+    : vllm_(block_size, vllm), block_size_(block_size) {
   auto& r = registry_;
   running_ = &r.gauge("kvfleet_requests_running", "Requests in the running batch");
   waiting_ = &r.gauge("kvfleet_requests_waiting", "Requests waiting to be scheduled (preempted ones included)");
@@ -54,9 +55,10 @@ std::string ReplicaMetrics::render(const EngineStats& s) {
     advance(*generation_tokens_, s.generated_tokens, last_.generated_tokens);
     for (int i = 1; i < 4; ++i) advance(*finished_[i], s.finished[static_cast<std::size_t>(i)], last_.finished[static_cast<std::size_t>(i)]);
     update_moe(s.moe);
+    vllm_.update(s);
     last_ = s;
   }
-  return registry_.render();
+  return registry_.render() + vllm_.render();
 }
 
 // Created at the first scrape that has MoE numbers, so dense replicas expose none of them.

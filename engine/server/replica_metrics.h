@@ -1,11 +1,12 @@
 // The replica's Prometheus metrics (kvfleet_ prefix, base units, _total counters). Gauges and the engine's
 // cumulative counters are refreshed from Engine::stats() at each scrape; latencies are observed as requests
-// run. Thread-safe.
+// run. The scrape also carries vLLM's names for the load gauges (vllm_metrics.h). Thread-safe.
 #pragma once
 
 #include <mutex>
 #include <string>
 
+#include "engine/server/vllm_metrics.h"
 #include "kvfleet/engine.h"
 #include "kvfleet/http/metrics.h"
 
@@ -13,7 +14,7 @@ namespace kvfleet::server {
 
 class ReplicaMetrics {
  public:
-  explicit ReplicaMetrics(std::int32_t block_size);
+  explicit ReplicaMetrics(std::int32_t block_size, const VllmMetricsInfo& vllm = {});
 
   void observe_ttft(double seconds) { ttft_->Observe(seconds); }
   void observe_itl(double seconds) { itl_->Observe(seconds); }
@@ -30,6 +31,7 @@ class ReplicaMetrics {
   void update_moe(const MoeLoadStats& now);  // MoE models only; caller holds mu_
 
   http::MetricsRegistry registry_;
+  VllmMetrics vllm_;
   prometheus::Gauge *running_, *waiting_, *kv_usage_;
   prometheus::Counter *prefix_queries_, *prefix_hits_, *evicted_tokens_, *preemptions_, *prompt_tokens_, *generation_tokens_;
   prometheus::Counter* finished_[4] = {};
