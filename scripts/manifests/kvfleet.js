@@ -102,7 +102,7 @@ function parseWithRouter(ctx, text, where) {
   try {
     fs.writeFileSync(file, text);
     let r = run(path.join(ctx.binDir, "kvfleet-router"), ["--config", file, "--help"]);
-    if (r.status !== 0 && /discovery/.test(r.out) && /not a known setting/.test(r.out)) {
+    if (r.status !== 0 && /'discovery' is not a known setting/.test(r.out)) {  // the key itself, not one inside it
       const config = yaml.load(text);
       delete config.discovery;
       fs.writeFileSync(file, yaml.dump(config));
