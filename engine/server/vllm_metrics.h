@@ -4,7 +4,8 @@
 // server by default, and vllm:cache_config_info for the block size and the number of KV blocks.
 //
 // Same values as kvfleet's own gauges (kvfleet_requests_waiting, kvfleet_requests_running,
-// kvfleet_kv_cache_usage_ratio; usage is a fraction, 0 to 1, as vLLM's "1 means 100 percent"), set from
+// kvfleet_kv_cache_usage_ratio; usage is a fraction, 0 to 1, as vLLM's "1 means 100 percent", and counts
+// cached blocks no request holds as free, as vLLM's block pool does), set from
 // the same EngineStats at each scrape, with vLLM's labels: model_name (the served name) and engine (the
 // engine index, "0": a replica runs one engine). Only these few: kvfleet's own names stay the reference.
 //
