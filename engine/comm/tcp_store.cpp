@@ -144,7 +144,10 @@ struct TcpStoreServer::Impl {
 };
 
 TcpStoreServer::TcpStoreServer(const std::string& host, unsigned short port) : impl_(std::make_unique<Impl>()) {
-  const tcp::endpoint ep(asio::ip::make_address(host), port);
+  boost::system::error_code numeric;
+  const auto address = asio::ip::make_address(host, numeric);
+  const tcp::endpoint ep = !numeric ? tcp::endpoint(address, port)
+                                    : *tcp::resolver(impl_->io).resolve(host, std::to_string(port)).begin();
   impl_->acceptor.open(ep.protocol());
   impl_->acceptor.set_option(tcp::acceptor::reuse_address(true));
   impl_->acceptor.bind(ep);

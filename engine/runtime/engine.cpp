@@ -109,6 +109,7 @@ struct Engine::Impl {
   std::unordered_map<SeqId, Active> active;
   std::unordered_map<RequestId, SeqId> seq_of;
   bool group_idle = false;  // expert parallelism: the last vote found no work on any rank
+  int idle_poll_ms = 1;     // expert parallelism without ring(): the idle group's vote interval
   std::string ep_failed;    // expert parallelism: the group broke (a collective failed); why
 
   // Wakes the engine thread after a change to the inbox; under expert parallelism also the other ranks,
@@ -289,7 +290,11 @@ void Engine::loop() {
         ring_group = ready() || m.leave_news;  // this rank's news: the other ranks must come to the vote too
         m.leave_news = false;
       } else if (in_group) {
-        m.wake.wait_for(lock, std::chrono::milliseconds(1), ready);  // the group's vote cannot wait
+        // The group's vote cannot wait for news it cannot be rung about (Gloo: other processes): vote every
+        // millisecond while the group works, backing off to 8 ms while it stays idle (at most that much
+        // latency for a request that arrives at an idle group).
+        m.wake.wait_for(lock, std::chrono::milliseconds(m.group_idle ? m.idle_poll_ms : 1), ready);
+        m.idle_poll_ms = m.group_idle ? std::min(2 * m.idle_poll_ms, 8) : 1;
       } else {
         m.wake.wait(lock, [&] { return ready() || (config_.ep && m.leave); });
       }

@@ -68,6 +68,11 @@ TEST_CASE("TCP store: set/get across clients, a missing key times out, an absent
   CHECK_THROWS_AS(comm::TcpStoreClient("127.0.0.1", free_port(), 300ms), CommunicatorError);
   CHECK(std::chrono::steady_clock::now() - t1 < 2s);
 
+  comm::TcpStoreServer named("localhost", 0);  // a host name, not only a numeric address
+  comm::TcpStoreClient c("localhost", named.port(), 2000ms);
+  c.set("x", {'1'});
+  CHECK(c.get("x") == std::vector<char>{'1'});
+
   CHECK_THROWS_AS(comm::parse_host_port("nohost"), std::invalid_argument);
   CHECK_THROWS_AS(comm::parse_host_port("h:70000"), std::invalid_argument);
   CHECK(comm::parse_host_port("10.0.0.1:29500") == std::pair<std::string, unsigned short>{"10.0.0.1", 29500});
