@@ -8,6 +8,7 @@
 #include <boost/json.hpp>
 #include <future>
 
+#include "engine/server/replica_config.h"
 #include "server/replica_fixture.h"
 
 using namespace kvfleet;
@@ -93,4 +94,20 @@ TEST_CASE("kvfleet-replica --ep-size 2 and 4: the single replica's answers; pref
     CHECK(ep.metric("kvfleet_moe_steps_total") > 0);
   }
   CHECK(test::run_command(test::bin_dir() + "/kvfleet-replica --model /nonexistent --ep-size 0 2>&1").status != 0);
+}
+
+TEST_CASE("ep_size: a YAML key and a flag; needs role mixed and a mixture-of-experts model") {
+  server::ReplicaConfig c;
+  server::apply_replica_yaml("model: m\nep_size: 4\n", "r.yaml", c);
+  CHECK(c.ep_size == 4);
+  const std::string replica = test::bin_dir() + "/kvfleet-replica --port 0 --backend cpu --cpu-threads 1 ";
+  test::TempDir dir;
+  make_tiny_mixtral(dir / "m");
+  const auto decode = test::run_command(replica + "--model " + (dir / "m").string() + " --ep-size 2 --role decode 2>&1");
+  CHECK(decode.status != 0);
+  CHECK(decode.out.find("--ep-size needs role mixed") != std::string::npos);
+  test::make_tiny_qwen(dir / "dense");
+  const auto dense = test::run_command(replica + "--model " + (dir / "dense").string() + " --ep-size 2 2>&1");
+  CHECK(dense.status != 0);
+  CHECK(dense.out.find("--ep-size needs a mixture-of-experts model") != std::string::npos);
 }
