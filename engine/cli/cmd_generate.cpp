@@ -4,6 +4,8 @@
 //                         with optional max_tokens, temperature, top_k, top_p, min_p, seed, stop; prints one
 //                         line per prompt (in completion order): {"id", "output_ids", "text", "finish_reason"}
 //   --ep-size N          MoE models: N expert-parallel ranks (engines in lockstep), prompts spread by prefix
+//   --ep-rank R --ep-master HOST:PORT  with --ep-size N: this process is rank R of N processes over Gloo; every
+//                        rank reads the same prompts, runs the ones that hash to it and prints their lines
 #include <boost/json.hpp>
 #include <condition_variable>
 #include <cstdio>
@@ -13,6 +15,7 @@
 #include <string>
 
 #include "engine/cli/common.h"
+#include "engine/cli/ep_options.h"
 #include "kvfleet/communicator.h"
 #include "kvfleet/engine.h"
 #include "kvfleet/tokenizer.h"
@@ -29,6 +32,7 @@ struct Args {
   EngineConfig engine;
   bool no_prefix_cache = false;
   int ep_size = 1;
+  EpProcessOptions ep;
 };
 
 // Expert parallelism: the rank that serves a prompt, by the hash of its first block (Contract 1's chaining),
@@ -80,11 +84,15 @@ void run(const Args& a) {
   EngineConfig ec = a.engine;
   ec.enable_prefix_caching = !a.no_prefix_cache;
   if (a.ep_size > 1 && !model.config().moe.enabled()) throw std::invalid_argument("--ep-size needs a mixture-of-experts model");
-  // One engine, or one per expert-parallel rank (threads of this process), each with its own cache.
-  const auto comms = a.ep_size > 1 ? make_in_process_group(a.ep_size) : std::vector<std::unique_ptr<Communicator>>{};
+  if (a.ep.over_processes() && !model.config().moe.enabled()) throw std::invalid_argument("--ep-rank needs a mixture-of-experts model");
+  // One engine, one per expert-parallel rank (threads of this process), each with its own cache, or this
+  // process's rank of a group over Gloo.
+  std::vector<std::unique_ptr<Communicator>> comms;
+  if (a.ep.over_processes()) comms.push_back(connect_ep_rank(a.ep_size, a.ep));
+  else if (a.ep_size > 1) comms = make_in_process_group(a.ep_size);
   std::vector<std::unique_ptr<Engine>> engines;
-  for (int r = 0; r < a.ep_size; ++r) {
-    if (!comms.empty()) ec.ep = comms[static_cast<std::size_t>(r)].get();
+  for (std::size_t r = 0; r < std::max<std::size_t>(1, comms.size()); ++r) {
+    if (!comms.empty()) ec.ep = comms[r].get();
     engines.push_back(std::make_unique<Engine>(model, ec));
     if (tok) engines.back()->set_tokenizer(&*tok);
   }
@@ -116,8 +124,11 @@ void run(const Args& a) {
     }
   }
   std::vector<std::vector<TokenId>> outputs(requests.size());
+  bool failed = false;
   for (std::size_t i = 0; i < requests.size(); ++i) {
-    Engine& engine = *engines[rank_for(requests[i].prompt, ec.block_size, a.ep_size)];
+    const std::size_t rank = rank_for(requests[i].prompt, ec.block_size, a.ep_size);
+    if (a.ep.over_processes() && rank != static_cast<std::size_t>(a.ep.rank)) continue;  // another process's
+    Engine& engine = *engines[a.ep.over_processes() ? 0 : rank];
     engine.submit(requests[i], [&, i](const RequestOutput& o) {
       std::lock_guard lock(mu);
       auto& out = outputs[i];
@@ -131,12 +142,18 @@ void run(const Args& a) {
       }
       json::object line{{"id", ids[i]}, {"output_ids", json::value_from(out)}, {"finish_reason", reason_name(o.finish_reason)}};
       if (tok) line["text"] = tok->decode(out, true);
-      if (!o.error.empty()) line["error"] = o.error;
+      if (!o.error.empty()) {
+        line["error"] = o.error;
+        failed = true;
+      }
       std::printf("%s\n", json::serialize(line).c_str());
       std::fflush(stdout);
     });
   }
   for (auto& e : engines) e->wait_idle();
+  // A rank done with its own prompts still serves its experts to the others until all are done.
+  if (a.ep.over_processes()) engines[0]->leave_group();
+  if (failed && a.ep.over_processes()) throw std::runtime_error("expert-parallel rank " + std::to_string(a.ep.rank) + ": requests failed");
 }
 
 }  // namespace
@@ -167,6 +184,7 @@ void register_generate(CLI::App& app) {
   add_backend_options(*cmd, a->engine.backend);
   cmd->add_option("--ep-size", a->ep_size, "MoE: expert-parallel ranks in process, prompts spread by prefix")
       ->check(CLI::PositiveNumber);
+  add_ep_process_options(*cmd, a->ep);
   cmd->callback([a] {
     if (a->ids.empty() && a->prompts.empty()) throw std::invalid_argument("give --ids or --prompts");
     a->sampling.validate();

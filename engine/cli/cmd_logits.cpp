@@ -3,6 +3,7 @@
 #include <string>
 
 #include "engine/cli/common.h"
+#include "engine/cli/ep_options.h"
 #include "kvfleet/model_runner.h"
 
 namespace kvfleet::cli {
@@ -12,6 +13,7 @@ void register_logits(CLI::App& app) {
     std::string model, ids;
     BackendOptions backend;
     int ep_size = 1;
+    EpProcessOptions ep;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("logits", "Print the logits of every position as JSON {\"logits\": [[...], ...]}");
@@ -20,11 +22,18 @@ void register_logits(CLI::App& app) {
   add_backend_options(*cmd, a->backend);
   cmd->add_option("--ep-size", a->ep_size, "MoE: expert-parallel ranks in process (each computes the sequence)")
       ->check(CLI::PositiveNumber);
+  add_ep_process_options(*cmd, a->ep);
   cmd->callback([a] {
     const auto ids = parse_ids(a->ids);
     const Model model = Model::load(a->model);
     std::vector<float> logits;
-    if (a->ep_size > 1) {
+    if (a->ep.over_processes()) {  // one rank per process: every rank computes, rank 0 prints
+      if (!model.config().moe.enabled()) throw std::invalid_argument("--ep-rank needs a mixture-of-experts model");
+      const auto comm = connect_ep_rank(a->ep_size, a->ep);
+      logits = all_position_logits_rank(model, a->backend, ids, *comm);
+      comm->barrier();  // rank 0 keeps the rendezvous up until every rank is done
+      if (a->ep.rank != 0) return;
+    } else if (a->ep_size > 1) {
       if (!model.config().moe.enabled()) throw std::invalid_argument("--ep-size needs a mixture-of-experts model");
       logits = all_position_logits_ep(model, a->backend, ids, a->ep_size);
     } else {

@@ -3,6 +3,7 @@
 // waits at a second barrier before returning so that no rank reuses its buffer while another still reads it.
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <stdexcept>
 
@@ -20,6 +21,8 @@ struct Group {
   std::uint64_t generation = 0;
   std::vector<const std::uint8_t*> posted;             // per rank: its send buffer in the current collective
   std::vector<std::vector<std::size_t>> posted_bytes;  // per rank: its piece sizes
+  std::mutex ring_mu;  // guards handlers; held while one runs, so removing a handler waits for it
+  std::vector<std::function<void()>> handlers = std::vector<std::function<void()>>(static_cast<std::size_t>(size));
 
   void barrier() {
     std::unique_lock lock(mu);
@@ -73,6 +76,17 @@ class InProcessCommunicator final : public Communicator {
   }
 
   void barrier() override { g_->barrier(); }
+
+  bool can_ring() const override { return true; }
+  void set_ring_handler(std::function<void()> handler) override {
+    std::lock_guard lock(g_->ring_mu);
+    g_->handlers[static_cast<std::size_t>(rank_)] = std::move(handler);
+  }
+  void ring() override {
+    std::lock_guard lock(g_->ring_mu);
+    for (int r = 0; r < g_->size; ++r)
+      if (r != rank_ && g_->handlers[static_cast<std::size_t>(r)]) g_->handlers[static_cast<std::size_t>(r)]();
+  }
 
  private:
   void post(const void* send, std::vector<std::size_t> sizes) {

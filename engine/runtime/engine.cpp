@@ -100,11 +100,24 @@ struct Engine::Impl {
   std::vector<KvTask> kv_tasks;
   bool stop = false;
   bool busy = false;
+  bool rung = false;  // expert parallelism: another rank rang (it has work, or is stopping)
+  bool leave = false;  // expert parallelism: stop once every rank asked to and none has work (leave_group)
+  bool leave_news = false;  // leave was set and the idle group has not been told yet
   std::atomic<RequestId> next_id{1};
 
   // Engine thread only.
   std::unordered_map<SeqId, Active> active;
   std::unordered_map<RequestId, SeqId> seq_of;
+  bool group_idle = false;  // expert parallelism: the last vote found no work on any rank
+  int idle_poll_ms = 1;     // expert parallelism without ring(): the idle group's vote interval
+  std::string ep_failed;    // expert parallelism: the group broke (a collective failed); why
+
+  // Wakes the engine thread after a change to the inbox; under expert parallelism also the other ranks,
+  // whose vote this engine's thread may be waiting for.
+  void notify(Communicator* ep) {
+    wake.notify_one();
+    if (ep) ep->ring();
+  }
 
   mutable std::mutex stats_mu;
   EngineStats stats;  // guarded by stats_mu
@@ -130,16 +143,42 @@ Engine::Engine(const Model& model, const EngineConfig& config)
   kv.enable_prefix_caching = config.enable_prefix_caching;
   impl_->scheduler = std::make_unique<Scheduler>(config.scheduler, kv);
   kv_events_ = impl_->scheduler->kv().events();
+  if (config_.ep && config_.ep->can_ring()) {
+    config_.ep->set_ring_handler([m = impl_.get()] {
+      {
+        std::lock_guard lock(m->mu);
+        m->rung = true;
+      }
+      m->wake.notify_one();
+    });
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
+void Engine::leave_group() {
+  if (!config_.ep) return wait_idle();
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->leave = true;
+    impl_->leave_news = true;
+  }
+  impl_->notify(config_.ep);
+  if (thread_.joinable()) thread_.join();
+}
+
 Engine::~Engine() {
+  if (!thread_.joinable()) {  // left its group already
+    if (config_.ep) config_.ep->set_ring_handler(nullptr);
+    return;
+  }
   {
     std::lock_guard lock(impl_->mu);
     impl_->stop = true;
   }
   impl_->wake.notify_all();
+  if (config_.ep) config_.ep->ring();
   thread_.join();
+  if (config_.ep) config_.ep->set_ring_handler(nullptr);
 }
 
 void Engine::set_tokenizer(const Tokenizer* tokenizer) { impl_->tokenizer = tokenizer; }
@@ -173,7 +212,7 @@ RequestId Engine::submit(GenerationRequest r, OutputCallback on_output) {
     std::lock_guard lock(impl_->mu);
     impl_->submissions.push_back({id, Clock::now(), std::move(r), std::move(on_output)});
   }
-  impl_->wake.notify_one();
+  impl_->notify(config_.ep);
   return id;
 }
 
@@ -182,7 +221,7 @@ void Engine::abort(RequestId id) {
     std::lock_guard lock(impl_->mu);
     impl_->aborts.push_back({id, {}});
   }
-  impl_->wake.notify_one();
+  impl_->notify(config_.ep);
 }
 
 void Engine::abort_all(std::string error) {
@@ -190,7 +229,7 @@ void Engine::abort_all(std::string error) {
     std::lock_guard lock(impl_->mu);
     impl_->abort_everything = std::move(error);
   }
-  impl_->wake.notify_one();
+  impl_->notify(config_.ep);
 }
 
 EngineStats Engine::stats() const {
@@ -210,7 +249,7 @@ void Engine::kv_snapshot(std::function<void(KvSnapshot)> done) {
     std::lock_guard lock(impl_->mu);
     impl_->snapshots.push_back(std::move(done));
   }
-  impl_->wake.notify_one();
+  impl_->notify(config_.ep);
 }
 
 void Engine::run_kv_task(KvTask task) {
@@ -218,7 +257,7 @@ void Engine::run_kv_task(KvTask task) {
     std::lock_guard lock(impl_->mu);
     impl_->kv_tasks.push_back(std::move(task));
   }
-  impl_->wake.notify_one();
+  impl_->notify(config_.ep);
 }
 
 void Engine::wait_idle() {
@@ -235,6 +274,7 @@ void Engine::loop() {
     std::optional<std::string> abort_everything;
     std::vector<KvTask> tasks;
     bool stopping = false;
+    bool ring_group = false;
     {
       std::unique_lock lock(m.mu);
       m.busy = sched.has_unfinished();
@@ -243,10 +283,24 @@ void Engine::loop() {
         return m.stop || !m.submissions.empty() || !m.aborts.empty() || !m.snapshots.empty() ||
                m.abort_everything || !m.kv_tasks.empty() || sched.has_unfinished();
       };
-      if (config_.ep) m.wake.wait_for(lock, std::chrono::milliseconds(1), ready);  // the group's vote cannot wait
-      else m.wake.wait(lock, ready);
+      const bool in_group = config_.ep && m.ep_failed.empty();
+      if (in_group && m.group_idle && config_.ep->can_ring()) {
+        // The whole group is idle: sleep until this rank has something or another rank rang.
+        m.wake.wait(lock, [&] { return ready() || m.rung || m.leave_news; });
+        ring_group = ready() || m.leave_news;  // this rank's news: the other ranks must come to the vote too
+        m.leave_news = false;
+      } else if (in_group) {
+        // The group's vote cannot wait for news it cannot be rung about (Gloo: other processes): vote every
+        // millisecond while the group works, backing off to 8 ms while it stays idle (at most that much
+        // latency for a request that arrives at an idle group).
+        m.wake.wait_for(lock, std::chrono::milliseconds(m.group_idle ? m.idle_poll_ms : 1), ready);
+        m.idle_poll_ms = m.group_idle ? std::min(2 * m.idle_poll_ms, 8) : 1;
+      } else {
+        m.wake.wait(lock, [&] { return ready() || (config_.ep && m.leave); });
+      }
+      m.rung = false;
       stopping = m.stop;
-      if (m.stop && !config_.ep) break;
+      if ((m.stop || (config_.ep && m.leave)) && !in_group) break;  // a broken group has nobody to wait for
       for (auto& done : m.snapshots) {
         try {
           done(sched.kv().snapshot());
@@ -266,8 +320,22 @@ void Engine::loop() {
       if (auto it = m.seq_of.find(a.id); it != m.seq_of.end()) fail(it->second, a.error);
     if (abort_everything) fail_all(*abort_everything);
     for (auto& task : tasks) task(sched, *m.backend);
-    if (config_.ep) {
-      if (!ep_turn(stopping)) break;
+    if (ring_group) config_.ep->ring();
+    if (config_.ep && m.ep_failed.empty()) {
+      try {
+        if (!ep_turn(stopping)) break;
+      } catch (const CommunicatorError& e) {
+        // A peer rank is gone: no step can run again. Fail what is here and whatever comes later.
+        m.ep_failed = e.what();
+        std::fprintf(stderr, "kvfleet: %s\n", e.what());
+        fail_all(m.ep_failed);
+      }
+      continue;
+    }
+    if (config_.ep) {  // a broken group: nothing can run
+      fail_all(m.ep_failed);
+      std::lock_guard lock(m.stats_mu);
+      m.stats.scheduler = sched.stats();
       continue;
     }
     if (!sched.has_unfinished()) {
@@ -335,14 +403,22 @@ TokenId Engine::sample_row(Active& a, const Sequence& seq, std::span<float> row)
 bool Engine::ep_turn(bool stopping) {
   Impl& m = *impl_;
   const int n = config_.ep->size();
-  const std::int32_t mine[2] = {m.scheduler->has_unfinished() ? 1 : 0, stopping ? 1 : 0};
-  std::vector<std::int32_t> all(static_cast<std::size_t>(2 * n));
-  config_.ep->all_gather(mine, sizeof mine, all.data());
-  bool any_work = false;
-  for (int r = 0; r < n; ++r) {
-    if (all[static_cast<std::size_t>(2 * r + 1)]) return false;
-    any_work = any_work || all[static_cast<std::size_t>(2 * r)];
+  bool leave = false;
+  {
+    std::lock_guard lock(m.mu);
+    leave = m.leave;
   }
+  const std::int32_t mine[3] = {m.scheduler->has_unfinished() ? 1 : 0, stopping ? 1 : 0, leave ? 1 : 0};
+  std::vector<std::int32_t> all(static_cast<std::size_t>(3 * n));
+  config_.ep->all_gather(mine, sizeof mine, all.data());
+  bool any_work = false, all_leave = true;
+  for (int r = 0; r < n; ++r) {
+    if (all[static_cast<std::size_t>(3 * r + 1)]) return false;
+    any_work = any_work || all[static_cast<std::size_t>(3 * r)];
+    all_leave = all_leave && all[static_cast<std::size_t>(3 * r + 2)];
+  }
+  if (all_leave && !any_work) return false;
+  m.group_idle = !any_work;
   if (mine[0]) {
     step();
   } else if (any_work) {
@@ -373,6 +449,8 @@ void Engine::step() {
   std::vector<float> logits;
   try {
     logits = m.runner->forward(out.to_forward_batch());
+  } catch (const CommunicatorError&) {
+    throw;  // the group is broken: the loop fails everything
   } catch (const std::exception& e) {
     // A step that cannot run fails the requests in it, not the engine. Under expert parallelism the
     // runner rejects a bad batch before its first exchange, so an empty step keeps the group in line.

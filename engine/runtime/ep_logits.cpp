@@ -7,6 +7,21 @@
 
 namespace kvfleet {
 
+std::vector<float> all_position_logits_rank(const Model& model, const BackendOptions& backend_options,
+                                            std::span<const TokenId> ids, Communicator& comm) {
+  auto backend = make_backend(backend_options);
+  RunnerOptions ro;
+  ro.num_blocks = static_cast<std::int64_t>(ids.size()) / ro.block_size + 1;
+  ro.max_batch_tokens = std::max<std::int64_t>(1, static_cast<std::int64_t>(ids.size()));
+  ro.ep = &comm;
+  ModelRunner runner(model, *backend, ro);
+  std::vector<std::int32_t> table(static_cast<std::size_t>(ro.num_blocks));
+  std::iota(table.begin(), table.end(), 0);
+  ForwardBatch batch;
+  batch.chunks.push_back({ids, 0, table, SeqChunk::Logits::all});
+  return runner.forward(batch);
+}
+
 std::vector<float> all_position_logits_ep(const Model& model, const BackendOptions& backend_options,
                                           std::span<const TokenId> ids, int ep_size) {
   auto comms = make_in_process_group(ep_size);
@@ -14,17 +29,7 @@ std::vector<float> all_position_logits_ep(const Model& model, const BackendOptio
   std::vector<std::string> errors(static_cast<std::size_t>(ep_size));
   auto rank = [&](int r) {
     try {
-      auto backend = make_backend(backend_options);
-      RunnerOptions ro;
-      ro.num_blocks = static_cast<std::int64_t>(ids.size()) / ro.block_size + 1;
-      ro.max_batch_tokens = std::max<std::int64_t>(1, static_cast<std::int64_t>(ids.size()));
-      ro.ep = comms[static_cast<std::size_t>(r)].get();
-      ModelRunner runner(model, *backend, ro);
-      std::vector<std::int32_t> table(static_cast<std::size_t>(ro.num_blocks));
-      std::iota(table.begin(), table.end(), 0);
-      ForwardBatch batch;
-      batch.chunks.push_back({ids, 0, table, SeqChunk::Logits::all});
-      logits[static_cast<std::size_t>(r)] = runner.forward(batch);
+      logits[static_cast<std::size_t>(r)] = all_position_logits_rank(model, backend_options, ids, *comms[static_cast<std::size_t>(r)]);
     } catch (const std::exception& e) {
       // A rank that fails before its first collective would leave the others waiting: the checks that can
       // fail (ep_size not dividing the experts) run in every rank's constructor alike.

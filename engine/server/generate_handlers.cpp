@@ -25,6 +25,7 @@ struct Replica::Job {
     GenerationRequest request;
     std::unique_ptr<ChoiceStream> stream;
     RequestId rid = 0;
+    int rank = 0;            // --ep-size N: the rank that runs it
     std::string echo;        // completions with echo: the prompt's text, sent before the output
     std::size_t prompt = 0;  // which prompt it belongs to
     bool role_sent = false;
@@ -203,21 +204,32 @@ awaitable<void> Replica::run_job(Job& job, http::ResponseWriter& w) {
   // to `job`) and abort what still runs, so that nothing outlives the request.
   struct Hook {
     Engine& engine;
+    EpGroup* ep;
     Job& job;
     http::ResponseWriter& w;
     void abort_unfinished() {
-      for (auto& ch : job.choices)
-        if (ch.rid && !ch.stream->finished()) engine.abort(ch.rid);
+      for (auto& ch : job.choices) {
+        if (!ch.rid || ch.stream->finished()) continue;
+        if (ep) ep->abort({ch.rank, ch.rid});
+        else engine.abort(ch.rid);
+      }
     }
     ~Hook() {
       w.on_disconnect([] {});
       abort_unfinished();
     }
-  } hook{*engine_, job, w};
+  } hook{*engine_, ep_.get(), job, w};
   try {
     for (std::size_t i = 0; i < job.choices.size(); ++i) {
       auto queue = job.queue;
-      job.choices[i].rid = engine_->submit(job.choices[i].request, [queue, i](const RequestOutput& o) { queue->push({i, o}); });
+      auto on_output = [queue, i](const RequestOutput& o) { queue->push({i, o}); };
+      if (ep_) {
+        const auto s = ep_->submit(job.choices[i].request, std::move(on_output));
+        job.choices[i].rank = s.rank;
+        job.choices[i].rid = s.id;
+      } else {
+        job.choices[i].rid = engine_->submit(job.choices[i].request, std::move(on_output));
+      }
     }
   } catch (const std::invalid_argument& e) {
     throw bad_request(e.what(), job.chat ? "messages" : "prompt");

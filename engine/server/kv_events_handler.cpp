@@ -34,6 +34,7 @@ std::string event_line(const KvEvent& e, const char* tier, bool snapshot = false
   o["block_hashes"] = std::move(hashes);
   if (e.type == KvEvent::Type::stored) o["parent"] = e.parent;
   if (snapshot) o["snapshot"] = true;
+  if (e.dp_rank >= 0) o["dp_rank"] = e.dp_rank;  // an expert-parallel replica's merged stream (additive)
   return "data: " + json::serialize(o) + "\n\n";
 }
 
@@ -68,7 +69,7 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
     const auto [p, ec] = std::from_chars(s->data(), s->data() + s->size(), since);
     if (ec != std::errc() || p != s->data() + s->size()) throw bad_request("'since' must be a sequence number", "since");
   }
-  const auto ring = engine_->kv_events();
+  const auto ring = ep_ ? ep_->kv_events() : engine_->kv_events();  // an EP group: the ranks' union
   const char* tier = config_.engine.backend.kind == "cuda" ? "gpu" : "cpu";
   const auto heartbeat = config_.kv_events_heartbeat;
   auto waker = std::make_shared<StreamWaker>(co_await asio::this_coro::executor);
@@ -94,13 +95,15 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
   if (replay.fell_behind) {
     // Start over: everything cached now, as one `cleared` naming the count and then that many stored
     // events at the same seq, parents first (the router applies them all).
-    engine_->kv_snapshot([waker](KvSnapshot snap) {
+    auto deliver = [waker](KvSnapshot snap) {
       {
         std::lock_guard lock(waker->mu);
         waker->snapshot = std::move(snap);
       }
       wake(waker);
-    });
+    };
+    if (ep_) deliver(ep_->kv_snapshot());  // the group's own state, consistent with its ring
+    else engine_->kv_snapshot(deliver);
     std::optional<KvSnapshot> snap;
     while (!snap) {
       {

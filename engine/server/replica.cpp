@@ -32,9 +32,17 @@ Replica::Replica(ReplicaConfig config)
   if (!chat_template_)
     std::fprintf(stderr, "kvfleet-replica: no usable chat template (%s); /v1/chat/completions will answer 400\n", why.c_str());
   config_.engine.served_model_name = name_;
-  engine_ = std::make_unique<Engine>(model_, config_.engine);
-  engine_->set_tokenizer(&tokenizer_);
-  start_pd();
+  if (config_.ep_size > 1) {
+    if (config_.role != "mixed") throw std::invalid_argument("--ep-size needs role mixed (KV transfer serves one engine)");
+    ep_ = std::make_unique<EpGroup>(model_, config_.engine, config_.ep_size);
+    ep_->set_tokenizer(&tokenizer_);
+    engine_ = &ep_->rank(0);
+  } else {
+    own_engine_ = std::make_unique<Engine>(model_, config_.engine);
+    own_engine_->set_tokenizer(&tokenizer_);
+    engine_ = own_engine_.get();
+    start_pd();
+  }
   created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
@@ -45,7 +53,9 @@ Replica::~Replica() {
   // pins through the engine.
   pd_prefill_.reset();
   pd_fetch_.reset();
-  engine_.reset();
+  engine_ = nullptr;
+  own_engine_.reset();
+  ep_.reset();
   server_.reset();
 }
 
@@ -72,7 +82,9 @@ bool Replica::drain() {
   if (!clean) {
     // Out of time: end every request with an error, so that each stream still closes with an error event
     // and [DONE] (and each waiting client gets a 5xx) before the connections go.
-    engine_->abort_all("the replica is shutting down: its drain timeout passed before this request finished");
+    const char* why = "the replica is shutting down: its drain timeout passed before this request finished";
+    if (ep_) ep_->abort_all(why);
+    else engine_->abort_all(why);
     const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     while (in_flight_ > 0 && std::chrono::steady_clock::now() < grace)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -223,7 +235,7 @@ awaitable<void> Replica::health(const http::Request&, http::ResponseWriter& w) {
 }
 
 awaitable<void> Replica::metrics(const http::Request&, http::ResponseWriter& w) {
-  http::Response r = http::Response::text(200, metrics_.render(engine_->stats()), "text/plain; version=0.0.4; charset=utf-8");
+  http::Response r = http::Response::text(200, metrics_.render(ep_ ? ep_->stats() : engine_->stats()), "text/plain; version=0.0.4; charset=utf-8");
   co_await w.send(std::move(r));
 }
 

@@ -15,6 +15,7 @@
 #include "engine/server/replica_metrics.h"
 #include "kvfleet/chat_template.h"
 #include "kvfleet/engine.h"
+#include "kvfleet/ep_group.h"
 #include "kvfleet/http/server.h"
 #include "kvfleet/tokenizer.h"
 
@@ -47,8 +48,11 @@ class Replica {
   bool drain();
 
   struct Job;  // opaque: one API request's choices while they run (generate_handlers.cpp)
-  // The engine, for in-process tests that inspect the KV cache (Engine::run_kv_task).
+  // The engine, for in-process tests that inspect the KV cache (Engine::run_kv_task); rank 0's under
+  // expert parallelism.
   Engine& engine() { return *engine_; }
+  // --ep-size N > 1: the group of N in-process ranks that serves this endpoint (null otherwise).
+  EpGroup* ep_group() { return ep_.get(); }
 
  private:
   http::HttpRouter routes();
@@ -112,7 +116,11 @@ class Replica {
   std::string name_;
   Tokenizer tokenizer_;
   std::optional<ChatTemplate> chat_template_;
-  std::unique_ptr<Engine> engine_;
+  // engine_ is the replica's engine: own_engine_, or rank 0 of ep_ (--ep-size N > 1), where requests go to
+  // the rank ep_ picks and KV events are ep_'s merged stream.
+  std::unique_ptr<Engine> own_engine_;
+  std::unique_ptr<EpGroup> ep_;
+  Engine* engine_ = nullptr;
   ReplicaMetrics metrics_;
   std::unique_ptr<pd::PdMetrics> pd_metrics_;
   std::unique_ptr<pd::PrefillService> pd_prefill_;  // roles prefill and mixed

@@ -33,6 +33,7 @@ void apply_replica_yaml(const std::string& text, const std::string& source, Repl
     else if (key == "host") c.host = scalar<std::string>(v, source, key);
     else if (key == "port") c.port = scalar<std::uint16_t>(v, source, key);
     else if (key == "role") c.role = scalar<std::string>(v, source, key);
+    else if (key == "ep_size") c.ep_size = scalar<int>(v, source, key);
     else if (key == "http_threads") c.http_threads = scalar<int>(v, source, key);
     else if (key == "backend") c.engine.backend.kind = scalar<std::string>(v, source, key);
     else if (key == "cpu_threads") c.engine.backend.threads = scalar<unsigned>(v, source, key);
@@ -85,6 +86,8 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   flags.add_option("--port", c.port, "Port (0: any free port, printed at start)");
   flags.add_option("--role", c.role, "mixed, prefill or decode")->check(CLI::IsMember({"mixed", "prefill", "decode"}));
   flags.add_option("--http-threads", c.http_threads, "HTTP io threads")->check(CLI::PositiveNumber);
+  flags.add_option("--ep-size", c.ep_size, "MoE: expert-parallel ranks in process (requests spread by cached prefix)")
+      ->check(CLI::PositiveNumber);
   flags.add_option("--backend", c.engine.backend.kind, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   flags.add_option("--cpu-threads", c.engine.backend.threads, "CPU backend threads (0: all cores)");
   flags.add_option("--block-size", c.engine.block_size, "Tokens per KV block")->check(CLI::PositiveNumber);

@@ -34,6 +34,7 @@ struct ReplicaConfig {
   // template's own special tokens are special). true: as vLLM does.
   bool special_tokens_in_content = true;
   pd::PdConfig pd;                          // KV transfer between prefill and decode replicas (Contract 3)
+  int ep_size = 1;  // MoE: expert-parallel ranks in process behind this endpoint (kvfleet/ep_group.h)
 };
 
 // Parses argv (and the YAML file it names). Throws std::invalid_argument with a message naming the bad key

@@ -140,6 +140,10 @@ class Engine {
   std::int64_t max_model_len() const { return max_model_len_; }
   // Blocks until no request is queued or running (tests, the offline tool).
   void wait_idle();
+  // Expert parallelism: blocks until every rank of the group called leave_group() and none has work left,
+  // then the group's loops end together (this rank's experts serve the others until then). Afterwards the
+  // engine takes no more requests. Without a group: wait_idle().
+  void leave_group();
   // Everything the prefix cache holds, taken on the engine thread (blocks until the next loop turn): what
   // a KV-event reader that fell behind the ring starts from (Contract 2).
   KvSnapshot kv_snapshot();

@@ -31,6 +31,7 @@ struct KvEvent {
   Type type = Type::stored;
   std::vector<BlockHash> block_hashes;  // stored: a chain, each the parent of the next
   BlockHash parent = 0;                 // stored: the hash before block_hashes[0] (the root for a first block)
+  std::int32_t dp_rank = -1;            // an expert-parallel replica's merged stream: the rank that caused it
 };
 
 const char* to_string(KvEvent::Type type);
@@ -54,7 +55,8 @@ class KvEventRing {
   std::uint64_t instance() const { return instance_; }
 
   // Engine thread. Returns the new event's seq (the first event gets 1).
-  std::uint64_t publish(KvEvent::Type type, std::vector<BlockHash> block_hashes = {}, BlockHash parent = 0);
+  std::uint64_t publish(KvEvent::Type type, std::vector<BlockHash> block_hashes = {}, BlockHash parent = 0,
+                        std::int32_t dp_rank = -1);
 
   // Any thread.
   std::uint64_t last_seq() const;

@@ -36,6 +36,10 @@ std::vector<float> all_position_logits(const Model& model, Backend& backend, std
 // the single-rank ones bit for bit. What `kvfleet logits --ep-size N` prints.
 std::vector<float> all_position_logits_ep(const Model& model, const BackendOptions& backend,
                                           std::span<const TokenId> ids, int ep_size);
+// One rank of such a group, whatever its communicator (in process or Gloo across processes): what
+// `kvfleet logits --ep-rank R --ep-master ADDR:PORT` runs; every rank returns the same logits.
+std::vector<float> all_position_logits_rank(const Model& model, const BackendOptions& backend,
+                                            std::span<const TokenId> ids, Communicator& comm);
 
 class ModelRunner {
  public:
