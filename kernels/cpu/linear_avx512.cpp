@@ -79,7 +79,7 @@ void tile(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
 
 constexpr int kM = 4, kN = 4;      // the GEMM tile: 16 accumulators + 8 weight registers
 constexpr int kGemvN = 8;          // one row: 8 weight rows streamed side by side
-constexpr std::int64_t kRowBlock = 64;  // rows whose x (64 x 3 KiB at hidden 768) stays in L2 per feature sweep
+constexpr std::int64_t kRowBlock = 16;  // rows whose x (16 x 3 KiB at hidden 768) stays in L1/L2 per feature sweep
 
 template <int N>
 void rows_of(const GemmArgs& g, std::int64_t t0, std::int64_t t1, std::int64_t n0) {
