@@ -1,5 +1,6 @@
-// The CPU backend against this machine's limits, in one run: the memory read bandwidth (all cores, a buffer
-// far beyond the last-level cache), the fp32 FMA peak (all cores, the widest vectors the CPU has), and
+// The CPU backend against this machine's limits, in one run: the memory read bandwidth (the pool's threads,
+// one per core by default; a buffer
+// far beyond the last-level cache), the fp32 FMA peak (same threads, the widest vectors the CPU has), and
 // kvfleet's decode at batch 1, 8 and 32 and prefill at 512 and 4k tokens, as tokens/s and as a fraction of
 // the bandwidth (decode: the weights each step streams) or of the peak (prefill: the step's FLOPs).
 //
@@ -164,8 +165,9 @@ int main(int argc, char** argv) {
   std::printf("threads %u, kernels %s; model %s: %lld layers, hidden %lld, %.0f MB streamed per decode step\n",
               pool.size(), std::string(cpu::isa_name(cpu::cpu_isa())).c_str(), model_dir.c_str(),
               static_cast<long long>(c.num_layers), static_cast<long long>(c.hidden_size), step_bytes / 1e6);
-  std::printf("read bandwidth (%zu MiB, all cores): %.2f GB/s\n", read_mib, bw / 1e9);
-  std::printf("fp32 FMA peak (%s, all cores):       %.1f GFLOP/s\n", wide ? "512-bit" : "256-bit", peak / 1e9);
+  std::printf("read bandwidth (%zu MiB, %u threads): %.2f GB/s\n", read_mib, pool.size(), bw / 1e9);
+  std::printf("fp32 FMA peak (%s, %u threads):       %.1f GFLOP/s\n", wide ? "512-bit" : "256-bit", pool.size(),
+              peak / 1e9);
   for (int batch : {1, 8, 32}) {
     // The decode rate: the run with `tokens` generated minus the run with 1, per generated token.
     const double full = engine_seconds(model, threads, batch, 8, tokens + 1, runs);

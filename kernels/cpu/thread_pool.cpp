@@ -32,7 +32,7 @@ bool spin_until(Pred pred) {
 std::chrono::microseconds ThreadPool::spin_time() {
   static const std::chrono::microseconds us = [] {
     const char* env = std::getenv("KVFLEET_POOL_SPIN_US");
-    return std::chrono::microseconds(env && *env ? std::strtol(env, nullptr, 10) : 20);
+    return std::chrono::microseconds(env && *env ? std::strtol(env, nullptr, 10) : 0);
   }();
   return us;
 }

@@ -5,8 +5,8 @@
 //
 // Hand-off: a decode step is ~100 ops of tens of microseconds each, so waking a worker through a mutex and a
 // condition variable (60-85 us per op on a VM, issue 20) costs as much as the work. Workers and the caller
-// instead spin on an atomic generation counter / pending count for a short while (kSpin) and only then sleep
-// on the atomic (a futex: std::atomic::wait). Between steps the workers fall asleep and cost nothing.
+// instead wait on an atomic generation counter / pending count: a short spin (spin_time()), then
+// std::atomic::wait (a futex). Between steps the workers fall asleep and cost nothing.
 // Thread-safety: one caller at a time (the engine thread owns the pool).
 #pragma once
 
@@ -33,9 +33,10 @@ class ThreadPool {
   // (except the last), and returns when all are done. The caller's thread does one share.
   void parallel_for(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& fn);
 
-  // How long a waiting thread spins before it sleeps: KVFLEET_POOL_SPIN_US, read once (default 20). Long
-  // enough to span the gap between two ops of a step; short, because a spinning thread on a loaded machine
-  // holds a core that the thread it waits for may need (and the scheduler then favours sleepers).
+  // How long a waiting thread spins on its own before std::atomic::wait (which itself spins a few
+  // iterations and yields before its futex): KVFLEET_POOL_SPIN_US, read once, default 0. Measured on the
+  // shared 2-core machine (README, "CPU kernels"), any longer spin lost: a spinning thread holds a core the
+  // thread it waits for needs, and the scheduler favours sleepers. On a quiet machine 5-20 may pay.
   static std::chrono::microseconds spin_time();
 
  private:
