@@ -1,5 +1,7 @@
 #include "kernels/cpu/cpu_isa.h"
 
+#include <cpuid.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <stdexcept>
@@ -7,6 +9,12 @@
 
 namespace kvfleet::cpu {
 namespace {
+
+// F16C (CPUID leaf 1, ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
+bool has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+}
 
 Isa best() {
   if (cpu_supports(Isa::avx512)) return Isa::avx512;
@@ -39,7 +47,7 @@ bool cpu_supports(Isa isa) {
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && cpu_supports(Isa::avx2);
     case Isa::avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     case Isa::scalar: return true;
   }
   return false;
