@@ -109,9 +109,8 @@ void ModelRunner::run_layer(std::int64_t li, std::int64_t rows, const AttentionM
   } else {
     backend_.add_rms_norm(s.residual, s.x, rows, h, l.input_norm, eps, s.h);
   }
-  backend_.linear(s.h, rows, h, l.q, qd, l.q_bias, s.q);
-  backend_.linear(s.h, rows, h, l.k, kvd, l.k_bias, s.k);
-  backend_.linear(s.h, rows, h, l.v, kvd, l.v_bias, s.v);
+  const Backend::LinearOut qkv[] = {{l.q, qd, l.q_bias, s.q}, {l.k, kvd, l.k_bias, s.k}, {l.v, kvd, l.v_bias, s.v}};
+  backend_.linear_multi(s.h, rows, h, qkv);  // fused Q/K/V: one op
   float *q = s.q, *k = s.k;
   if (l.q_norm.data) {  // Qwen3: RMSNorm over head_dim of every q and k head, before RoPE
     backend_.rms_norm(s.q, rows * c.num_heads, c.head_dim, l.q_norm, eps, q = s.qn);
@@ -134,8 +133,9 @@ void ModelRunner::run_mlp(std::int64_t li, std::int64_t rows) {
   const ModelConfig& c = model_.config();
   const Weights::Layer& l = weights_->layers[static_cast<std::size_t>(li)];
   const std::int64_t h = c.hidden_size;
-  backend_.linear(s.h, rows, h, l.gate, c.intermediate_size, l.gate_bias, s.gate);
-  backend_.linear(s.h, rows, h, l.up, c.intermediate_size, l.up_bias, s.up);
+  const Backend::LinearOut gate_up[] = {{l.gate, c.intermediate_size, l.gate_bias, s.gate},
+                                        {l.up, c.intermediate_size, l.up_bias, s.up}};
+  backend_.linear_multi(s.h, rows, h, gate_up);  // fused gate/up: one op
   backend_.silu_mul(s.gate, s.up, rows * c.intermediate_size);
   backend_.linear(s.gate, rows, c.intermediate_size, l.down, h, l.down_bias, s.x);
 }

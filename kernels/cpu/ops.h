@@ -23,7 +23,20 @@ struct WeightRef {
 void linear(ThreadPool& pool, const float* x, std::int64_t rows, std::int64_t in, WeightRef w, std::int64_t out,
             WeightRef bias, float* y);
 
-// Dot product of fp32 x with one weight row, in the fixed lane order every kernel uses.
+// One output of a linear_multi: y[t][n] = sum_k x[t][k] * w[n][k] + bias[n], y is [rows][out].
+struct LinearPart {
+  WeightRef w;
+  std::int64_t out = 0;
+  WeightRef bias;
+  float* y = nullptr;
+};
+
+// Several projections of the same x (Q/K/V, gate/up) as one op: one arrangement of x and one hand-off to
+// the pool for all their output features. Each part's results are bit-identical to its own linear().
+void linear_multi(ThreadPool& pool, const float* x, std::int64_t rows, std::int64_t in, const LinearPart* parts,
+                  std::int64_t num_parts);
+
+// Dot product of fp32 x with one weight row, in the fixed order every kernel uses (linear_kernels.h).
 float dot(const float* x, WeightRef w_row, std::int64_t n);
 
 // out[i][:] = table[ids[i]][:]

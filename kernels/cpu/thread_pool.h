@@ -1,13 +1,19 @@
 // A fixed pool of worker threads for the CPU kernels. parallel_for splits [0, n) into contiguous ranges,
-// one per thread; the split never changes what any single output element computes, so results do not
-// depend on the number of threads (the kernels are batch- and thread-invariant by construction).
+// one per thread; the split depends only on n, grain and the pool size (never on timing), and it never
+// changes what any single output element computes, so results do not depend on the number of threads (the
+// kernels are batch- and thread-invariant by construction).
+//
+// Hand-off: a decode step is ~100 ops of tens of microseconds each, so waking a worker through a mutex and a
+// condition variable (60-85 us per op on a VM, issue 20) costs as much as the work. Workers and the caller
+// instead wait on an atomic generation counter / pending count: a short spin (spin_time()), then
+// std::atomic::wait (a futex). Between steps the workers fall asleep and cost nothing.
 // Thread-safety: one caller at a time (the engine thread owns the pool).
 #pragma once
 
-#include <condition_variable>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -27,17 +33,23 @@ class ThreadPool {
   // (except the last), and returns when all are done. The caller's thread does one share.
   void parallel_for(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& fn);
 
+  // How long a waiting thread spins on its own before std::atomic::wait (which itself spins a few
+  // iterations and yields before its futex): KVFLEET_POOL_SPIN_US, read once, default 0. Measured on the
+  // shared 2-core machine (README, "CPU kernels"), any longer spin lost: a spinning thread holds a core the
+  // thread it waits for needs, and the scheduler favours sleepers. On a quiet machine 5-20 may pay.
+  static std::chrono::microseconds spin_time();
+
  private:
   void worker(unsigned index);
 
   std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::condition_variable start_cv_, done_cv_;
   const std::function<void(std::int64_t, std::int64_t)>* job_ = nullptr;
   std::int64_t job_n_ = 0, job_chunk_ = 0;
-  std::uint64_t generation_ = 0;
-  unsigned pending_ = 0;
-  bool stop_ = false;
+  unsigned job_parts_ = 0;
+  // generation_ publishes a job (release) to the workers; pending_ counts the workers still running it.
+  alignas(64) std::atomic<std::uint64_t> generation_{0};
+  alignas(64) std::atomic<unsigned> pending_{0};
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace kvfleet

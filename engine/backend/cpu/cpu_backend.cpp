@@ -1,9 +1,12 @@
 // The CPU backend: host memory, the kernels of kernels/cpu, fp32 KV cache.
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <vector>
 
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/moe.h"
 #include "kernels/cpu/ops.h"
 #include "kvfleet/backend.h"
@@ -65,6 +68,11 @@ class CpuBackend final : public Backend {
               float* y) override {
     cpu::linear(pool_, x, rows, in, ref(w), out, ref(bias), y);
   }
+  void linear_multi(const float* x, std::int64_t rows, std::int64_t in, std::span<const LinearOut> parts) override {
+    std::vector<cpu::LinearPart> p;  // one hand-off to the pool for all the parts (2-3 entries)
+    for (const LinearOut& o : parts) p.push_back({ref(o.w), o.out, ref(o.bias), o.d_y});
+    cpu::linear_multi(pool_, x, rows, in, p.data(), static_cast<std::int64_t>(p.size()));
+  }
   void silu_mul(float* gate, const float* up, std::int64_t n) override { cpu::silu_mul(gate, up, n); }
 
   void rope_store_kv(std::int64_t layer, const float* inv_freq, float* q, const float* k, const float* v,
@@ -112,6 +120,13 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(unsigned threads) { return std::make_unique<CpuBackend>(threads); }
+std::unique_ptr<Backend> make_cpu_backend(unsigned threads) {
+  auto backend = std::make_unique<CpuBackend>(threads);
+  static std::once_flag once;  // the kernels' path is chosen once per process: say it once
+  std::call_once(once, [] {
+    std::fprintf(stderr, "kvfleet: info: cpu kernels: %s\n", std::string(cpu::isa_name(cpu::cpu_isa())).c_str());
+  });
+  return backend;
+}
 
 }  // namespace kvfleet

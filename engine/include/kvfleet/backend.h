@@ -97,6 +97,17 @@ class Backend {
                             DeviceWeight w, float eps, float* d_out) = 0;
   virtual void linear(const float* d_x, std::int64_t rows, std::int64_t in, DeviceWeight w, std::int64_t out,
                       DeviceWeight bias, float* d_y) = 0;
+  // Several projections of the same x (Q/K/V, gate/up) as one op where the backend can fuse them; each
+  // part's result must equal its own linear() bit for bit. The default runs them one by one.
+  struct LinearOut {
+    DeviceWeight w;
+    std::int64_t out = 0;
+    DeviceWeight bias;
+    float* d_y = nullptr;
+  };
+  virtual void linear_multi(const float* d_x, std::int64_t rows, std::int64_t in, std::span<const LinearOut> parts) {
+    for (const LinearOut& p : parts) linear(d_x, rows, in, p.w, p.out, p.bias, p.d_y);
+  }
   virtual void silu_mul(float* d_gate, const float* d_up, std::int64_t n) = 0;
   // Rotates q in place and k, and writes k and v of every row into the layer's cache slots.
   virtual void rope_store_kv(std::int64_t layer, const float* d_inv_freq, float* d_q, const float* d_k,

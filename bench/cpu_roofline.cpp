@@ -1,0 +1,191 @@
+// The CPU backend against this machine's limits, in one run: the memory read bandwidth (the pool's threads,
+// one per core by default; a buffer
+// far beyond the last-level cache), the fp32 FMA peak (same threads, the widest vectors the CPU has), and
+// kvfleet's decode at batch 1, 8 and 32 and prefill at 512 and 4k tokens, as tokens/s and as a fraction of
+// the bandwidth (decode: the weights each step streams) or of the peak (prefill: the step's FLOPs).
+//
+//   build/bin/bench_cpu_roofline --model DIR [--threads 0] [--tokens 64] [--runs 3] [--read-mib 1024]
+//                                [--no-4k]
+// bench/cpu_roofline.sh makes the 125M Llama and runs this (and old-vs-new, interleaved).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kvfleet/engine.h"
+
+using namespace kvfleet;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Sums the buffer with four independent 32-byte accumulators per thread: a pure read stream.
+double read_bandwidth(ThreadPool& pool, std::size_t mib, int runs) {
+  const std::size_t n = (mib << 20) / sizeof(float);
+  std::vector<float> buf(n, 1.0f);
+  std::vector<float> sink(pool.size() * 16, 0.0f);
+  double best = 1e30;
+  for (int r = 0; r < runs; ++r) {
+    const auto t0 = Clock::now();
+    pool.parallel_for(static_cast<std::int64_t>(n / 32), 1024, [&](std::int64_t b, std::int64_t e) {
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (std::int64_t i = b * 32; i < e * 32; i += 32) {
+        const float* p = buf.data() + i;
+        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p));
+        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + 8));
+        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + 16));
+        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + 24));
+      }
+      float out[8];
+      _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+      sink[static_cast<std::size_t>(b % static_cast<std::int64_t>(sink.size()))] += out[0];
+    });
+    best = std::min(best, seconds_since(t0));
+  }
+  if (sink[0] < 0) std::printf(" ");  // keeps the sums alive
+  return static_cast<double>(n * sizeof(float)) / best;
+}
+
+// 12 independent FMA chains per thread; returns FLOP/s (2 per lane per FMA).
+constexpr std::int64_t kFmaIters = 20'000'000;
+
+__attribute__((target("avx512f"))) float fma_chains_512(float seed) {
+  __m512 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(seed + static_cast<float>(i));
+  const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+  for (std::int64_t it = 0; it < kFmaIters; ++it)
+    for (auto& v : a) v = _mm512_fmadd_ps(v, m, c);
+  __m512 s = a[0];
+  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, a[i]);
+  float out[16];
+  _mm512_storeu_ps(out, s);
+  return out[0];
+}
+
+float fma_chains_256(float seed) {
+  __m256 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_ps(seed + static_cast<float>(i));
+  const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+  for (std::int64_t it = 0; it < kFmaIters; ++it)
+    for (auto& v : a) v = _mm256_fmadd_ps(v, m, c);
+  __m256 s = a[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, a[i]);
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  return out[0];
+}
+
+double fma_peak(ThreadPool& pool, bool wide) {
+  std::vector<float> sink(pool.size());
+  const auto t0 = Clock::now();
+  pool.parallel_for(pool.size(), 1, [&](std::int64_t b, std::int64_t) {
+    sink[static_cast<std::size_t>(b)] = wide ? fma_chains_512(static_cast<float>(b)) : fma_chains_256(static_cast<float>(b));
+  });
+  const double s = seconds_since(t0);
+  if (sink[0] < 0) std::printf(" ");
+  return 2.0 * (wide ? 16 : 8) * 12.0 * static_cast<double>(kFmaIters) * pool.size() / s;
+}
+
+struct Run {
+  double seconds;
+  std::int64_t tokens;
+};
+
+// `batch` sequences of `prompt` tokens each, `gen` tokens generated per sequence (greedy, no EOS).
+// Returns the best of `runs` wall times of the whole run (prompt and decode).
+double engine_seconds(const Model& model, unsigned threads, int batch, int prompt, int gen, int runs) {
+  EngineConfig c;
+  c.backend.kind = "cpu";
+  c.backend.threads = threads;
+  c.enable_prefix_caching = false;  // each run computes its prompts
+  c.block_size = 16;
+  c.num_blocks = static_cast<std::int32_t>(batch * ((prompt + gen) / 16 + 2) + 16);
+  c.scheduler.max_num_batched_tokens = std::max(2048, prompt);
+  c.scheduler.max_num_seqs = std::max(batch, 1);
+  Engine engine(model, c);
+  double best = 1e30;
+  for (int r = 0; r < runs; ++r) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < batch; ++i) {
+      GenerationRequest q;
+      for (int k = 0; k < prompt; ++k) q.prompt.push_back(1 + (k * 7 + i * 131 + r) % 1000);
+      q.max_tokens = gen;
+      q.ignore_eos = true;
+      q.sampling.temperature = 0;
+      engine.submit(q, nullptr);
+    }
+    engine.wait_idle();
+    best = std::min(best, seconds_since(t0));
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_dir;
+  unsigned threads = 0;
+  int tokens = 64, runs = 3;
+  std::size_t read_mib = 1024;
+  bool with_4k = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (a == "--model") model_dir = next();
+    else if (a == "--threads") threads = static_cast<unsigned>(std::stoul(next()));
+    else if (a == "--tokens") tokens = std::stoi(next());
+    else if (a == "--runs") runs = std::stoi(next());
+    else if (a == "--read-mib") read_mib = std::stoul(next());
+    else if (a == "--no-4k") with_4k = false;
+  }
+  if (model_dir.empty()) {
+    std::fprintf(stderr, "usage: bench_cpu_roofline --model DIR [--threads N] [--tokens 64] [--runs 3] [--no-4k]\n");
+    return 2;
+  }
+  ThreadPool pool(threads);
+  const bool wide = cpu::cpu_supports(cpu::Isa::avx512);
+  const double bw = read_bandwidth(pool, read_mib, 3), peak = fma_peak(pool, wide);
+  const Model model = Model::load(model_dir);
+  const ModelConfig& c = model.config();
+  // What a decode step streams: every linear weight once (the embedding table only through its rows).
+  const double qd = static_cast<double>(c.num_heads * c.head_dim), kvd = static_cast<double>(c.num_kv_heads * c.head_dim);
+  const double h = static_cast<double>(c.hidden_size), ff = static_cast<double>(c.intermediate_size);
+  const double linear_params = static_cast<double>(c.num_layers) * (h * (qd + 2 * kvd) + qd * h + 3 * h * ff) +
+                               h * static_cast<double>(c.vocab_size);
+  const double bytes_per_param = static_cast<double>(model.weight_bytes()) /
+                                 (linear_params + (c.tie_word_embeddings ? 0 : h * static_cast<double>(c.vocab_size)));
+  const double step_bytes = linear_params * bytes_per_param;
+  std::printf("threads %u, kernels %s; model %s: %lld layers, hidden %lld, %.0f MB streamed per decode step\n",
+              pool.size(), std::string(cpu::isa_name(cpu::cpu_isa())).c_str(), model_dir.c_str(),
+              static_cast<long long>(c.num_layers), static_cast<long long>(c.hidden_size), step_bytes / 1e6);
+  std::printf("read bandwidth (%zu MiB, %u threads): %.2f GB/s\n", read_mib, pool.size(), bw / 1e9);
+  std::printf("fp32 FMA peak (%s, %u threads):       %.1f GFLOP/s\n", wide ? "512-bit" : "256-bit", pool.size(),
+              peak / 1e9);
+  for (int batch : {1, 8, 32}) {
+    // The decode rate: the run with `tokens` generated minus the run with 1, per generated token.
+    const double full = engine_seconds(model, threads, batch, 8, tokens + 1, runs);
+    const double start = engine_seconds(model, threads, batch, 8, 1, runs);
+    const double steps_per_s = tokens / std::max(1e-9, full - start);
+    std::printf("decode batch %2d: %8.1f tok/s  (%.1f steps/s x %.0f MB = %.2f GB/s, %.0f%% of read bandwidth)\n",
+                batch, steps_per_s * batch, steps_per_s, step_bytes / 1e6, steps_per_s * step_bytes / 1e9,
+                100.0 * steps_per_s * step_bytes / bw);
+  }
+  for (int p : {512, 4096}) {
+    if (p == 4096 && !with_4k) continue;
+    const double s = engine_seconds(model, threads, 1, p, 1, p == 4096 ? 1 : runs);
+    const double pp = static_cast<double>(p);
+    // lm_head runs on the last row only.
+    const double lm = h * static_cast<double>(c.vocab_size);
+    const double flops = 2.0 * (linear_params - lm) * pp + 2.0 * lm + 4.0 * static_cast<double>(c.num_layers) * qd * pp * (pp + 1) / 2;
+    std::printf("prefill %4d:    %8.1f tok/s  (%.1f GFLOP/s, %.0f%% of FMA peak; %s)\n", p, pp / s, flops / s / 1e9,
+                100.0 * flops / s / peak, p == 4096 ? "1 run" : "best of runs");
+  }
+  return 0;
+}

@@ -1,0 +1,178 @@
+// cpu::linear on every instruction-set path this CPU has (forced in turn through set_cpu_isa): bit for bit
+// equal to the scalar kernel, close to a float64 sum, and batch/thread/split invariant. Plus the thread
+// pool's hand-off: every part runs exactly once per op, also after the workers fell asleep.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/ops.h"
+
+using namespace kvfleet;
+
+namespace {
+
+struct Weights {
+  std::vector<std::uint8_t> bytes;
+  std::vector<double> values;  // the weights as stored, widened
+  DType dtype;
+};
+
+Weights random_weights(std::int64_t count, DType dt, std::mt19937& rng) {
+  std::uniform_real_distribution<float> d(-0.5f, 0.5f);
+  Weights w{std::vector<std::uint8_t>(static_cast<std::size_t>(count) * dtype_size(dt)), {}, dt};
+  for (std::int64_t i = 0; i < count; ++i) {
+    const float v = d(rng);
+    if (dt == DType::f32) {
+      std::memcpy(w.bytes.data() + i * 4, &v, 4);
+    } else {
+      const std::uint16_t h = dt == DType::bf16 ? f32_to_bf16(v) : f32_to_f16(v);
+      std::memcpy(w.bytes.data() + i * 2, &h, 2);
+    }
+    w.values.push_back(load_as_f32(w.bytes.data(), dt, static_cast<std::size_t>(i)));
+  }
+  return w;
+}
+
+std::vector<float> random_x(std::int64_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> x(static_cast<std::size_t>(n));
+  for (auto& v : x) v = d(rng);
+  return x;
+}
+
+std::vector<float> run(ThreadPool& pool, const std::vector<float>& x, std::int64_t rows, std::int64_t in,
+                       const Weights& w, std::int64_t out, const Weights* bias) {
+  std::vector<float> y(static_cast<std::size_t>(rows * out), -1.0f);
+  cpu::linear(pool, x.data(), rows, in, {w.bytes.data(), w.dtype}, out,
+              bias ? cpu::WeightRef{bias->bytes.data(), bias->dtype} : cpu::WeightRef{}, y.data());
+  return y;
+}
+
+std::vector<cpu::Isa> supported() {
+  std::vector<cpu::Isa> v;
+  for (cpu::Isa isa : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512})
+    if (cpu::cpu_supports(isa)) v.push_back(isa);
+  return v;
+}
+
+struct IsaGuard {  // restores the process's choice after a test forced one
+  cpu::Isa saved = cpu::cpu_isa();
+  ~IsaGuard() { cpu::set_cpu_isa(saved); }
+};
+
+}  // namespace
+
+TEST_CASE("linear: every ISA path is bit-identical to the scalar kernel and close to float64") {
+  IsaGuard guard;
+  INFO("chosen at load: " << cpu::isa_name(cpu::cpu_isa()));
+  std::mt19937 rng(20);
+  ThreadPool pool(2);
+  struct Shape {
+    std::int64_t rows, in, out;
+  };
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    for (Shape s : {Shape{1, 1, 1}, Shape{1, 31, 9}, Shape{3, 32, 8}, Shape{5, 33, 17}, Shape{4, 768, 40},
+                    Shape{70, 100, 33}, Shape{1, 2050, 70}, Shape{9, 64, 3}}) {
+      const Weights w = random_weights(s.out * s.in, dt, rng), b = random_weights(s.out, dt, rng);
+      const auto x = random_x(s.rows * s.in, rng);
+      cpu::set_cpu_isa(cpu::Isa::scalar);
+      const auto ref = run(pool, x, s.rows, s.in, w, s.out, &b);
+      for (std::int64_t t = 0; t < s.rows; ++t)
+        for (std::int64_t n = 0; n < s.out; ++n) {
+          double sum = 0, mag = 0;
+          for (std::int64_t k = 0; k < s.in; ++k) {
+            const double p = static_cast<double>(x[static_cast<std::size_t>(t * s.in + k)]) * w.values[static_cast<std::size_t>(n * s.in + k)];
+            sum += p;
+            mag += std::fabs(p);
+          }
+          sum += b.values[static_cast<std::size_t>(n)];
+          CHECK(std::fabs(ref[static_cast<std::size_t>(t * s.out + n)] - sum) <= 1e-6 * (mag + 1));
+        }
+      for (cpu::Isa isa : supported()) {
+        CAPTURE(cpu::isa_name(isa));
+        CAPTURE(dtype_name(dt));
+        CAPTURE(s.rows);
+        CAPTURE(s.in);
+        CAPTURE(s.out);
+        cpu::set_cpu_isa(isa);
+        CHECK(run(pool, x, s.rows, s.in, w, s.out, &b) == ref);
+      }
+    }
+  }
+}
+
+TEST_CASE("linear: a row's bits do not depend on the batch, the thread count or linear_multi") {
+  IsaGuard guard;
+  std::mt19937 rng(7);
+  ThreadPool one(1), two(2), three(3);
+  const std::int64_t in = 768, out = 200, rows = 37;
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    const Weights w = random_weights(out * in, dt, rng);
+    const auto x = random_x(rows * in, rng);
+    for (cpu::Isa isa : supported()) {
+      CAPTURE(cpu::isa_name(isa));
+      CAPTURE(dtype_name(dt));
+      cpu::set_cpu_isa(isa);
+      const auto all = run(two, x, rows, in, w, out, nullptr);
+      CHECK(run(one, x, rows, in, w, out, nullptr) == all);
+      CHECK(run(three, x, rows, in, w, out, nullptr) == all);
+      for (std::int64_t r : {0, 5, 36}) {  // alone, and as part of a chunk of 6 rows
+        const std::vector<float> xr(x.begin() + r * in, x.begin() + (r + 1) * in);
+        const auto alone = run(two, xr, 1, in, w, out, nullptr);
+        CHECK(std::equal(alone.begin(), alone.end(), all.begin() + r * out));
+      }
+      const std::vector<float> chunk(x.begin() + 30 * in, x.begin() + 36 * in);
+      const auto part = run(two, chunk, 6, in, w, out, nullptr);
+      CHECK(std::equal(part.begin(), part.end(), all.begin() + 30 * out));
+      // Three projections of one x in one op: each as its own linear.
+      std::vector<float> q(static_cast<std::size_t>(rows * 120)), k(static_cast<std::size_t>(rows * 8)),
+          v(static_cast<std::size_t>(rows * 72));
+      const auto* base = w.bytes.data();
+      const std::size_t rb = static_cast<std::size_t>(in) * dtype_size(dt);
+      const cpu::LinearPart parts[] = {{{base, dt}, 120, {}, q.data()},
+                                       {{base + 120 * rb, dt}, 8, {}, k.data()},
+                                       {{base + 128 * rb, dt}, 72, {}, v.data()}};
+      cpu::linear_multi(two, x.data(), rows, in, parts, 3);
+      for (std::int64_t t = 0; t < rows; ++t) {
+        const float* row = all.data() + t * out;
+        CHECK(std::equal(q.begin() + t * 120, q.begin() + (t + 1) * 120, row));
+        CHECK(std::equal(k.begin() + t * 8, k.begin() + (t + 1) * 8, row + 120));
+        CHECK(std::equal(v.begin() + t * 72, v.begin() + (t + 1) * 72, row + 128));
+      }
+    }
+  }
+}
+
+TEST_CASE("cpu_isa: the best path is chosen on this CPU and an unsupported one is refused") {
+  IsaGuard guard;
+  CHECK(cpu::cpu_supports(cpu::Isa::scalar));
+  if (cpu::cpu_supports(cpu::Isa::avx512) && !std::getenv("KVFLEET_CPU_ISA")) CHECK(guard.saved == cpu::Isa::avx512);
+  for (cpu::Isa isa : {cpu::Isa::avx2, cpu::Isa::avx512})
+    if (!cpu::cpu_supports(isa)) CHECK_THROWS_AS(cpu::set_cpu_isa(isa), std::invalid_argument);
+}
+
+TEST_CASE("ThreadPool: every part runs exactly once per op, spinning or after the workers slept") {
+  for (unsigned threads : {1u, 2u, 4u}) {
+    ThreadPool pool(threads);
+    std::vector<int> hits(1000, 0);
+    for (int op = 0; op < 300; ++op) {
+      const std::int64_t n = 1 + (op * 37) % 1000;
+      pool.parallel_for(n, 1 + op % 7, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) ++hits[static_cast<std::size_t>(i)];
+      });
+      for (std::int64_t i = 0; i < 1000; ++i) {
+        const int want = i < n ? 1 : 0;
+        if (hits[static_cast<std::size_t>(i)] != want) FAIL("op " << op << " index " << i << " ran " << hits[static_cast<std::size_t>(i)] << "x");
+        hits[static_cast<std::size_t>(i)] = 0;
+      }
+      if (op % 50 == 0)  // longer than the spin: the workers sleep on the futex and must wake
+        std::this_thread::sleep_for(ThreadPool::spin_time() * 3 + std::chrono::microseconds(100));
+    }
+  }
+}
