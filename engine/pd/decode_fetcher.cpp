@@ -93,6 +93,8 @@ awaitable<FetchResult> DecodeFetcher::fetch(std::span<const TokenId> prompt, std
     result.fallback = wire_reason(e), result.detail = e.what();
   } catch (const boost::system::system_error& e) {
     result.fallback = reason_of(e, plan.client_gone), result.detail = e.what();
+  } catch (const std::exception& e) {  // e.g. the engine stopping under an import: still a local prefill
+    result.fallback = "error", result.detail = e.what();
   }
   client.on_disconnect([] {});
   plan.active = nullptr;
