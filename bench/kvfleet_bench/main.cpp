@@ -1,10 +1,12 @@
-// kvfleet-bench: `serve` (the load generator, flags as in `vllm bench serve`) and `compare-routing`
-// (the same workload through a fresh loopback fleet per router policy, one report).
+// kvfleet-bench: `serve` (the load generator, flags as in `vllm bench serve`), `compare-routing`
+// (the same workload through a fresh loopback fleet per router policy, one report) and `compare-pd`
+// (pd mode against mixed mode with chunked prefill, compare_pd.h).
 #include <CLI/CLI.hpp>
 #include <exception>
 #include <iostream>
 
 #include "bench/kvfleet_bench/compare.h"
+#include "bench/kvfleet_bench/compare_pd.h"
 #include "bench/kvfleet_bench/serve.h"
 
 int main(int argc, char** argv) {
@@ -17,12 +19,17 @@ int main(int argc, char** argv) {
   compare.serve.workload.dataset = "shared-prefix";
   CLI::App* compare_cmd = app.add_subcommand("compare-routing", "Start a fleet per router policy and compare them");
   kvfleet::bench::add_compare_flags(*compare_cmd, compare);
+  kvfleet::bench::ComparePdOptions compare_pd;
+  compare_pd.serve.workload.dataset = "mixed-chat";
+  CLI::App* pd_cmd = app.add_subcommand("compare-pd", "Run the same requests in pd mode and in mixed mode, one report");
+  kvfleet::bench::add_compare_pd_flags(*pd_cmd, compare_pd);
   CLI11_PARSE(app, argc, argv);
   try {
     if (serve_cmd->parsed()) {
       const kvfleet::bench::ServeReport report = kvfleet::bench::run_serve(serve, std::cout);
       return report.result.completed > 0 ? 0 : 1;
     }
+    if (pd_cmd->parsed()) return kvfleet::bench::run_compare_pd(compare_pd);
     return kvfleet::bench::run_compare(compare);
   } catch (const std::exception& e) {
     std::cerr << "kvfleet-bench: " << e.what() << "\n";

@@ -12,6 +12,7 @@
 #include "bench/kvfleet_bench/progress.h"
 #include "bench/kvfleet_bench/scrape.h"
 #include "bench/kvfleet_bench/svg.h"
+#include "bench/kvfleet_bench/workload_mixed.h"
 
 namespace kvfleet::bench {
 namespace fs = std::filesystem;
@@ -25,8 +26,8 @@ void add_serve_flags(CLI::App& app, ServeOptions& o) {
   app.add_option("--served-model-name", o.served_model_name, "The request's model field (default: --model's base name)");
   app.add_option("--tokenizer", o.tokenizer, "tokenizer.json or a directory holding one (default: --model-dir, --model)");
   app.add_option("--model-dir", o.model_dir, "Model directory to take the tokenizer from");
-  app.add_option("--dataset-name", w.dataset, "random, shared-prefix, multi-turn or trace")
-      ->check(CLI::IsMember({"random", "shared-prefix", "multi-turn", "trace"}));
+  app.add_option("--dataset-name", w.dataset, "random, shared-prefix, multi-turn, trace or mixed-chat")
+      ->check(CLI::IsMember({"random", "shared-prefix", "multi-turn", "trace", "mixed-chat"}));
   app.add_option("--num-prompts", w.num_prompts,
                  "Requests (random; shared-prefix: spread over the groups, default groups x prompts per group; "
                  "trace: its first N lines; multi-turn: refused, use --num-sessions and --turns)")
@@ -54,6 +55,7 @@ void add_serve_flags(CLI::App& app, ServeOptions& o) {
   app.add_option("--num-sessions", w.num_sessions, "multi-turn: sessions");
   app.add_option("--turns", w.turns, "multi-turn: turns per session");
   app.add_option("--trace-file", w.trace_file, "JSONL: timestamp (s), input_len, output_len[, prefix_id, prefix_len]");
+  add_mixed_chat_flags(app, w);
 }
 
 std::string tokenizer_path(const ServeOptions& o) {

@@ -6,6 +6,8 @@
 #include <map>
 #include <stdexcept>
 
+#include "bench/kvfleet_bench/workload_mixed.h"
+
 namespace kvfleet::bench {
 namespace {
 
@@ -171,7 +173,8 @@ Workload make_workload(const WorkloadOptions& o, const PromptBuilder& prompts) {
   if (o.dataset == "shared-prefix") return shared_prefix_workload(o, prompts, rng);
   if (o.dataset == "multi-turn") return multi_turn_workload(o, prompts, rng);
   if (o.dataset == "trace") return trace_workload(o, prompts, rng);
-  throw std::invalid_argument("--dataset-name must be random, shared-prefix, multi-turn or trace");
+  if (o.dataset == "mixed-chat") return mixed_chat_workload(o, prompts, rng);
+  throw std::invalid_argument("--dataset-name must be random, shared-prefix, multi-turn, trace or mixed-chat");
 }
 
 }  // namespace kvfleet::bench

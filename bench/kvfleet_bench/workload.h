@@ -39,7 +39,7 @@ struct Workload {
 };
 
 struct WorkloadOptions {
-  std::string dataset = "random";  // random | shared-prefix | multi-turn | trace
+  std::string dataset = "random";  // random | shared-prefix | multi-turn | trace | mixed-chat
   std::size_t num_prompts = 1000;
   bool num_prompts_set = false;  // --num-prompts was given: shared-prefix and trace honour it
   std::uint64_t seed = 0;
@@ -50,6 +50,9 @@ struct WorkloadOptions {
                output_len = 256;
   std::int32_t num_sessions = 16, turns = 4;  // multi-turn: each turn random_input_len user tokens
   std::string trace_file;                     // JSONL: timestamp, input_len, output_len[, prefix_id, prefix_len]
+  // mixed-chat (workload_mixed.cpp): short chat turns with long prompts among them.
+  std::int32_t mixed_short_input_len = 64, mixed_long_input_len = 1024;
+  double mixed_long_fraction = 0.2;
 };
 
 class PromptBuilder {

@@ -1,10 +1,10 @@
 #include "engine/pd/decode_fetcher.h"
 
 #include <boost/beast/core/error.hpp>
-#include <boost/json.hpp>
 #include <boost/system/system_error.hpp>
 #include <chrono>
 
+#include "engine/pd/pull_reader.h"
 #include "kvfleet/http/client.h"
 
 namespace kvfleet::pd {
@@ -13,28 +13,11 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Why a transfer stopped; caught in fetch() and turned into FetchResult::fallback.
-struct PdFailure : std::runtime_error {
-  PdFailure(std::string reason_, const std::string& detail) : std::runtime_error(detail), reason(std::move(reason_)) {}
-  std::string reason;
-};
-
 std::string reason_of(const boost::system::system_error& e, bool client_gone) {
   if (client_gone) return "client_gone";
   const auto ec = e.code();
   if (ec == boost::beast::error::timeout || ec == boost::asio::error::timed_out) return "timeout";
   return "peer_closed";
-}
-
-// The error object's code of a non-200 answer from P.
-std::string error_code_of(const std::string& body) {
-  boost::system::error_code ec;
-  const auto v = boost::json::parse(body, ec);
-  if (ec || !v.is_object()) return {};
-  const auto* err = v.as_object().if_contains("error");
-  if (!err || !err->is_object()) return {};
-  const auto* code = err->as_object().if_contains("code");
-  return code && code->is_string() ? std::string(code->as_string()) : std::string();
 }
 
 std::string wire_reason(const WireError& e) { return e.kind == WireError::Kind::checksum ? "checksum" : "malformed"; }
@@ -110,6 +93,8 @@ awaitable<FetchResult> DecodeFetcher::fetch(std::span<const TokenId> prompt, std
     result.fallback = wire_reason(e), result.detail = e.what();
   } catch (const boost::system::system_error& e) {
     result.fallback = reason_of(e, plan.client_gone), result.detail = e.what();
+  } catch (const std::exception& e) {  // e.g. the engine stopping under an import: still a local prefill
+    result.fallback = "error", result.detail = e.what();
   }
   client.on_disconnect([] {});
   plan.active = nullptr;
@@ -123,48 +108,6 @@ awaitable<FetchResult> DecodeFetcher::fetch(std::span<const TokenId> prompt, std
 }
 
 namespace {
-
-// Reads one pull's frames: block frames for exactly [from, from + count), then an end frame.
-awaitable<std::vector<BlockFrame>> read_pull(http::HttpClient& c, const KvLayout& layout, const std::vector<BlockHash>& hashes,
-                                             std::uint32_t from, std::uint32_t count, Clock::time_point deadline) {
-  const http::ResponseHead head = co_await c.read_head();
-  if (head.status != 200) {
-    const std::string body = co_await c.read_body();
-    const std::string code = error_code_of(body);
-    throw PdFailure(code == "lease_expired" ? "lease_expired" : "error", "pull answered " + std::to_string(head.status) + ": " + body);
-  }
-  FrameDecoder decoder(layout.block_bytes() + 4096);
-  std::vector<BlockFrame> got;
-  bool ended = false;
-  while (!ended) {
-    auto piece = co_await c.read_some();
-    if (!piece) break;
-    if (Clock::now() > deadline) throw PdFailure("timeout", "the transfer took longer than its deadline");
-    decoder.feed(*piece);
-    while (auto f = decoder.next()) {
-      if (auto* e = std::get_if<ErrorFrame>(&*f))
-        throw PdFailure(e->code == ErrorCode::lease_expired ? "lease_expired" : "error", "P: " + e->message);
-      if (auto* end = std::get_if<End>(&*f)) {
-        if (end->num_blocks != got.size() || got.size() != count) throw PdFailure("malformed", "end frame after too few blocks");
-        ended = true;
-        break;
-      }
-      auto* b = std::get_if<BlockFrame>(&*f);
-      if (!b) throw PdFailure("malformed", "unexpected frame in a pull");
-      const std::uint32_t want = from + static_cast<std::uint32_t>(got.size());
-      if (b->index != want || got.size() >= count) throw PdFailure("malformed", "block " + std::to_string(b->index) + " out of order");
-      if (b->hash != hashes[want]) throw PdFailure("malformed", "block " + std::to_string(want) + " carries another hash");
-      if (b->layer_begin != 0 || b->layer_end != layout.num_layers || b->payload.size() != layout.block_bytes())
-        throw PdFailure("malformed", "block " + std::to_string(want) + " has the wrong layer range or size");
-      got.push_back(std::move(*b));
-    }
-  }
-  if (!ended) throw PdFailure("peer_closed", decoder.partial() ? "the stream ended inside a frame" : "the stream ended early");
-  // Read the body to its end (the last chunk), so the connection is ready for the next pull.
-  while (auto rest = co_await c.read_some())
-    if (!rest->empty()) throw PdFailure("malformed", "bytes after the end frame");
-  co_return got;
-}
 
 // Best effort: tells P it may free the transfer's blocks now rather than at lease expiry.
 // P's internal endpoints take the fleet's internal key (the replica's --internal-api-key, else --api-key).
@@ -237,6 +180,17 @@ awaitable<void> DecodeFetcher::transfer(Plan& plan, FetchResult& result, http::R
   pc.piece_size = 1 << 20;             // block frames are large: fewer, bigger reads
   http::HttpClient pull(ex, pc);
   plan.active = &pull;
+  // Pipelined: pull k+1 is read while the engine thread imports pull k (at most one import in flight).
+  std::shared_ptr<http::AsyncQueue<std::uint32_t>> importing;
+  std::uint32_t importing_n = 0;
+  // Two receive buffers in turn: pull k+2 reuses pull k's, whose import was awaited before pull k+1's began.
+  std::shared_ptr<ReceivedPull> buffers[2];
+  std::size_t turn = 0;
+  const auto imported = [&](std::uint32_t done, std::uint32_t asked) {
+    result.imported_blocks += done;
+    result.bytes += std::uint64_t{done} * layout_.block_bytes();
+    return done == asked;
+  };
   std::exception_ptr failure;
   try {
     co_await pull.connect(plan.host, plan.port);
@@ -248,12 +202,19 @@ awaitable<void> DecodeFetcher::transfer(Plan& plan, FetchResult& result, http::R
                    "&count=" + std::to_string(n);
       authorize(get, config_.peer_api_key);
       co_await pull.send(get);
-      std::vector<BlockFrame> frames = co_await read_pull(pull, layout_, plan.hashes, at, n, plan.deadline);
-      const std::uint32_t imported = co_await import_blocks(plan.pin, plan, std::move(frames));
-      result.imported_blocks += imported;
-      result.bytes += std::uint64_t{imported} * layout_.block_bytes();
-      if (imported < n) throw PdFailure("cache_full", "no free KV block to import into");
+      std::shared_ptr<ReceivedPull>& buffer = buffers[turn++ % 2];
+      buffer = co_await read_pull(pull, layout_, plan.hashes, at, n, plan.deadline, std::move(buffer));
+      if (importing) {
+        const std::uint32_t done = co_await engine_result(std::exchange(importing, nullptr));
+        if (!imported(done, importing_n)) throw PdFailure("cache_full", "no free KV block to import into");
+      }
+      importing = start_import(ex, plan, buffer);
+      importing_n = n;
       at += n;
+    }
+    if (importing) {
+      const std::uint32_t done = co_await engine_result(std::exchange(importing, nullptr));
+      if (!imported(done, importing_n)) throw PdFailure("cache_full", "no free KV block to import into");
     }
   } catch (...) {
     failure = std::current_exception();
@@ -261,34 +222,51 @@ awaitable<void> DecodeFetcher::transfer(Plan& plan, FetchResult& result, http::R
   plan.active = nullptr;
   if (failure) {  // (no co_await inside a handler)
     pull.close();
+    try {
+      if (importing) imported(co_await engine_result(std::exchange(importing, nullptr)), importing_n);  // verified: they stay
+    } catch (const std::exception&) {  // the engine is stopping; the pin's release still runs after the import
+    }
     co_await send_release(plan.host, plan.port, id, config_.peer_api_key);  // the client leaving too: P may free at once
     std::rethrow_exception(failure);
   }
 }
 
-awaitable<std::uint32_t> DecodeFetcher::import_blocks(PinId pin, const Plan& plan, std::vector<BlockFrame> frames) {
+std::shared_ptr<http::AsyncQueue<std::uint32_t>> DecodeFetcher::start_import(boost::asio::any_io_executor ex, const Plan& plan,
+                                                                              std::shared_ptr<ReceivedPull> pull) {
   const auto bs = static_cast<std::size_t>(layout_.block_size);
   const BlockHash root = layout_.root;
-  auto task = [pin, frames = std::move(frames), tokens = plan.tokens, hashes = plan.hashes, bs, root](Scheduler& s, Backend& b) -> std::uint32_t {
-        KvCacheManager& kv = s.kv();
-        std::uint32_t done = 0;
-        for (const BlockFrame& f : frames) {
-          const auto toks = std::span<const TokenId>(tokens).subspan(std::size_t{f.index} * bs, bs);
-          const BlockHash parent = f.index == 0 ? root : hashes[f.index - 1];
-          BlockId block = kv.cached_block(f.hash, toks);
-          if (block != kNoBlock) {  // computed here meanwhile: keep ours
-            kv.add_to_pin(pin, block);
-          } else {
-            block = kv.import_block(pin, f.hash, parent, toks);
-            if (block == kNoBlock) break;
-            b.write_kv_blocks(std::span<const BlockId>(&block, 1), f.payload.data());  // layers in order
-          }
-          ++done;
-        }
-        return done;
-      };
-  const std::uint32_t done = co_await on_engine_thread(engine_, std::move(task));
-  co_return done;
+  const std::size_t stride = block_frame_bytes(layout_.block_bytes());
+  // Between steps on the engine thread: each block is entered in the prefix cache and its bytes written
+  // from the receive buffer in the same task, so no step sees a half-written block. Runs of consecutive
+  // new blocks go to the backend in one call (the CUDA backend stages each run through pinned memory).
+  auto task = [pin = plan.pin, pull = std::move(pull), tokens = plan.tokens, hashes = plan.hashes, bs, root,
+               stride](Scheduler& s, Backend& b) -> std::uint32_t {
+    KvCacheManager& kv = s.kv();
+    std::vector<BlockId> run;
+    const char* run_start = nullptr;
+    const auto flush = [&] {
+      if (!run.empty()) b.write_kv_blocks(run, run_start, stride);
+      run.clear();
+    };
+    std::uint32_t done = 0;
+    for (const BlockView& f : pull->blocks) {
+      const auto toks = std::span<const TokenId>(tokens).subspan(std::size_t{f.index} * bs, bs);
+      const BlockHash parent = f.index == 0 ? root : hashes[f.index - 1];
+      BlockId block = kv.cached_block(f.hash, toks);
+      if (block != kNoBlock) {  // computed here meanwhile: keep ours
+        flush();
+        kv.add_to_pin(pin, block);
+      } else {
+        block = kv.import_block(pin, f.hash, parent, toks);
+        if (block == kNoBlock) break;
+        if (run.empty()) run_start = f.payload.data();
+        run.push_back(block);
+      }
+      ++done;
+    }
+    flush();
+    return done;
+  };
+  return start_on_engine_thread(engine_, std::move(ex), std::move(task));
 }
-
 }  // namespace kvfleet::pd

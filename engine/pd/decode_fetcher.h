@@ -23,6 +23,7 @@
 #include "engine/pd/layout.h"
 #include "engine/pd/pd_config.h"
 #include "engine/pd/pd_metrics.h"
+#include "engine/pd/pull_reader.h"
 #include "engine/pd/wire.h"
 #include "kvfleet/http/server.h"
 
@@ -50,7 +51,9 @@ class DecodeFetcher {
  private:
   struct Plan;
   boost::asio::awaitable<void> transfer(Plan& plan, FetchResult& result, http::ResponseWriter& client);
-  boost::asio::awaitable<std::uint32_t> import_blocks(PinId pin, const Plan& plan, std::vector<BlockFrame> frames);
+  // Queues the import of a verified pull on the engine thread; the queue gets how many blocks are in.
+  std::shared_ptr<http::AsyncQueue<std::uint32_t>> start_import(boost::asio::any_io_executor ex, const Plan& plan,
+                                                                std::shared_ptr<ReceivedPull> pull);
 
   Engine& engine_;
   const KvLayout layout_;

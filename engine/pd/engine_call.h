@@ -16,15 +16,30 @@ namespace kvfleet::pd {
 
 using PinId = KvCacheManager::PinId;
 
-// Runs f(scheduler, backend) on the engine thread and returns its result. f must not throw.
+// Queues f(scheduler, backend) on the engine thread now; its result arrives in the returned queue (on
+// `ex`), so the caller can do other work before awaiting it (D imports one pull while reading the next).
 template <typename F>
-auto on_engine_thread(Engine& engine, F f) -> boost::asio::awaitable<std::invoke_result_t<F&, Scheduler&, Backend&>> {
+auto start_on_engine_thread(Engine& engine, boost::asio::any_io_executor ex, F f)
+    -> std::shared_ptr<http::AsyncQueue<std::invoke_result_t<F&, Scheduler&, Backend&>>> {
   using T = std::invoke_result_t<F&, Scheduler&, Backend&>;
-  auto queue = std::make_shared<http::AsyncQueue<T>>(co_await boost::asio::this_coro::executor);
+  auto queue = std::make_shared<http::AsyncQueue<T>>(std::move(ex));
   engine.run_kv_task([queue, f = std::move(f)](Scheduler& s, Backend& b) mutable { queue->push(f(s, b)); });
+  return queue;
+}
+
+// The result of a start_on_engine_thread call.
+template <typename T>
+boost::asio::awaitable<T> engine_result(std::shared_ptr<http::AsyncQueue<T>> queue) {
   std::optional<T> out = co_await queue->pop();
   if (!out) throw std::runtime_error("the engine did not answer");
   co_return std::move(*out);
+}
+
+// Runs f(scheduler, backend) on the engine thread and returns its result. f must not throw.
+template <typename F>
+auto on_engine_thread(Engine& engine, F f) -> boost::asio::awaitable<std::invoke_result_t<F&, Scheduler&, Backend&>> {
+  auto queue = start_on_engine_thread(engine, co_await boost::asio::this_coro::executor, std::move(f));
+  co_return co_await engine_result(std::move(queue));
 }
 
 // Releases a pin on the engine thread when it goes out of scope (or on release()).

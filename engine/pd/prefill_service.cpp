@@ -28,7 +28,26 @@ http::Response frame_response(const Frame& f) {
 
 PrefillService::PrefillService(Engine& engine, KvLayout layout, PdConfig config)
     : engine_(engine), layout_(std::move(layout)), compat_(compat_hash(layout_)), config_(config) {
+  per_read_ = static_cast<std::uint32_t>(std::clamp<std::size_t>((8u << 20) / layout_.block_bytes(), 1, 64));
+  buffers_->bytes = per_read_ * block_frame_bytes(layout_.block_bytes());
   reaper_ = std::thread([this] { reap(); });
+}
+
+std::unique_ptr<char[]> PrefillService::BufferPool::take() {
+  {
+    std::lock_guard lock(mu);
+    if (!spare.empty()) {
+      auto b = std::move(spare.back());
+      spare.pop_back();
+      return b;
+    }
+  }
+  return std::make_unique_for_overwrite<char[]>(bytes);
+}
+
+void PrefillService::BufferPool::give_back(std::unique_ptr<char[]> buffer) {
+  std::lock_guard lock(mu);
+  if (buffer && spare.size() < kSpare) spare.push_back(std::move(buffer));
 }
 
 PrefillService::~PrefillService() {
@@ -173,20 +192,22 @@ awaitable<void> PrefillService::handle_prefill(const http::Request& req, http::R
   if (w.client_gone() || !co_await w.send(frame_response(a))) release(a.transfer_id);
 }
 
-std::shared_ptr<PrefillService::Payloads> PrefillService::start_read(boost::asio::any_io_executor ex, PinId pin,
+std::shared_ptr<PrefillService::Batches> PrefillService::start_read(boost::asio::any_io_executor ex, PinId pin,
                                                                     std::uint32_t from, std::uint32_t count) {
-  auto out = std::make_shared<Payloads>(std::move(ex));
-  const std::size_t block_bytes = layout_.block_bytes();
-  // Copies on the engine thread while the pin holds the blocks (one batch call: the CUDA backend stages
-  // it through pinned memory): a lease that ended before this turn finds no pin and copies nothing.
-  engine_.run_kv_task([=](Scheduler& s, Backend& b) {
-    std::string bytes;
+  auto out = std::make_shared<Batches>(std::move(ex));
+  const std::size_t stride = block_frame_bytes(layout_.block_bytes());
+  // Copies on the engine thread while the pin holds the blocks, straight into the payloads of a batch of
+  // block frames (one backend call: the CUDA backend stages it through pinned memory); the io thread
+  // writes the frames' headers and checksums. A lease that ended before this turn finds no pin: no bytes.
+  engine_.run_kv_task([out, pool = buffers_, pin, from, count, stride](Scheduler& s, Backend& b) {
+    Batch batch;
     const auto blocks = s.kv().pinned_blocks(pin);
     if (blocks.size() >= static_cast<std::size_t>(from) + count) {
-      bytes.resize(block_bytes * count);
-      b.read_kv_blocks(blocks.subspan(from, count), bytes.data());
+      batch.bytes = pool->take();  // count <= per_read_
+      batch.size = stride * count;
+      b.read_kv_blocks(blocks.subspan(from, count), batch.bytes.get() + kBlockPayloadOffset, stride);
     }
-    out->push(std::move(bytes));
+    out->push(std::move(batch));
   });
   return out;
 }
@@ -222,41 +243,41 @@ awaitable<void> PrefillService::handle_pull(const http::Request& req, http::Resp
   const auto first = static_cast<std::uint32_t>(*from), last = static_cast<std::uint32_t>(*from + *count);
   End end;
   // Batches of about 8 MiB; the next batch is copied on the engine thread while this one is sent.
-  const auto per_read = static_cast<std::uint32_t>(std::clamp<std::size_t>((8u << 20) / layout_.block_bytes(), 1, 64));
+  const std::uint32_t per_read = per_read_;
   const auto ex = co_await boost::asio::this_coro::executor;
-  std::shared_ptr<Payloads> pending;
+  std::shared_ptr<Batches> pending;
   if (touch(*id)) pending = start_read(ex, lease.pin, first, std::min(per_read, last - first));
+  const std::size_t stride = block_frame_bytes(layout_.block_bytes());
   for (std::uint32_t at = first; at < last;) {
     const std::uint32_t n = std::min(per_read, last - at);
-    std::string batch;  // n blocks back to back, or empty when the lease ended first
+    Batch batch;  // n block frames back to back, or empty when the lease ended first
     if (pending) {
       auto got = co_await pending->pop();
       if (got) batch = std::move(*got);
     }
     pending.reset();
     if (at + n < last && touch(*id)) pending = start_read(ex, lease.pin, at + n, std::min(per_read, last - at - n));
-    std::vector<std::string> frames;
-    const std::size_t block_bytes = layout_.block_bytes();
-    for (std::size_t i = 0; !batch.empty() && i < n; ++i) {
-      const std::uint32_t index = at + static_cast<std::uint32_t>(i);
-      frames.push_back(encode_block(index, lease.hashes[index - lease.first], 0, static_cast<std::uint16_t>(layout_.num_layers),
-                                    std::string_view(batch).substr(i * block_bytes, block_bytes)));
-    }
-    if (frames.empty()) {
+    if (batch.size == 0) {
       ErrorFrame e{ErrorCode::lease_expired, "the transfer's lease expired; its blocks are freed"};
       const std::string bytes = encode(e);
       co_await w.write(bytes);
       co_await w.finish();
       co_return;
     }
-    for (const std::string& f : frames) {
-      if (!co_await w.write(f)) {
-        release(*id);
-        co_return;
-      }
-      touch(*id);
-      end.payload_bytes += f.size();
+    for (std::uint32_t i = 0; i < n; ++i) {
+      char* frame = batch.bytes.get() + i * stride;
+      put_block_header(frame, at + i, lease.hashes[at + i - lease.first], 0, static_cast<std::uint16_t>(layout_.num_layers),
+                       layout_.block_bytes());
+      seal_frame(frame, stride);
     }
+    const bool sent = co_await w.write(std::string_view(batch.bytes.get(), batch.size));  // one chunk, one write
+    buffers_->give_back(std::move(batch.bytes));
+    if (!sent) {
+      release(*id);
+      co_return;
+    }
+    touch(*id);
+    end.payload_bytes += batch.size;
     end.num_blocks += n;
     at += n;
   }

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -64,10 +65,24 @@ class PrefillService {
   // Drops the lease and unpins its blocks; false when it was gone already.
   bool release(std::uint64_t id);
   void reap();
-  // Copies blocks [from, from + count) of the pin on the engine thread; the queue gets their bytes back to
-  // back (empty when the pin is gone).
-  using Payloads = http::AsyncQueue<std::string>;
-  std::shared_ptr<Payloads> start_read(boost::asio::any_io_executor ex, PinId pin, std::uint32_t from, std::uint32_t count);
+  // Blocks [from, from + count) of the pin copied on the engine thread into the payloads of as many block
+  // frames back to back (headers and checksums still to write); size 0 when the pin is gone.
+  struct Batch {
+    std::unique_ptr<char[]> bytes;
+    std::size_t size = 0;
+  };
+  using Batches = http::AsyncQueue<Batch>;
+  std::shared_ptr<Batches> start_read(boost::asio::any_io_executor ex, PinId pin, std::uint32_t from, std::uint32_t count);
+  // Batch buffers (per_read_ frames each) are kept for the next pull: fresh memory costs a page fault
+  // per 4 KiB, which the transfer profile showed. Shared with engine-thread tasks, so it outlives them.
+  struct BufferPool {
+    std::size_t bytes = 0;
+    std::mutex mu;
+    std::vector<std::unique_ptr<char[]>> spare;  // at most kSpare
+    static constexpr std::size_t kSpare = 4;
+    std::unique_ptr<char[]> take();
+    void give_back(std::unique_ptr<char[]> buffer);
+  };
 
   Engine& engine_;
   const KvLayout layout_;
@@ -80,6 +95,8 @@ class PrefillService {
   std::uint64_t next_id_ = 1;
   std::uint64_t expired_ = 0;
   std::thread reaper_;
+  std::uint32_t per_read_ = 1;  // blocks per engine-thread read (about 8 MiB)
+  std::shared_ptr<BufferPool> buffers_ = std::make_shared<BufferPool>();
 };
 
 }  // namespace kvfleet::pd

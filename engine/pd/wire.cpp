@@ -50,13 +50,14 @@ class Reader {
     at_ += sizeof v;
     return v;
   }
-  std::string str() {
+  std::string_view view() {
     const auto n = num<std::uint32_t>();
     need(n);
-    std::string s(in_.substr(at_, n));
+    const std::string_view s = in_.substr(at_, n);
     at_ += n;
     return s;
   }
+  std::string str() { return std::string(view()); }
   template <typename T>
   std::vector<T> list() {
     const auto n = num<std::uint32_t>();
@@ -167,14 +168,8 @@ Frame parse(FrameType type, std::string_view payload) {
       break;
     }
     case FrameType::block: {
-      BlockFrame b;
-      b.index = r.num<std::uint32_t>();
-      b.hash = r.num<BlockHash>();
-      b.layer_begin = r.num<std::uint16_t>();
-      b.layer_end = r.num<std::uint16_t>();
-      b.payload = r.str();
-      out = std::move(b);
-      break;
+      const BlockView v = parse_block(payload);
+      return BlockFrame{v.index, v.hash, v.layer_begin, v.layer_end, std::string(v.payload)};
     }
     case FrameType::end: {
       End e;
@@ -222,43 +217,73 @@ std::string encode(const Frame& f) {
   return std::visit(Visit{}, f);
 }
 
-// The hot path of a transfer: the frame is written in one buffer, the payload copied once.
+void put_block_header(char* frame, std::uint32_t index, BlockHash hash, std::uint16_t layer_begin,
+                      std::uint16_t layer_end, std::size_t payload_bytes) {
+  const auto n = static_cast<std::uint32_t>(kBlockFieldsBytes + payload_bytes);
+  const auto size = static_cast<std::uint32_t>(payload_bytes);
+  char* at = frame;
+  const auto put = [&at](const void* v, std::size_t k) {
+    std::memcpy(at, v, k);
+    at += k;
+  };
+  put(kMagic, 4);
+  const char type_and_pad[4] = {static_cast<char>(FrameType::block), 0, 0, 0};
+  put(type_and_pad, 4);
+  put(&n, sizeof n);
+  put(&index, sizeof index);
+  put(&hash, sizeof hash);
+  put(&layer_begin, sizeof layer_begin);
+  put(&layer_end, sizeof layer_end);
+  put(&size, sizeof size);
+}
+
+void seal_frame(char* frame, std::size_t total) {
+  const std::uint64_t sum = XXH3_64bits(frame, total - kFrameTrailerBytes);
+  std::memcpy(frame + total - kFrameTrailerBytes, &sum, sizeof sum);
+}
+
 std::string encode_block(std::uint32_t index, BlockHash hash, std::uint16_t layer_begin, std::uint16_t layer_end,
                          std::string_view payload) {
-  constexpr std::size_t fields = 4 + 8 + 2 + 2 + 4;
-  const auto n = static_cast<std::uint32_t>(fields + payload.size());
-  std::string out;
-  out.reserve(kFrameHeaderBytes + n + kFrameTrailerBytes);
-  out.append(kMagic, 4);
-  out.push_back(static_cast<char>(FrameType::block));
-  out.append(3, '\0');
-  const auto put = [&out](const auto& v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
-  put(n);
-  put(index);
-  put(hash);
-  put(layer_begin);
-  put(layer_end);
-  put(static_cast<std::uint32_t>(payload.size()));
-  out.append(payload);
-  const std::uint64_t sum = XXH3_64bits(out.data(), out.size());
-  put(sum);
+  std::string out(block_frame_bytes(payload.size()), '\0');
+  put_block_header(out.data(), index, hash, layer_begin, layer_end, payload.size());
+  std::memcpy(out.data() + kBlockPayloadOffset, payload.data(), payload.size());
+  seal_frame(out.data(), out.size());
   return out;
 }
 
-std::optional<Frame> FrameDecoder::next() {
-  const std::string_view in = std::string_view(buffer_).substr(offset_);
+std::optional<FrameView> peek_frame(std::string_view in, std::size_t max_payload) {
   if (in.size() < kFrameHeaderBytes) return std::nullopt;
   if (std::memcmp(in.data(), kMagic, 4) != 0) throw WireError(WireError::Kind::malformed, "bad frame magic");
   std::uint32_t n = 0;
   std::memcpy(&n, in.data() + 8, sizeof n);
-  if (n > max_payload_) throw WireError(WireError::Kind::too_large, "frame payload of " + std::to_string(n) + " bytes");
+  if (n > max_payload) throw WireError(WireError::Kind::too_large, "frame payload of " + std::to_string(n) + " bytes");
   const std::size_t total = kFrameHeaderBytes + n + kFrameTrailerBytes;
   if (in.size() < total) return std::nullopt;
   std::uint64_t sum = 0;
   std::memcpy(&sum, in.data() + kFrameHeaderBytes + n, sizeof sum);
   if (XXH3_64bits(in.data(), kFrameHeaderBytes + n) != sum) throw WireError(WireError::Kind::checksum, "frame checksum mismatch");
-  Frame f = parse(static_cast<FrameType>(in[4]), in.substr(kFrameHeaderBytes, n));
-  offset_ += total;
+  return FrameView{static_cast<FrameType>(in[4]), in.substr(kFrameHeaderBytes, n), total};
+}
+
+BlockView parse_block(std::string_view payload) {
+  Reader r(payload);
+  BlockView b;
+  b.index = r.num<std::uint32_t>();
+  b.hash = r.num<BlockHash>();
+  b.layer_begin = r.num<std::uint16_t>();
+  b.layer_end = r.num<std::uint16_t>();
+  b.payload = r.view();
+  r.done();
+  return b;
+}
+
+Frame parse_frame(const FrameView& view) { return parse(view.type, view.payload); }
+
+std::optional<Frame> FrameDecoder::next() {
+  const auto view = peek_frame(std::string_view(buffer_).substr(offset_), max_payload_);
+  if (!view) return std::nullopt;
+  Frame f = parse(view->type, view->payload);
+  offset_ += view->size;
   if (offset_ > (1u << 20) && offset_ * 2 > buffer_.size()) {  // drop consumed bytes now and then
     buffer_.erase(0, offset_);
     offset_ = 0;

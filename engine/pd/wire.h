@@ -87,6 +87,40 @@ std::string encode(const Frame& frame);
 std::string encode_block(std::uint32_t index, BlockHash hash, std::uint16_t layer_begin, std::uint16_t layer_end,
                          std::string_view payload);
 
+// Block frames laid out in place (P writes KV straight into a batch of frames, D checks and imports them
+// where they were received): a block frame of `payload_bytes` is block_frame_bytes() long, its payload
+// starts kBlockPayloadOffset bytes in.
+inline constexpr std::size_t kBlockFieldsBytes = 4 + 8 + 2 + 2 + 4;
+inline constexpr std::size_t kBlockPayloadOffset = kFrameHeaderBytes + kBlockFieldsBytes;
+constexpr std::size_t block_frame_bytes(std::size_t payload_bytes) {
+  return kBlockPayloadOffset + payload_bytes + kFrameTrailerBytes;
+}
+// Writes a block frame's header and fields at `frame` (block_frame_bytes(payload_bytes) bytes of room).
+void put_block_header(char* frame, std::uint32_t index, BlockHash hash, std::uint16_t layer_begin,
+                      std::uint16_t layer_end, std::size_t payload_bytes);
+// Writes the checksum trailer of the frame of `total` bytes at `frame` (header and payload in place).
+void seal_frame(char* frame, std::size_t total);
+
+// A frame checked in place: the checksum holds; `payload` points into the caller's bytes.
+struct FrameView {
+  FrameType type = FrameType::error;
+  std::string_view payload;
+  std::size_t size = 0;  // the whole frame's bytes
+};
+// The frame at the start of `in`, or nullopt until all its bytes are there. Throws WireError (bad magic,
+// a payload over max_payload, a checksum mismatch).
+std::optional<FrameView> peek_frame(std::string_view in, std::size_t max_payload);
+// A block frame's fields with the payload in place. Throws WireError when malformed.
+struct BlockView {
+  std::uint32_t index = 0;
+  BlockHash hash = 0;
+  std::uint16_t layer_begin = 0, layer_end = 0;
+  std::string_view payload;
+};
+BlockView parse_block(std::string_view payload);
+// Any frame, parsed (and copied) out of a view. Throws WireError.
+Frame parse_frame(const FrameView& view);
+
 class FrameDecoder {
  public:
   explicit FrameDecoder(std::size_t max_payload_bytes = 64u << 20) : max_payload_(max_payload_bytes) {}

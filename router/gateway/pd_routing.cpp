@@ -31,7 +31,9 @@ namespace kvfleet::router {
 
 const char* Gateway::choose_prefill_locked(RoutePlan& plan, const ReplicaLink& decode, std::uint32_t matched, Tick now) {
   plan.prefill_from.clear();
-  if (config_.prefill_replicas.empty()) return nullptr;  // not pd mode
+  // pd mode when either pool is configured: with decode replicas beside mixed ones (and no dedicated
+  // prefill replica) the mixed replicas are the prefill pool.
+  if (config_.prefill_replicas.empty() && config_.decode_replicas.empty()) return nullptr;
   const MatchResult match = index_.match(plan.hashes);
   std::vector<PrefillCandidate> pool;
   for (std::size_t i = 0; i < links_.size(); ++i) {

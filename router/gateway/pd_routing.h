@@ -8,6 +8,8 @@
 // prefill), then the fewest requests in flight, then the lowest slot. The request goes to D with
 // `x-kvfleet-prefill-from: P`; otherwise D prefills locally. Reasons, counted in
 // kvfleet_router_pd_decisions_total{reason}: disaggregated, below_threshold, no_prefill_replica.
+// pd mode is on when either pool is configured: decode replicas beside mixed ones (no dedicated prefill
+// replica) make the mixed replicas the prefill pool.
 #pragma once
 
 #include <cstdint>

@@ -30,6 +30,19 @@ TEST_CASE("CUDA KV staging: pinned batch writes and reads round-trip byte for by
   std::string one(bytes, '\0');
   backend->read_kv_bytes(2, 1, one.data());  // block 1 is the 2nd of the batch; layer 2 its 3rd slice
   CHECK(one == in.substr((1 * 3 + 2) * bytes, bytes));
+  // Strided, as the KV lands in wire frames: block i at i * stride, the gaps left alone.
+  const std::size_t block = 3 * bytes, stride = block + 40;
+  std::string framed(blocks.size() * stride, '#');
+  backend->read_kv_blocks(blocks, framed.data(), stride);
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    CHECK(framed.substr(i * stride, block) == in.substr(i * block, block));
+    CHECK(framed.substr(i * stride + block, 40) == std::string(40, '#'));
+  }
+  backend->write_kv_blocks(std::vector<std::int32_t>{6, 5, 1}, framed.data(), stride);  // rotated
+  std::string rotated(in.size(), '\0');
+  backend->read_kv_blocks(blocks, rotated.data());
+  CHECK(rotated.substr(0, block) == in.substr(block, block));   // block 5 got what block 1 had
+  CHECK(rotated.substr(2 * block, block) == in.substr(0, block));  // block 6 got block 5's
   std::vector<float> f32(static_cast<std::size_t>(shape.block_elems()));
   backend->read_kv_block(0, 6, f32.data());
   const char* raw = in.data() + (2 * 3 + 0) * bytes;

@@ -64,3 +64,32 @@ TEST_CASE("a pd router sends long uncached prompts through a prefill replica and
   test::check_no_leak(p.port());
   test::check_no_leak(d.port());
 }
+
+TEST_CASE("mixed replicas serve in both pools: as the prefill replica of a decode replica, and as a decode replica") {
+  ReplicaProcess m({"--role", "mixed"}), d({"--role", "decode"}), p({"--role", "prefill"}), ref({"--role", "mixed"});
+  std::vector<std::string> bodies;
+  for (int i = 0; i < 4; ++i) bodies.push_back(test::completion_body(test::prompt_ids(600 + i, 80), i % 2 == 0 ? -1 : 9));
+  {
+    // Decode pool {D, M} taken in turn; the prefill pool is M alone (no dedicated prefill replica): D's
+    // requests are prefilled by M, M's own prefill locally (no other prefill replica than itself).
+    RouterProcess router({&m}, {"--decode-replica", d.base_url(), "--pd-threshold", "32", "--policy", "round_robin"});
+    for (const std::string& body : bodies)
+      CHECK(test::answer_of(router.post("/v1/completions", body)) == test::answer_of(ref.post("/v1/completions", body)));
+    CHECK(router.metric("kvfleet_router_pd_decisions_total", "reason=\"disaggregated\"") == 2);
+    CHECK(router.metric("kvfleet_router_pd_decisions_total", "reason=\"no_prefill_replica\"") == 2);
+    CHECK(test::metric_value(d.port(), "kvfleet_pd_transfers_total") == 2);  // from M, the only prefill replica
+    CHECK(test::metric_value(m.port(), "kvfleet_pd_transfers_total") == 0);
+    CHECK(m.get("/metrics").body.find("path=\"/v1/completions\"") != std::string::npos);  // M decoded its share
+  }
+  {
+    // M is the whole decode pool beside a prefill replica: it decodes with the KV from P.
+    std::vector<std::string> fresh;
+    for (int i = 0; i < 2; ++i) fresh.push_back(test::completion_body(test::prompt_ids(700 + i, 80), -1));
+    RouterProcess router({&m}, {"--prefill-replica", p.base_url(), "--pd-threshold", "32"});
+    for (const std::string& body : fresh)
+      CHECK(test::answer_of(router.post("/v1/completions", body)) == test::answer_of(ref.post("/v1/completions", body)));
+    CHECK(router.metric("kvfleet_router_pd_decisions_total", "reason=\"disaggregated\"") == 2);
+    CHECK(test::metric_value(m.port(), "kvfleet_pd_transfers_total") == 2);  // from P
+  }
+  for (const ReplicaProcess* r : {&m, &d, &p}) test::check_no_leak(r->port());
+}

@@ -199,3 +199,47 @@ TEST_CASE("peer URLs") {
   CHECK_FALSE(parse_peer_url("http://h:80/x", host, port));
   CHECK_FALSE(parse_peer_url("", host, port));
 }
+
+TEST_CASE("block frames laid out in place are what encode writes, and read back in place") {
+  const std::string body = payload(96, 3);
+  std::string framed(block_frame_bytes(body.size()) * 2, '\0');
+  for (std::uint32_t i = 0; i < 2; ++i) {
+    char* f = framed.data() + i * block_frame_bytes(body.size());
+    put_block_header(f, 10 + i, 500 + i, 0, 2, body.size());
+    std::memcpy(f + kBlockPayloadOffset, body.data(), body.size());
+    seal_frame(f, block_frame_bytes(body.size()));
+  }
+  CHECK(framed.substr(0, block_frame_bytes(body.size())) == encode_block(10, 500, 0, 2, body));
+  std::string_view in(framed);
+  for (std::uint32_t i = 0; i < 2; ++i) {
+    const auto v = peek_frame(in, 1024);
+    REQUIRE(v);
+    CHECK(v->type == FrameType::block);
+    const BlockView b = parse_block(v->payload);
+    CHECK(b.index == 10 + i);
+    CHECK(b.hash == 500 + i);
+    CHECK(b.layer_end == 2);
+    CHECK(b.payload == body);
+    CHECK(b.payload.data() == in.data() + kBlockPayloadOffset);  // no copy
+    in.remove_prefix(v->size);
+  }
+  CHECK(in.empty());
+  CHECK_FALSE(peek_frame(std::string_view(framed).substr(0, 50), 1024));  // not all there yet
+  CHECK_THROWS_AS(peek_frame(framed, 64), WireError);                     // over the payload limit
+  std::string bad = framed;
+  bad[kBlockPayloadOffset + 5] ^= 1;
+  try {
+    peek_frame(bad, 1024);
+    FAIL("no error");
+  } catch (const WireError& e) {
+    CHECK(e.kind == WireError::Kind::checksum);
+  }
+  // A block payload whose inner length disagrees with the frame's is malformed.
+  std::string forged = encode_block(1, 2, 0, 2, body);
+  const std::uint32_t wrong = 95;
+  std::memcpy(forged.data() + kBlockPayloadOffset - 4, &wrong, 4);
+  seal_frame(forged.data(), forged.size());
+  const auto v = peek_frame(forged, 1024);
+  REQUIRE(v);
+  CHECK_THROWS_AS(parse_block(v->payload), WireError);
+}

@@ -142,20 +142,29 @@ class CudaBackend final : public Backend {
   }
   // KV transfer's staging path: every (block, layer) copy is queued on the stream into one pinned buffer,
   // then a single synchronize; the engine/pd pipeline overlaps this with sending the previous batch.
-  void read_kv_blocks(std::span<const std::int32_t> blocks, void* host) override {
+  void read_kv_blocks(std::span<const std::int32_t> blocks, void* host, std::size_t stride = 0) override {
     const std::size_t bytes = kv_block_bytes(), layers = static_cast<std::size_t>(shape_.num_layers);
-    char* pinned = staging(blocks.size() * layers * bytes);
+    const std::size_t block_bytes = layers * bytes;
+    char* pinned = staging(blocks.size() * block_bytes);
     for (std::size_t i = 0; i < blocks.size(); ++i)
       for (std::size_t l = 0; l < layers; ++l)
         KVF_CUDA(cudaMemcpyAsync(pinned + (i * layers + l) * bytes, block_ptr(l, blocks[i]), bytes, cudaMemcpyDeviceToHost,
                                  stream_));
     synchronize();
-    std::memcpy(host, pinned, blocks.size() * layers * bytes);
+    if (stride == 0 || stride == block_bytes) {
+      std::memcpy(host, pinned, blocks.size() * block_bytes);
+    } else {
+      for (std::size_t i = 0; i < blocks.size(); ++i)
+        std::memcpy(static_cast<char*>(host) + i * stride, pinned + i * block_bytes, block_bytes);
+    }
   }
-  void write_kv_blocks(std::span<const std::int32_t> blocks, const void* host) override {
+  void write_kv_blocks(std::span<const std::int32_t> blocks, const void* host, std::size_t stride = 0) override {
     const std::size_t bytes = kv_block_bytes(), layers = static_cast<std::size_t>(shape_.num_layers);
-    char* pinned = staging(blocks.size() * layers * bytes);
-    std::memcpy(pinned, host, blocks.size() * layers * bytes);
+    const std::size_t block_bytes = layers * bytes;
+    if (stride == 0) stride = block_bytes;
+    char* pinned = staging(blocks.size() * block_bytes);
+    for (std::size_t i = 0; i < blocks.size(); ++i)
+      std::memcpy(pinned + i * block_bytes, static_cast<const char*>(host) + i * stride, block_bytes);
     for (std::size_t i = 0; i < blocks.size(); ++i)
       for (std::size_t l = 0; l < layers; ++l)
         KVF_CUDA(cudaMemcpyAsync(block_ptr(l, blocks[i]), pinned + (i * layers + l) * bytes, bytes, cudaMemcpyHostToDevice,

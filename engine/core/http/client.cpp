@@ -13,6 +13,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
+#include <algorithm>
 #include <vector>
 
 #include "bounded_parser.h"
@@ -34,7 +35,7 @@ struct HttpClient::Impl {
         stream(std::move(executor)),
         reader(ParseLimits{config.header_limit, config.trailer_limit, config.chunk_extension_limit}),
         piece(config.piece_size) {
-    buffer.reserve(16 * 1024);
+    buffer.reserve(std::max<size_t>(16 * 1024, config.piece_size));  // reads take at most the free capacity
   }
 
   std::string_view unread() const { return {static_cast<const char*>(buffer.data().data()), buffer.size()}; }
@@ -53,7 +54,7 @@ struct HttpClient::Impl {
   // Reads more of the response into `buffer`; false at the end of the stream.
   asio::awaitable<bool> read_more() {
     stream.expires_after(config.io_timeout);
-    auto space = buffer.prepare(beast::read_size(buffer, 64 * 1024));
+    auto space = buffer.prepare(beast::read_size(buffer, std::max<size_t>(64 * 1024, config.piece_size)));
     auto [ec, n] = co_await stream.async_read_some(space, tuple_awaitable);
     buffer.commit(n);
     if (ec == asio::error::eof) co_return false;
@@ -183,6 +184,33 @@ asio::awaitable<std::optional<std::string>> HttpClient::read_some() {
     }
   }
   co_return std::nullopt;
+}
+
+// read_some's loop with the caller's memory as the body buffer (the parser copies straight into it).
+asio::awaitable<size_t> HttpClient::read_some_into(std::span<char> out) {
+  Impl& s = *impl_;
+  if (!s.reader.active()) throw std::logic_error("HttpClient::read_some_into before read_head");
+  if (out.empty()) throw std::invalid_argument("HttpClient::read_some_into an empty buffer");
+  auto& parser = s.reader.parser();
+  while (!parser.is_done()) {
+    auto& body = parser.get().body();
+    body.data = out.data();
+    body.size = out.size();
+    error_code ec = s.step();
+    if (ec == bhttp::error::need_buffer) ec = {};
+    if (ec && ec != bhttp::error::need_more) s.fail(ec);
+    size_t got = out.size() - body.size;
+    // Some steps only consume chunk framing; keep going until body bytes appear.
+    if (got > 0) co_return got;
+    if (!ec || parser.is_done()) continue;
+    bool more = co_await s.read_more();
+    if (!more) {
+      if (!parser.need_eof()) s.fail(bhttp::error::partial_message);
+      parser.put_eof(ec);  // a body that ends with the connection
+      if (ec) s.fail(ec);
+    }
+  }
+  co_return 0;
 }
 
 asio::awaitable<std::string> HttpClient::read_body() {

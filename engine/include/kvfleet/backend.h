@@ -76,17 +76,22 @@ class Backend {
   virtual void read_kv_bytes(std::int64_t layer, std::int64_t block, void* host) = 0;
   virtual void write_kv_bytes(std::int64_t layer, std::int64_t block, const void* host) = 0;
   // Several whole blocks (every layer) to or from host memory laid out [block][layer] (K then V each), the
-  // unit of KV transfer. These defaults loop over read/write_kv_bytes; the CUDA backend stages through a
-  // pinned host buffer with every copy queued on its stream before one synchronize.
-  virtual void read_kv_blocks(std::span<const std::int32_t> blocks, void* host) {
-    auto* out = static_cast<char*>(host);
-    for (const std::int32_t b : blocks)
-      for (std::int64_t l = 0; l < kv_cache_shape().num_layers; ++l, out += kv_block_bytes()) read_kv_bytes(l, b, out);
+  // unit of KV transfer; block i's bytes start at host + i * stride (0: packed, back to back), so they can
+  // land straight in wire frames. These defaults loop over read/write_kv_bytes; the CUDA backend stages
+  // through a pinned host buffer with every copy queued on its stream before one synchronize.
+  virtual void read_kv_blocks(std::span<const std::int32_t> blocks, void* host, std::size_t stride = 0) {
+    const std::size_t layer_bytes = kv_block_bytes(), layers = static_cast<std::size_t>(kv_cache_shape().num_layers);
+    if (stride == 0) stride = layer_bytes * layers;
+    for (std::size_t i = 0; i < blocks.size(); ++i)
+      for (std::size_t l = 0; l < layers; ++l)
+        read_kv_bytes(static_cast<std::int64_t>(l), blocks[i], static_cast<char*>(host) + i * stride + l * layer_bytes);
   }
-  virtual void write_kv_blocks(std::span<const std::int32_t> blocks, const void* host) {
-    const auto* in = static_cast<const char*>(host);
-    for (const std::int32_t b : blocks)
-      for (std::int64_t l = 0; l < kv_cache_shape().num_layers; ++l, in += kv_block_bytes()) write_kv_bytes(l, b, in);
+  virtual void write_kv_blocks(std::span<const std::int32_t> blocks, const void* host, std::size_t stride = 0) {
+    const std::size_t layer_bytes = kv_block_bytes(), layers = static_cast<std::size_t>(kv_cache_shape().num_layers);
+    if (stride == 0) stride = layer_bytes * layers;
+    for (std::size_t i = 0; i < blocks.size(); ++i)
+      for (std::size_t l = 0; l < layers; ++l)
+        write_kv_bytes(static_cast<std::int64_t>(l), blocks[i], static_cast<const char*>(host) + i * stride + l * layer_bytes);
   }
 
   virtual void embedding(DeviceWeight table, std::int64_t dim, const std::int32_t* d_ids, std::int64_t n,

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "kvfleet/http/message.h"
@@ -37,7 +38,8 @@ struct HttpClientConfig {
   size_t trailer_limit = 8 * 1024;               // a chunked body's trailer section
   size_t chunk_extension_limit = 4 * 1024;       // all chunk extensions of one body
   size_t body_limit = 64 * 1024 * 1024;          // what read_body() may buffer; read_some: no limit
-  size_t piece_size = 16 * 1024;                 // most bytes one read_some() returns
+  size_t piece_size = 16 * 1024;                 // most bytes one read_some() returns; reads from the
+                                                 // socket take max(64 KiB, piece_size) at a time
 };
 
 struct ResponseHead {
@@ -67,6 +69,9 @@ class HttpClient {
   boost::asio::awaitable<ResponseHead> read_head();
   // The next body bytes as soon as some arrive (chunk framing removed); nullopt at the end.
   boost::asio::awaitable<std::optional<std::string>> read_some();
+  // read_some without the copy into a string, for bulk bodies (KV transfer): the next body bytes
+  // straight into `out`, at most out.size() (> 0) of them; 0 at the end of the body.
+  boost::asio::awaitable<size_t> read_some_into(std::span<char> out);
   // The rest of the body; throws when it exceeds config.body_limit.
   boost::asio::awaitable<std::string> read_body();
   // send + read_head + read_body.

@@ -1,0 +1,95 @@
+#include "engine/pd/pull_reader.h"
+
+#include <boost/json.hpp>
+
+namespace kvfleet::pd {
+using boost::asio::awaitable;
+
+std::string error_code_of(const std::string& body) {
+  boost::system::error_code ec;
+  const auto v = boost::json::parse(body, ec);
+  if (ec || !v.is_object()) return {};
+  const auto* err = v.as_object().if_contains("error");
+  if (!err || !err->is_object()) return {};
+  const auto* code = err->as_object().if_contains("code");
+  return code && code->is_string() ? std::string(code->as_string()) : std::string();
+}
+
+namespace {
+
+// Room after the pull's block frames for its end frame (or an error frame instead).
+constexpr std::size_t kTailBytes = 16 * 1024;
+
+// Checks a block frame against what D asked for; `got` blocks of the pull came before it.
+void check_block(const BlockView& b, const KvLayout& layout, std::span<const BlockHash> hashes, std::uint32_t from,
+                 std::uint32_t count, std::size_t got) {
+  const std::uint32_t want = from + static_cast<std::uint32_t>(got);
+  if (b.index != want || got >= count) throw PdFailure("malformed", "block " + std::to_string(b.index) + " out of order");
+  if (b.hash != hashes[want]) throw PdFailure("malformed", "block " + std::to_string(want) + " carries another hash");
+  if (b.layer_begin != 0 || b.layer_end != layout.num_layers || b.payload.size() != layout.block_bytes())
+    throw PdFailure("malformed", "block " + std::to_string(want) + " has the wrong layer range or size");
+}
+
+// A frame that is not a block: an end frame closes the pull (true), an error frame throws.
+bool check_other(const FrameView& v, std::size_t got, std::uint32_t count) {
+  const Frame f = parse_frame(v);
+  if (const auto* e = std::get_if<ErrorFrame>(&f))
+    throw PdFailure(e->code == ErrorCode::lease_expired ? "lease_expired" : "error", "P: " + e->message);
+  const auto* end = std::get_if<End>(&f);
+  if (!end) throw PdFailure("malformed", "unexpected frame in a pull");
+  if (end->num_blocks != got || got != count) throw PdFailure("malformed", "end frame after too few blocks");
+  return true;
+}
+
+}  // namespace
+
+awaitable<std::shared_ptr<ReceivedPull>> read_pull(http::HttpClient& c, const KvLayout& layout,
+                                                   std::span<const BlockHash> hashes, std::uint32_t from,
+                                                   std::uint32_t count, std::chrono::steady_clock::time_point deadline,
+                                                   std::shared_ptr<ReceivedPull> reuse) {
+  const http::ResponseHead head = co_await c.read_head();
+  if (head.status != 200) {
+    const std::string body = co_await c.read_body();
+    const std::string code = error_code_of(body);
+    throw PdFailure(code == "lease_expired" ? "lease_expired" : "error", "pull answered " + std::to_string(head.status) + ": " + body);
+  }
+  const std::size_t capacity = std::size_t{count} * block_frame_bytes(layout.block_bytes()) + kTailBytes;
+  const std::size_t max_payload = kBlockFieldsBytes + layout.block_bytes() + kTailBytes;
+  std::shared_ptr<ReceivedPull> pull = reuse ? std::move(reuse) : std::make_shared<ReceivedPull>();
+  if (pull->capacity < capacity) {
+    pull->bytes = std::make_unique_for_overwrite<char[]>(capacity);
+    pull->capacity = capacity;
+  }
+  pull->blocks.clear();
+  pull->blocks.reserve(count);
+  char* const buf = pull->bytes.get();
+  std::size_t filled = 0, parsed = 0;
+  bool ended = false;
+  while (!ended) {
+    if (filled == capacity) throw PdFailure("malformed", "P sent more than the pull asked for");
+    const std::size_t n = co_await c.read_some_into(std::span<char>(buf + filled, capacity - filled));
+    if (n == 0) break;
+    if (std::chrono::steady_clock::now() > deadline) throw PdFailure("timeout", "the transfer took longer than its deadline");
+    filled += n;
+    while (!ended) {
+      const auto v = peek_frame(std::string_view(buf + parsed, filled - parsed), max_payload);
+      if (!v) break;
+      parsed += v->size;
+      if (v->type != FrameType::block) {
+        ended = check_other(*v, pull->blocks.size(), count);
+        continue;
+      }
+      const BlockView b = parse_block(v->payload);
+      check_block(b, layout, hashes, from, count, pull->blocks.size());
+      pull->blocks.push_back(b);
+    }
+  }
+  if (!ended) throw PdFailure("peer_closed", parsed < filled ? "the stream ended inside a frame" : "the stream ended early");
+  if (parsed != filled) throw PdFailure("malformed", "bytes after the end frame");
+  // Read the body to its end (the last chunk), so the connection is ready for the next pull.
+  char rest[64];
+  if (co_await c.read_some_into(rest) != 0) throw PdFailure("malformed", "bytes after the end frame");
+  co_return pull;
+}
+
+}  // namespace kvfleet::pd

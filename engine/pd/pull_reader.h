@@ -1,0 +1,48 @@
+// D's reading of one pull (GET /internal/prefill/blocks): the response body lands straight in one buffer
+// sized for the pull, every frame is checked where it lies (checksum, index, Contract 1 hash, layer range,
+// size) and the block payloads are handed on in place, so the import copies each byte once into the cache.
+// Shared by DecodeFetcher and bench_pd_transfer (the bench measures exactly what D does).
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/pd/layout.h"
+#include "engine/pd/wire.h"
+#include "kvfleet/http/client.h"
+
+namespace kvfleet::pd {
+
+// Why a transfer stopped (a fallback reason of pd_metrics.h, and a detail for the log).
+struct PdFailure : std::runtime_error {
+  PdFailure(std::string reason_, const std::string& detail) : std::runtime_error(detail), reason(std::move(reason_)) {}
+  std::string reason;
+};
+
+// The blocks of one pull as received: `blocks[i].payload` points into `bytes`.
+struct ReceivedPull {
+  std::unique_ptr<char[]> bytes;
+  std::size_t capacity = 0;
+  std::vector<BlockView> blocks;
+};
+
+// After the GET was sent: reads the answer, block frames for exactly [from, from + count) then an end
+// frame. `hashes` are D's own hashes of every wanted block (index = block index). Throws PdFailure, or
+// WireError (checksum, malformed), or system_error (I/O, timeout). `reuse`, when given and big enough, is
+// filled instead of a new buffer (fresh memory costs a page fault per 4 KiB, which showed in the profile);
+// nothing may read it meanwhile.
+boost::asio::awaitable<std::shared_ptr<ReceivedPull>> read_pull(http::HttpClient& c, const KvLayout& layout,
+                                                                std::span<const BlockHash> hashes, std::uint32_t from,
+                                                                std::uint32_t count,
+                                                                std::chrono::steady_clock::time_point deadline,
+                                                                std::shared_ptr<ReceivedPull> reuse = nullptr);
+
+// The error object's code of a non-200 answer from P ("" when there is none).
+std::string error_code_of(const std::string& body);
+
+}  // namespace kvfleet::pd
