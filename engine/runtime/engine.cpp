@@ -123,6 +123,12 @@ Engine::Engine(const Model& model, const EngineConfig& config)
   ro.max_batch_tokens = config.scheduler.max_num_batched_tokens;
   ro.ep = config.ep;
   impl_->runner = std::make_unique<ModelRunner>(model, *impl_->backend, ro);
+  // The CUDA backend picks its KV dtype from the checkpoint; a different explicit request is an error,
+  // not a silent change of what the blocks hold.
+  if (const auto want = parse_kv_cache_dtype(config.backend.kv_cache_dtype); want && *want != impl_->backend->kv_dtype())
+    throw std::invalid_argument("kv_cache_dtype " + config.backend.kv_cache_dtype + ": the " +
+                                std::string(impl_->backend->name()) + " backend keeps this model's KV cache in " +
+                                std::string(dtype_name(impl_->backend->kv_dtype())));
   KvCacheConfig kv;
   kv.num_blocks = config.num_blocks;
   kv.block_size = config.block_size;
