@@ -40,6 +40,7 @@ struct Engine::Active {
   Clock::time_point submitted;
   double queue_time_s = 0.0;
   std::vector<float> pending_logits;  // raw logits of the token being sampled, when logprobs are wanted
+  PenaltyState penalty_state;         // counts of prompt and output tokens, when penalties are on
 };
 
 namespace {
@@ -85,6 +86,7 @@ struct Engine::Impl {
   std::unique_ptr<ModelRunner> runner;
   std::unique_ptr<Scheduler> scheduler;
   const Tokenizer* tokenizer = nullptr;
+  SamplerScratch sampler_scratch;  // engine thread only: sample()'s buffers, reused token after token
 
   // Guarded by mu: the inbox and the flags.
   std::mutex mu;
@@ -300,7 +302,7 @@ void Engine::loop() {
 
 void Engine::admit(Submission& s) {
   Impl& m = *impl_;
-  Active a{s.id, std::move(s.request), std::move(s.callback), {}, false, 0, s.at, 0.0, {}};
+  Active a{s.id, std::move(s.request), std::move(s.callback), {}, false, 0, s.at, 0.0, {}, {}};
   try {
     SequenceParams p;
     p.prompt = a.request.prompt;
@@ -332,8 +334,11 @@ TokenId Engine::sample_row(Active& a, const Sequence& seq, std::span<float> row)
   if (!all_finite_or_masked(row)) throw std::runtime_error("the model produced NaN or infinite logits");
   if (a.request.logprobs >= 0) a.pending_logits.assign(row.begin(), row.end());
   for (const auto& [t, bias] : a.request.logit_bias) row[static_cast<std::size_t>(t)] += bias;
-  if (a.request.penalties.active()) apply_penalties(row, a.request.penalties, seq.prompt(), seq.outputs());
-  return sample(row, a.request.sampling, static_cast<std::uint64_t>(seq.num_output_tokens()));
+  if (a.request.penalties.active()) {
+    a.penalty_state.observe(seq.prompt(), seq.outputs());
+    a.penalty_state.apply(row, a.request.penalties);
+  }
+  return sample(row, a.request.sampling, static_cast<std::uint64_t>(seq.num_output_tokens()), impl_->sampler_scratch);
 }
 
 // Expert parallelism: every rank votes (has work, stopping) each turn; all stop together, idle together, or
