@@ -142,23 +142,27 @@ void radix_sort_desc(std::span<const float> logits, std::vector<TokenId>& ids, s
 // under 2^-64, a weight cannot change a double sum that is >= 1 (the max's own weight), nor a cumulative
 // probability that is >= the max's: the tail is exactly invisible to the sums below).
 // Leaves scratch.ids holding the head sorted as the reference sorts everything (descending logit, ties by
-// id), or only its first top_k when top_k is smaller; returns the head's size.
-std::size_t sorted_head(std::span<const float> logits, float max_l, const SamplingParams& p, SamplerScratch& s) {
-  const double cut = static_cast<double>(max_l) - 46.0 * static_cast<double>(p.temperature);
+// id) and returns its size; with top_k, the first top_k of the whole vocabulary as the reference has them.
+std::size_t sorted_head(std::span<const float> logits, const SamplingParams& p, SamplerScratch& s) {
   std::vector<TokenId>& ids = s.ids;
+  if (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < logits.size()) {  // top-k: a k-heap over everything
+    ids.resize(logits.size());
+    std::iota(ids.begin(), ids.end(), 0);
+    std::partial_sort(ids.begin(), ids.begin() + p.top_k, ids.end(), ByLogit{logits});
+    return logits.size();
+  }
+  float max_l = -std::numeric_limits<float>::infinity();
+  for (float l : logits) max_l = std::max(max_l, ordered(l));
   ids.clear();
+  if (!std::isfinite(max_l)) {  // no finite logit: the caller throws on ids[0]
+    ids.push_back(0);
+    return 1;
+  }
+  const double cut = static_cast<double>(max_l) - 46.0 * static_cast<double>(p.temperature);
   for (std::size_t i = 0; i < logits.size(); ++i)
     if (static_cast<double>(ordered(logits[i])) >= cut) ids.push_back(static_cast<TokenId>(i));
-  const ByLogit by_logit{logits};
-  const std::size_t head = ids.size();
-  if (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < head) {
-    const auto k = static_cast<std::ptrdiff_t>(p.top_k);
-    std::nth_element(ids.begin(), ids.begin() + k - 1, ids.end(), by_logit);
-    std::sort(ids.begin(), ids.begin() + k, by_logit);
-  } else {
-    radix_sort_desc(logits, ids, s.keys, s.swap);
-  }
-  return head;
+  radix_sort_desc(logits, ids, s.keys, s.swap);
+  return ids.size();
 }
 
 // The reference's softmax, top-p, min-p and inverse-CDF draw over the sorted head; -1 where the answer
@@ -215,10 +219,9 @@ TokenId sample(std::span<const float> logits, const SamplingParams& p, std::uint
                SamplerScratch& scratch) {
   if (logits.empty()) throw std::invalid_argument("sample: empty logits");
   if (p.temperature == 0.0f) return greedy(logits);
-  float max_l = -std::numeric_limits<float>::infinity();
-  for (float l : logits) max_l = std::max(max_l, ordered(l));
+  const std::size_t head = sorted_head(logits, p, scratch);
+  const float max_l = ordered(logits[static_cast<std::size_t>(scratch.ids[0])]);
   if (!std::isfinite(max_l)) no_finite_logit();
-  const std::size_t head = sorted_head(logits, max_l, p, scratch);
   if (const TokenId t = draw_from_head(logits, max_l, p, draw_index, scratch, head); t >= 0) return t;
   return sample_reference(logits, p, draw_index);
 }
