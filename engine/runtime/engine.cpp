@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "kernels/cpu/thread_pool.h"
 #include "kvfleet/communicator.h"
 #include "kvfleet/model_runner.h"
 #include "kvfleet/tokenizer.h"
@@ -86,7 +87,10 @@ struct Engine::Impl {
   std::unique_ptr<ModelRunner> runner;
   std::unique_ptr<Scheduler> scheduler;
   const Tokenizer* tokenizer = nullptr;
-  SamplerScratch sampler_scratch;  // engine thread only: sample()'s buffers, reused token after token
+  // Engine thread only: the rows of a step are sampled in parallel (each row's token depends on its own
+  // logits and seed alone), with one scratch per share so that no vocabulary-sized buffer is allocated per token.
+  std::unique_ptr<ThreadPool> sample_pool;
+  std::vector<SamplerScratch> sampler_scratch;
 
   // Guarded by mu: the inbox and the flags.
   std::mutex mu;
@@ -327,7 +331,7 @@ void Engine::admit(Submission& s) {
   }
 }
 
-TokenId Engine::sample_row(Active& a, const Sequence& seq, std::span<float> row) const {
+TokenId Engine::sample_row(Active& a, const Sequence& seq, std::span<float> row, SamplerScratch& scratch) const {
   const auto vocab = row.size();
   const Tokenizer* tok = impl_->tokenizer;
   mask_unshowable(row, tok ? std::min(vocab, tok->vocab_size()) : vocab);
@@ -338,7 +342,7 @@ TokenId Engine::sample_row(Active& a, const Sequence& seq, std::span<float> row)
     a.penalty_state.observe(seq.prompt(), seq.outputs());
     a.penalty_state.apply(row, a.request.penalties);
   }
-  return sample(row, a.request.sampling, static_cast<std::uint64_t>(seq.num_output_tokens()), impl_->sampler_scratch);
+  return sample(row, a.request.sampling, static_cast<std::uint64_t>(seq.num_output_tokens()), scratch);
 }
 
 // Expert parallelism: every rank votes (has work, stopping) each turn; all stop together, idle together, or
@@ -367,9 +371,44 @@ bool Engine::ep_turn(bool stopping) {
   return true;
 }
 
+// Samples every job's row, in parallel from 16 rows on; a row that cannot be sampled keeps its placeholder
+// token 0 and is listed in `failed` (in job order), to be failed right after the scheduler's update.
+void Engine::sample_rows(std::vector<SampleJob>& jobs, std::vector<float>& logits, std::size_t vocab,
+                         std::vector<TokenId>& sampled, std::vector<std::pair<SeqId, std::string>>& failed) {
+  Impl& m = *impl_;
+  std::vector<std::string> errors(jobs.size());
+  const auto n = static_cast<std::int64_t>(jobs.size());
+  auto run = [&](std::int64_t begin, std::int64_t end, SamplerScratch& scratch) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      SampleJob& j = jobs[static_cast<std::size_t>(i)];
+      try {
+        sampled[j.slot] = sample_row(*j.active, *j.seq, std::span<float>(logits.data() + j.row * vocab, vocab), scratch);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(i)] = e.what();
+        if (errors[static_cast<std::size_t>(i)].empty()) errors[static_cast<std::size_t>(i)] = "sampling failed";
+      }
+    }
+  };
+  if (!m.sample_pool) m.sample_pool = std::make_unique<ThreadPool>(config_.backend.threads);
+  const std::int64_t shares = n >= 16 ? m.sample_pool->size() : 1;
+  m.sampler_scratch.resize(static_cast<std::size_t>(shares));
+  if (shares == 1) {
+    run(0, n, m.sampler_scratch[0]);
+  } else {
+    const std::int64_t per = (n + shares - 1) / shares;
+    m.sample_pool->parallel_for(shares, 1, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t s = begin; s < end; ++s)
+        run(s * per, std::min(n, (s + 1) * per), m.sampler_scratch[static_cast<std::size_t>(s)]);
+    });
+  }
+  for (std::size_t i = 0; i < jobs.size(); ++i)
+    if (!errors[i].empty()) failed.emplace_back(jobs[i].id, std::move(errors[i]));
+}
+
 void Engine::step() {
   Impl& m = *impl_;
   Scheduler& sched = *m.scheduler;
+  const auto t_start = Clock::now();
   const SchedulerOutput out = sched.schedule();
   if (out.empty()) {  // nothing fits this instant; submit() rejects what could never fit
     if (config_.ep) {  // still this rank's turn in the group's step
@@ -382,6 +421,7 @@ void Engine::step() {
     return;
   }
   std::vector<float> logits;
+  const auto t_forward = Clock::now();
   try {
     logits = m.runner->forward(out.to_forward_batch());
   } catch (const std::exception& e) {
@@ -391,9 +431,11 @@ void Engine::step() {
     if (config_.ep) m.runner->forward(ForwardBatch{});
     return;
   }
+  const double forward_s = std::chrono::duration<double>(Clock::now() - t_forward).count();
   const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);
   std::vector<TokenId> sampled;
   std::vector<std::pair<SeqId, std::string>> failed;  // rows that could not be sampled
+  std::vector<SampleJob> jobs;
   std::uint64_t prompt_tokens = 0;
   std::size_t row = 0, prefill_only = 0;
   for (const ScheduledChunk& c : out.chunks) {
@@ -413,14 +455,10 @@ void Engine::step() {
       sampled.push_back(0);
       continue;
     }
-    std::span<float> row_logits(logits.data() + row++ * vocab, vocab);
-    try {
-      sampled.push_back(sample_row(a, *seq, row_logits));
-    } catch (const std::exception& e) {
-      sampled.push_back(0);  // a placeholder: the sequence is failed right after the update
-      failed.emplace_back(c.id, e.what());
-    }
+    jobs.push_back({&a, seq, c.id, row++, sampled.size()});
+    sampled.push_back(0);
   }
+  sample_rows(jobs, logits, vocab, sampled, failed);
   sched.update(out, sampled);
   {
     // Counted before any callback runs: a client that has its last token must find it in the metrics.
@@ -447,6 +485,8 @@ void Engine::step() {
   }
   std::lock_guard lock(m.stats_mu);
   m.stats.scheduler = sched.stats();
+  m.stats.forward_seconds += forward_s;
+  m.stats.step_seconds += std::chrono::duration<double>(Clock::now() - t_start).count();
 }
 
 // The step's tokens per expert (this rank's experts under expert parallelism). Caller holds stats_mu.

@@ -108,6 +108,9 @@ struct EngineStats {
   std::uint64_t prompt_tokens = 0;      // prompt tokens computed (prefix-cache hits excluded)
   std::uint64_t generated_tokens = 0;
   std::uint64_t steps = 0;
+  // Wall time of the steps that ran a forward pass: all of each step, and the forward pass within it. The
+  // difference is the engine's own work (schedule, sample, stop check, outputs).
+  double step_seconds = 0.0, forward_seconds = 0.0;
   std::array<std::uint64_t, 4> finished{};  // by FinishReason (none unused)
   MoeLoadStats moe;  // empty expert_tokens for a dense model
 };
@@ -164,7 +167,15 @@ class Engine {
   void loop();
   void admit(Submission& s);
   void step();
-  TokenId sample_row(Active& a, const Sequence& seq, std::span<float> row) const;
+  TokenId sample_row(Active& a, const Sequence& seq, std::span<float> row, SamplerScratch& scratch) const;
+  struct SampleJob {
+    Active* active;
+    const Sequence* seq;
+    SeqId id;
+    std::size_t row, slot;  // the row of the step's logits; the index in the step's sampled tokens
+  };
+  void sample_rows(std::vector<SampleJob>& jobs, std::vector<float>& logits, std::size_t vocab,
+                   std::vector<TokenId>& sampled, std::vector<std::pair<SeqId, std::string>>& failed);
   void emit_token(SeqId seq, TokenId token);
   bool ep_turn(bool stopping);
   void count_experts();
