@@ -61,6 +61,7 @@ void emit_final(Active& a, FinishReason reason, std::string stop_string = {}, st
   out.finished = true;
   out.finish_reason = reason;
   out.stop_string = std::move(stop_string);
+  out.text = a.stops.flush();
   out.num_prompt_tokens = static_cast<std::int32_t>(a.request.prompt.size());
   out.num_cached_tokens = a.cached_tokens;
   out.error = std::move(error);
@@ -180,6 +181,7 @@ RequestId Engine::submit(GenerationRequest r, OutputCallback on_output) {
     if (t < 0 || t >= vocab || !std::isfinite(bias))
       throw std::invalid_argument("logit_bias: token id " + std::to_string(t) + " is outside the vocabulary or its bias is not finite");
   if (!r.stop.empty() && !impl_->tokenizer) throw std::invalid_argument("stop strings need a tokenizer");
+  if (r.detokenize && !impl_->tokenizer) throw std::invalid_argument("detokenize needs a tokenizer");
   const RequestId id = impl_->next_id++;
   {
     std::lock_guard lock(impl_->mu);
@@ -321,7 +323,7 @@ void Engine::admit(Submission& s) {
     // A sequence can never outgrow the whole cache (it would be preempted forever): treat the cache's
     // capacity as a context limit too.
     rules.max_model_len = std::min<std::int64_t>(max_model_len_, std::int64_t{config_.num_blocks} * config_.block_size);
-    a.stops = StopChecker(std::move(rules), m.tokenizer);
+    a.stops = StopChecker(std::move(rules), m.tokenizer, a.request.detokenize, a.request.skip_special_tokens);
     const SeqId seq = m.scheduler->add(std::move(p));
     m.seq_of[a.id] = seq;
     m.active.emplace(seq, std::move(a));
@@ -505,7 +507,9 @@ void Engine::emit_token(SeqId id, TokenId token) {
   RequestOutput o;
   o.id = a.id;
   o.new_tokens = {token};
+  o.text = std::move(r.text);
   o.finished = r.reason != FinishReason::none;
+  if (o.finished) o.text += a.stops.flush();
   o.finish_reason = r.reason;
   o.stop_string = r.stop_string;
   o.num_prompt_tokens = seq->num_prompt_tokens;

@@ -54,6 +54,11 @@ struct GenerationRequest {
   bool ignore_eos = false;
   std::vector<TokenId> stop_token_ids;
   std::vector<std::string> stop;  // stop strings; need a tokenizer (Engine::set_tokenizer)
+  // The output's text, decoded once on the engine thread (the stream decoder the stop strings are matched
+  // on): RequestOutput::text. Needs a tokenizer. skip_special_tokens applies to that text, and so to the
+  // text stop strings are matched on.
+  bool detokenize = false;
+  bool skip_special_tokens = false;
   std::int32_t priority = 0;
   Penalties penalties;
   std::int32_t logprobs = -1;  // >= 0: report each token's logprob and this many top alternatives
@@ -73,6 +78,10 @@ using RequestId = std::uint64_t;
 struct RequestOutput {
   RequestId id = 0;
   std::vector<TokenId> new_tokens;
+  // With GenerationRequest::detokenize: the text new_tokens complete (whole UTF-8 characters; a character
+  // split over tokens comes with the token that completes it), and on the final output whatever was still
+  // held back. The concatenation over a request's outputs is its whole decoded text, stop string included.
+  std::string text;
   bool finished = false;
   FinishReason finish_reason = FinishReason::none;
   std::string stop_string;           // the stop string that ended it, if any
