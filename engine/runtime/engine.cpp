@@ -375,7 +375,7 @@ bool Engine::ep_turn(bool stopping) {
 
 // Samples every job's row, in parallel from 16 rows on; a row that cannot be sampled keeps its placeholder
 // token 0 and is listed in `failed` (in job order), to be failed right after the scheduler's update.
-void Engine::sample_rows(std::vector<SampleJob>& jobs, std::vector<float>& logits, std::size_t vocab,
+void Engine::sample_rows(std::vector<SampleJob>& jobs, std::span<float> logits, std::size_t vocab,
                          std::vector<TokenId>& sampled, std::vector<std::pair<SeqId, std::string>>& failed) {
   Impl& m = *impl_;
   std::vector<std::string> errors(jobs.size());
@@ -422,10 +422,10 @@ void Engine::step() {
     m.wake.wait_for(lock, std::chrono::milliseconds(1));
     return;
   }
-  std::vector<float> logits;
+  std::span<float> logits;
   const auto t_forward = Clock::now();
   try {
-    logits = m.runner->forward(out.to_forward_batch());
+    logits = m.runner->forward_view(out.to_forward_batch());
   } catch (const std::exception& e) {
     // A step that cannot run fails the requests in it, not the engine. Under expert parallelism the
     // runner rejects a bad batch before its first exchange, so an empty step keeps the group in line.

@@ -183,7 +183,7 @@ class Engine {
     SeqId id;
     std::size_t row, slot;  // the row of the step's logits; the index in the step's sampled tokens
   };
-  void sample_rows(std::vector<SampleJob>& jobs, std::vector<float>& logits, std::size_t vocab,
+  void sample_rows(std::vector<SampleJob>& jobs, std::span<float> logits, std::size_t vocab,
                    std::vector<TokenId>& sampled, std::vector<std::pair<SeqId, std::string>>& failed);
   void emit_token(SeqId seq, TokenId token);
   bool ep_turn(bool stopping);
