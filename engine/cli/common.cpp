@@ -27,6 +27,8 @@ void add_backend_options(CLI::App& cmd, BackendOptions& o) {
   cmd.add_option("--backend", o.kind, "cpu, cuda or auto (CUDA when a GPU is present)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   cmd.add_option("--threads", o.threads, "CPU threads (0: all cores)");
+  cmd.add_option("--kv-cache-dtype", o.kv_cache_dtype, "KV cache element type: auto, float32, bfloat16 or float16")
+      ->check(CLI::IsMember({"auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16"}));
 }
 
 }  // namespace kvfleet::cli

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "kernels/cpu/thread_pool.h"
 #include "kvfleet/communicator.h"
 #include "kvfleet/model_runner.h"
 #include "kvfleet/tokenizer.h"
@@ -40,6 +41,7 @@ struct Engine::Active {
   Clock::time_point submitted;
   double queue_time_s = 0.0;
   std::vector<float> pending_logits;  // raw logits of the token being sampled, when logprobs are wanted
+  PenaltyState penalty_state;         // counts of prompt and output tokens, when penalties are on
 };
 
 namespace {
@@ -59,6 +61,7 @@ void emit_final(Active& a, FinishReason reason, std::string stop_string = {}, st
   out.finished = true;
   out.finish_reason = reason;
   out.stop_string = std::move(stop_string);
+  out.text = a.stops.flush();
   out.num_prompt_tokens = static_cast<std::int32_t>(a.request.prompt.size());
   out.num_cached_tokens = a.cached_tokens;
   out.error = std::move(error);
@@ -85,6 +88,10 @@ struct Engine::Impl {
   std::unique_ptr<ModelRunner> runner;
   std::unique_ptr<Scheduler> scheduler;
   const Tokenizer* tokenizer = nullptr;
+  // Engine thread only: the rows of a step are sampled in parallel (each row's token depends on its own
+  // logits and seed alone), with one scratch per share so that no vocabulary-sized buffer is allocated per token.
+  std::unique_ptr<ThreadPool> sample_pool;
+  std::vector<SamplerScratch> sampler_scratch;
 
   // Guarded by mu: the inbox and the flags.
   std::mutex mu;
@@ -136,6 +143,12 @@ Engine::Engine(const Model& model, const EngineConfig& config)
   ro.max_batch_tokens = config.scheduler.max_num_batched_tokens;
   ro.ep = config.ep;
   impl_->runner = std::make_unique<ModelRunner>(model, *impl_->backend, ro);
+  // The CUDA backend picks its KV dtype from the checkpoint; a different explicit request is an error,
+  // not a silent change of what the blocks hold.
+  if (const auto want = parse_kv_cache_dtype(config.backend.kv_cache_dtype); want && *want != impl_->backend->kv_dtype())
+    throw std::invalid_argument("kv_cache_dtype " + config.backend.kv_cache_dtype + ": the " +
+                                std::string(impl_->backend->name()) + " backend keeps this model's KV cache in " +
+                                std::string(dtype_name(impl_->backend->kv_dtype())));
   KvCacheConfig kv;
   kv.num_blocks = config.num_blocks;
   kv.block_size = config.block_size;
@@ -207,6 +220,7 @@ RequestId Engine::submit(GenerationRequest r, OutputCallback on_output) {
     if (t < 0 || t >= vocab || !std::isfinite(bias))
       throw std::invalid_argument("logit_bias: token id " + std::to_string(t) + " is outside the vocabulary or its bias is not finite");
   if (!r.stop.empty() && !impl_->tokenizer) throw std::invalid_argument("stop strings need a tokenizer");
+  if (r.detokenize && !impl_->tokenizer) throw std::invalid_argument("detokenize needs a tokenizer");
   const RequestId id = impl_->next_id++;
   {
     std::lock_guard lock(impl_->mu);
@@ -362,7 +376,7 @@ void Engine::loop() {
 
 void Engine::admit(Submission& s) {
   Impl& m = *impl_;
-  Active a{s.id, std::move(s.request), std::move(s.callback), {}, false, 0, s.at, 0.0, {}};
+  Active a{s.id, std::move(s.request), std::move(s.callback), {}, false, 0, s.at, 0.0, {}, {}};
   try {
     SequenceParams p;
     p.prompt = a.request.prompt;
@@ -377,7 +391,7 @@ void Engine::admit(Submission& s) {
     // A sequence can never outgrow the whole cache (it would be preempted forever): treat the cache's
     // capacity as a context limit too.
     rules.max_model_len = std::min<std::int64_t>(max_model_len_, std::int64_t{config_.num_blocks} * config_.block_size);
-    a.stops = StopChecker(std::move(rules), m.tokenizer);
+    a.stops = StopChecker(std::move(rules), m.tokenizer, a.request.detokenize, a.request.skip_special_tokens);
     const SeqId seq = m.scheduler->add(std::move(p));
     m.seq_of[a.id] = seq;
     m.active.emplace(seq, std::move(a));
@@ -387,15 +401,18 @@ void Engine::admit(Submission& s) {
   }
 }
 
-TokenId Engine::sample_row(Active& a, const Sequence& seq, std::span<float> row) const {
+TokenId Engine::sample_row(Active& a, const Sequence& seq, std::span<float> row, SamplerScratch& scratch) const {
   const auto vocab = row.size();
   const Tokenizer* tok = impl_->tokenizer;
   mask_unshowable(row, tok ? std::min(vocab, tok->vocab_size()) : vocab);
   if (!all_finite_or_masked(row)) throw std::runtime_error("the model produced NaN or infinite logits");
   if (a.request.logprobs >= 0) a.pending_logits.assign(row.begin(), row.end());
   for (const auto& [t, bias] : a.request.logit_bias) row[static_cast<std::size_t>(t)] += bias;
-  if (a.request.penalties.active()) apply_penalties(row, a.request.penalties, seq.prompt(), seq.outputs());
-  return sample(row, a.request.sampling, static_cast<std::uint64_t>(seq.num_output_tokens()));
+  if (a.request.penalties.active()) {
+    a.penalty_state.observe(seq.prompt(), seq.outputs());
+    a.penalty_state.apply(row, a.request.penalties);
+  }
+  return sample(row, a.request.sampling, static_cast<std::uint64_t>(seq.num_output_tokens()), scratch);
 }
 
 // Expert parallelism: every rank votes (has work, stopping) each turn; all stop together, idle together, or
@@ -432,9 +449,44 @@ bool Engine::ep_turn(bool stopping) {
   return true;
 }
 
+// Samples every job's row, in parallel from 16 rows on; a row that cannot be sampled keeps its placeholder
+// token 0 and is listed in `failed` (in job order), to be failed right after the scheduler's update.
+void Engine::sample_rows(std::vector<SampleJob>& jobs, std::span<float> logits, std::size_t vocab,
+                         std::vector<TokenId>& sampled, std::vector<std::pair<SeqId, std::string>>& failed) {
+  Impl& m = *impl_;
+  std::vector<std::string> errors(jobs.size());
+  const auto n = static_cast<std::int64_t>(jobs.size());
+  auto run = [&](std::int64_t begin, std::int64_t end, SamplerScratch& scratch) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      SampleJob& j = jobs[static_cast<std::size_t>(i)];
+      try {
+        sampled[j.slot] = sample_row(*j.active, *j.seq, std::span<float>(logits.data() + j.row * vocab, vocab), scratch);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(i)] = e.what();
+        if (errors[static_cast<std::size_t>(i)].empty()) errors[static_cast<std::size_t>(i)] = "sampling failed";
+      }
+    }
+  };
+  if (!m.sample_pool) m.sample_pool = std::make_unique<ThreadPool>(config_.backend.threads);
+  const std::int64_t shares = n >= 16 ? m.sample_pool->size() : 1;
+  m.sampler_scratch.resize(static_cast<std::size_t>(shares));
+  if (shares == 1) {
+    run(0, n, m.sampler_scratch[0]);
+  } else {
+    const std::int64_t per = (n + shares - 1) / shares;
+    m.sample_pool->parallel_for(shares, 1, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t s = begin; s < end; ++s)
+        run(s * per, std::min(n, (s + 1) * per), m.sampler_scratch[static_cast<std::size_t>(s)]);
+    });
+  }
+  for (std::size_t i = 0; i < jobs.size(); ++i)
+    if (!errors[i].empty()) failed.emplace_back(jobs[i].id, std::move(errors[i]));
+}
+
 void Engine::step() {
   Impl& m = *impl_;
   Scheduler& sched = *m.scheduler;
+  const auto t_start = Clock::now();
   const SchedulerOutput out = sched.schedule();
   if (out.empty()) {  // nothing fits this instant; submit() rejects what could never fit
     if (config_.ep) {  // still this rank's turn in the group's step
@@ -446,9 +498,10 @@ void Engine::step() {
     m.wake.wait_for(lock, std::chrono::milliseconds(1));
     return;
   }
-  std::vector<float> logits;
+  std::span<float> logits;
+  const auto t_forward = Clock::now();
   try {
-    logits = m.runner->forward(out.to_forward_batch());
+    logits = m.runner->forward_view(out.to_forward_batch());
   } catch (const CommunicatorError&) {
     throw;  // the group is broken: the loop fails everything
   } catch (const std::exception& e) {
@@ -458,9 +511,11 @@ void Engine::step() {
     if (config_.ep) m.runner->forward(ForwardBatch{});
     return;
   }
+  const double forward_s = std::chrono::duration<double>(Clock::now() - t_forward).count();
   const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);
   std::vector<TokenId> sampled;
   std::vector<std::pair<SeqId, std::string>> failed;  // rows that could not be sampled
+  std::vector<SampleJob> jobs;
   std::uint64_t prompt_tokens = 0;
   std::size_t row = 0, prefill_only = 0;
   for (const ScheduledChunk& c : out.chunks) {
@@ -480,14 +535,10 @@ void Engine::step() {
       sampled.push_back(0);
       continue;
     }
-    std::span<float> row_logits(logits.data() + row++ * vocab, vocab);
-    try {
-      sampled.push_back(sample_row(a, *seq, row_logits));
-    } catch (const std::exception& e) {
-      sampled.push_back(0);  // a placeholder: the sequence is failed right after the update
-      failed.emplace_back(c.id, e.what());
-    }
+    jobs.push_back({&a, seq, c.id, row++, sampled.size()});
+    sampled.push_back(0);
   }
+  sample_rows(jobs, logits, vocab, sampled, failed);
   sched.update(out, sampled);
   {
     // Counted before any callback runs: a client that has its last token must find it in the metrics.
@@ -514,6 +565,8 @@ void Engine::step() {
   }
   std::lock_guard lock(m.stats_mu);
   m.stats.scheduler = sched.stats();
+  m.stats.forward_seconds += forward_s;
+  m.stats.step_seconds += std::chrono::duration<double>(Clock::now() - t_start).count();
 }
 
 // The step's tokens per expert (this rank's experts under expert parallelism). Caller holds stats_mu.
@@ -532,7 +585,9 @@ void Engine::emit_token(SeqId id, TokenId token) {
   RequestOutput o;
   o.id = a.id;
   o.new_tokens = {token};
+  o.text = std::move(r.text);
   o.finished = r.reason != FinishReason::none;
+  if (o.finished) o.text += a.stops.flush();
   o.finish_reason = r.reason;
   o.stop_string = r.stop_string;
   o.num_prompt_tokens = seq->num_prompt_tokens;

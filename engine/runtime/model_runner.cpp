@@ -143,6 +143,11 @@ void ModelRunner::run_mlp(std::int64_t li, std::int64_t rows) {
 double ModelRunner::ep_exchange_seconds() const { return moe_->exchange_seconds(); }
 
 std::vector<float> ModelRunner::forward(const ForwardBatch& batch) {
+  const std::span<float> logits = forward_view(batch);
+  return {logits.begin(), logits.end()};
+}
+
+std::span<float> ModelRunner::forward_view(const ForwardBatch& batch) {
   const ModelConfig& c = model_.config();
   Scratch& s = *scratch_;
   const auto rows = static_cast<std::int64_t>(batch.num_tokens());
@@ -206,7 +211,9 @@ std::vector<float> ModelRunner::forward(const ForwardBatch& batch) {
                         static_cast<float>(c.rms_norm_eps), s.h);
   // lm_head only on the rows whose logits are wanted: gather them first.
   const auto n = static_cast<std::int64_t>(logit_rows.size());
-  std::vector<float> out(static_cast<std::size_t>(n * c.vocab_size));
+  const auto need = static_cast<std::size_t>(n * c.vocab_size);
+  if (host_logits_.size() < need) host_logits_.resize(need);
+  const std::span<float> out(host_logits_.data(), need);
   if (n == 0) return out;
   backend_.embedding({s.h, DType::f32}, c.hidden_size, s.logit_rows, n, s.logits_in);
   backend_.linear(s.logits_in, n, c.hidden_size, weights_->lm_head, c.vocab_size, {}, s.logits);

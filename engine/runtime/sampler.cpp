@@ -1,6 +1,7 @@
 #include "kvfleet/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -41,17 +42,19 @@ struct ByLogit {
 
 [[noreturn]] void no_finite_logit() { throw std::invalid_argument("sample: the logits hold no finite maximum"); }
 
+TokenId greedy(std::span<const float> logits) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < logits.size(); ++i)
+    if (ordered(logits[i]) > ordered(logits[best])) best = i;
+  if (!std::isfinite(logits[best])) no_finite_logit();
+  return static_cast<TokenId>(best);
+}
+
 }  // namespace
 
-TokenId sample(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index) {
+TokenId sample_reference(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index) {
   if (logits.empty()) throw std::invalid_argument("sample: empty logits");
-  if (p.temperature == 0.0f) {
-    std::size_t best = 0;
-    for (std::size_t i = 1; i < logits.size(); ++i)
-      if (ordered(logits[i]) > ordered(logits[best])) best = i;
-    if (!std::isfinite(logits[best])) no_finite_logit();
-    return static_cast<TokenId>(best);
-  }
+  if (p.temperature == 0.0f) return greedy(logits);
 
   // Candidates sorted by logit (descending, ties by id) so every filter below is a prefix cut.
   std::vector<TokenId> ids(logits.size());
@@ -94,6 +97,135 @@ TokenId sample(std::span<const float> logits, const SamplingParams& p, std::uint
   return ids[keep - 1];
 }
 
+namespace {
+
+// ids (ascending) sorted by logit descending, ties by id: a stable LSD radix sort on a 32-bit key whose
+// unsigned order is the reverse of ByLogit's float order (NaN as -inf, -0 as +0), 4 passes of 8 bits.
+// The same order as std::sort with ByLogit, in O(n).
+void radix_sort_desc(std::span<const float> logits, std::vector<TokenId>& ids, std::vector<std::uint32_t>& keys,
+                     std::vector<TokenId>& swap) {
+  const std::size_t n = ids.size();
+  if (n < 256) {
+    std::sort(ids.begin(), ids.end(), ByLogit{logits});
+    return;
+  }
+  keys.resize(2 * n);
+  swap.resize(n);
+  std::uint32_t* key = keys.data();
+  std::uint32_t* key_swap = keys.data() + n;
+  for (std::size_t i = 0; i < n; ++i) {
+    float l = ordered(logits[static_cast<std::size_t>(ids[i])]);
+    if (l == 0.0f) l = 0.0f;  // -0 sorts with +0, as the comparator has it
+    const auto u = std::bit_cast<std::uint32_t>(l);
+    const std::uint32_t asc = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    key[i] = ~asc;
+  }
+  TokenId* a = ids.data();
+  TokenId* b = swap.data();
+  for (int shift = 0; shift < 32; shift += 8) {
+    std::size_t count[257] = {};
+    for (std::size_t i = 0; i < n; ++i) ++count[((key[i] >> shift) & 0xffu) + 1];
+    if (count[1 + ((key[0] >> shift) & 0xffu)] == n) continue;  // one bucket: nothing moves
+    for (int d = 0; d < 256; ++d) count[d + 1] += count[d];
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t at = count[(key[i] >> shift) & 0xffu]++;
+      b[at] = a[i];
+      key_swap[at] = key[i];
+    }
+    std::swap(a, b);
+    std::swap(key, key_swap);
+  }
+  if (a != ids.data()) std::copy(a, a + n, ids.data());
+}
+
+// The head of the distribution: every token whose weight exp((l - max) / T) is at least e^-46 (below it,
+// under 2^-64, a weight cannot change a double sum that is >= 1 (the max's own weight), nor a cumulative
+// probability that is >= the max's: the tail is exactly invisible to the sums below).
+// Leaves scratch.ids holding the head sorted as the reference sorts everything (descending logit, ties by
+// id) and returns its size; with top_k, the first top_k of the whole vocabulary as the reference has them.
+std::size_t sorted_head(std::span<const float> logits, const SamplingParams& p, SamplerScratch& s) {
+  std::vector<TokenId>& ids = s.ids;
+  if (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < logits.size()) {  // top-k: a k-heap over everything
+    ids.resize(logits.size());
+    std::iota(ids.begin(), ids.end(), 0);
+    std::partial_sort(ids.begin(), ids.begin() + p.top_k, ids.end(), ByLogit{logits});
+    return logits.size();
+  }
+  float max_l = -std::numeric_limits<float>::infinity();
+  for (float l : logits) max_l = std::max(max_l, ordered(l));
+  ids.clear();
+  if (!std::isfinite(max_l)) {  // no finite logit: the caller throws on ids[0]
+    ids.push_back(0);
+    return 1;
+  }
+  const double cut = static_cast<double>(max_l) - 46.0 * static_cast<double>(p.temperature);
+  for (std::size_t i = 0; i < logits.size(); ++i)
+    if (static_cast<double>(ordered(logits[i])) >= cut) ids.push_back(static_cast<TokenId>(i));
+  radix_sort_desc(logits, ids, s.keys, s.swap);
+  return ids.size();
+}
+
+// The reference's softmax, top-p, min-p and inverse-CDF draw over the sorted head; -1 where the answer
+// would depend on the tail's order (a cut or the draw running past the head), which the caller then
+// leaves to the reference.
+TokenId draw_from_head(std::span<const float> logits, float max_l, const SamplingParams& p, std::uint64_t draw_index,
+                       SamplerScratch& s, std::size_t head) {
+  const std::size_t full = p.top_k > 0 && static_cast<std::size_t>(p.top_k) < logits.size()
+                               ? static_cast<std::size_t>(p.top_k) : logits.size();
+  std::size_t keep = std::min(full, head);
+  bool tail = full > head;  // kept candidates beyond the head (weights too small to count)
+  const std::vector<TokenId>& ids = s.ids;
+  std::vector<double>& probs = s.probs;
+  probs.resize(keep);
+  const double max_d = max_l;
+  double total = 0.0;
+  for (std::size_t i = 0; i < keep; ++i)
+    total += probs[i] = std::exp((ordered(logits[static_cast<std::size_t>(ids[i])]) - max_d) / p.temperature);
+  for (std::size_t i = 0; i < keep; ++i) probs[i] /= total;
+  if (p.top_p < 1.0f) {
+    double cum = 0.0;
+    std::size_t n = 0;
+    while (n < keep && cum < p.top_p) cum += probs[n++];
+    if (n == keep && cum < p.top_p && tail) return -1;
+    keep = std::max<std::size_t>(n, 1);
+    tail = false;
+  }
+  if (p.min_p > 0.0f) {
+    std::size_t n = 1;
+    while (n < keep && probs[n] >= p.min_p * probs[0]) ++n;
+    if (n == keep && tail) return -1;
+    keep = n;
+    tail = false;
+  }
+  double mass = 0.0;
+  for (std::size_t i = 0; i < keep; ++i) mass += probs[i];
+  const double target = uniform_draw(p.seed, draw_index) * mass;
+  double cum = 0.0;
+  for (std::size_t i = 0; i < keep; ++i) {
+    cum += probs[i];
+    if (target < cum) return ids[i];
+  }
+  return tail ? -1 : ids[keep - 1];
+}
+
+}  // namespace
+
+TokenId sample(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index) {
+  SamplerScratch scratch;
+  return sample(logits, p, draw_index, scratch);
+}
+
+TokenId sample(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index,
+               SamplerScratch& scratch) {
+  if (logits.empty()) throw std::invalid_argument("sample: empty logits");
+  if (p.temperature == 0.0f) return greedy(logits);
+  const std::size_t head = sorted_head(logits, p, scratch);
+  const float max_l = ordered(logits[static_cast<std::size_t>(scratch.ids[0])]);
+  if (!std::isfinite(max_l)) no_finite_logit();
+  if (const TokenId t = draw_from_head(logits, max_l, p, draw_index, scratch, head); t >= 0) return t;
+  return sample_reference(logits, p, draw_index);
+}
+
 void apply_penalties(std::span<float> logits, const Penalties& p, std::span<const TokenId> prompt,
                      std::span<const TokenId> output) {
   const auto vocab = static_cast<TokenId>(logits.size());
@@ -111,6 +243,42 @@ void apply_penalties(std::span<float> logits, const Penalties& p, std::span<cons
       if (t >= 0 && t < vocab) ++count[static_cast<std::size_t>(t)];
     for (std::size_t i = 0; i < logits.size(); ++i)
       if (count[i] > 0) logits[i] -= p.frequency * static_cast<float>(count[i]) + p.presence;
+  }
+}
+
+void PenaltyState::observe(std::span<const TokenId> prompt, std::span<const TokenId> output) {
+  auto add = [&](TokenId t, std::int32_t n) {
+    auto [it, fresh] = count_.try_emplace(t, 0);
+    if (fresh) distinct_.push_back(t);
+    it->second += n;
+  };
+  if (!has_prompt_) {
+    for (TokenId t : prompt) add(t, 0);
+    has_prompt_ = true;
+  }
+  if (output.size() < outputs_seen_) {  // not a continuation of what was seen: start over
+    *this = {};
+    observe(prompt, output);
+    return;
+  }
+  for (std::size_t i = outputs_seen_; i < output.size(); ++i) add(output[i], 1);
+  outputs_seen_ = output.size();
+}
+
+void PenaltyState::apply(std::span<float> logits, const Penalties& p) const {
+  const auto vocab = static_cast<TokenId>(logits.size());
+  if (p.repetition != 1.0f) {
+    for (TokenId t : distinct_) {
+      if (t < 0 || t >= vocab) continue;
+      float& l = logits[static_cast<std::size_t>(t)];
+      l = l > 0 ? l / p.repetition : l * p.repetition;
+    }
+  }
+  if (p.frequency != 0.0f || p.presence != 0.0f) {
+    for (TokenId t : distinct_) {
+      const std::int32_t n = count_.at(t);
+      if (n > 0 && t >= 0 && t < vocab) logits[static_cast<std::size_t>(t)] -= p.frequency * static_cast<float>(n) + p.presence;
+    }
   }
 }
 

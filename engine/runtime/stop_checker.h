@@ -27,18 +27,23 @@ struct StopRules {
 struct StopResult {
   FinishReason reason = FinishReason::none;
   std::string stop_string;  // the stop string that matched
+  std::string text;         // what the token added to the decoded text (when the checker decodes)
 };
 
 class StopChecker {
  public:
   StopChecker();  // defined where StreamDecoder is complete (clang instantiates ~unique_ptr here)
-  StopChecker(StopRules rules, const Tokenizer* tokenizer);
+  // Decodes the output (once, for stop strings and for RequestOutput::text) when there are stop strings
+  // or `detokenize`, with skip_special_tokens as given.
+  StopChecker(StopRules rules, const Tokenizer* tokenizer, bool detokenize = false, bool skip_special_tokens = false);
   StopChecker(StopChecker&&) noexcept;
   StopChecker& operator=(StopChecker&&) noexcept;
   ~StopChecker();
 
   // Called with each sampled token; num_outputs and num_tokens count it already.
   StopResult check(TokenId token, std::int32_t num_outputs, std::int64_t num_tokens);
+  // The decoder's held-back bytes at the end of the request (empty when it does not decode).
+  std::string flush();
 
  private:
   StopRules rules_;

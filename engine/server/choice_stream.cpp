@@ -6,8 +6,8 @@
 namespace kvfleet::server {
 namespace json = boost::json;
 
-ChoiceStream::ChoiceStream(const Tokenizer& tokenizer, std::vector<std::string> stop, bool skip_special_tokens)
-    : tokenizer_(tokenizer), decoder_(tokenizer, skip_special_tokens), stop_(std::move(stop)) {
+ChoiceStream::ChoiceStream(const Tokenizer& tokenizer, std::vector<std::string> stop)
+    : tokenizer_(tokenizer), stop_(std::move(stop)) {
   for (const auto& s : stop_) hold_ = std::max(hold_, s.size() - 1);
 }
 
@@ -16,11 +16,9 @@ std::string ChoiceStream::push(const RequestOutput& o) {
   num_cached_tokens_ = o.num_cached_tokens;
   tokens_.insert(tokens_.end(), o.new_tokens.begin(), o.new_tokens.end());
   logprobs_.insert(logprobs_.end(), o.logprobs.begin(), o.logprobs.end());
-  for (TokenId t : o.new_tokens) decoded_ += decoder_.push(t);
+  decoded_ += o.text;  // decoded once, on the engine thread (GenerationRequest::detokenize)
   std::size_t end = decoded_.size();
   if (o.finished) {
-    decoded_ += decoder_.flush();
-    end = decoded_.size();
     finish_reason_ = o.finish_reason == FinishReason::stop ? "stop" : o.finish_reason == FinishReason::length ? "length" : "abort";
     error_ = o.error;
     if (!o.stop_string.empty()) {  // the text ends before the stop string (OpenAI leaves it out)

@@ -14,9 +14,11 @@ namespace kvfleet::server {
 
 class ChoiceStream {
  public:
-  ChoiceStream(const Tokenizer& tokenizer, std::vector<std::string> stop, bool skip_special_tokens);
+  // skip_special_tokens is the engine's (GenerationRequest::skip_special_tokens): it decodes the text.
+  ChoiceStream(const Tokenizer& tokenizer, std::vector<std::string> stop);
 
-  // Takes one engine output; returns the text that may be sent now.
+  // Takes one engine output (its text decoded by the engine: GenerationRequest::detokenize); returns the
+  // text that may be sent now.
   std::string push(const RequestOutput& output);
 
   bool finished() const { return finish_reason_.has_value(); }
@@ -31,7 +33,6 @@ class ChoiceStream {
 
  private:
   [[maybe_unused]] const Tokenizer& tokenizer_;  // unused for now (clang: -Wunused-private-field)
-  StreamDecoder decoder_;
   std::vector<std::string> stop_;
   std::size_t hold_ = 0;      // bytes held back: the longest stop string minus one
   std::string decoded_;       // all text decoded so far

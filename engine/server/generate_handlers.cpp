@@ -77,6 +77,8 @@ GenerationRequest Replica::make_request(const std::vector<TokenId>& prompt, cons
                               : static_cast<std::int32_t>(chat ? room : std::min<std::int64_t>(room, config_.default_max_tokens));
   r.ignore_eos = p.ignore_eos;
   r.stop = p.stop;
+  r.detokenize = true;  // the engine decodes once; ChoiceStream streams RequestOutput::text
+  r.skip_special_tokens = p.skip_special_tokens;
   r.stop_token_ids = p.stop_token_ids;
   r.penalties = {p.presence_penalty, p.frequency_penalty, p.repetition_penalty};
   r.logprobs = p.logprobs ? *p.logprobs : -1;
@@ -199,7 +201,7 @@ std::string Replica::take_output(Job& job, std::size_t i, const RequestOutput& o
 awaitable<void> Replica::run_job(Job& job, http::ResponseWriter& w) {
   job.queue = std::make_shared<Job::Queue>(co_await boost::asio::this_coro::executor);
   for (auto& ch : job.choices)
-    ch.stream = std::make_unique<ChoiceStream>(tokenizer_, ch.request.stop, job.params.skip_special_tokens);
+    ch.stream = std::make_unique<ChoiceStream>(tokenizer_, ch.request.stop);
   // On every way out, an exception included: unhook the disconnect callback (it refers to this frame and
   // to `job`) and abort what still runs, so that nothing outlives the request.
   struct Hook {

@@ -37,6 +37,7 @@ void apply_replica_yaml(const std::string& text, const std::string& source, Repl
     else if (key == "http_threads") c.http_threads = scalar<int>(v, source, key);
     else if (key == "backend") c.engine.backend.kind = scalar<std::string>(v, source, key);
     else if (key == "cpu_threads") c.engine.backend.threads = scalar<unsigned>(v, source, key);
+    else if (key == "kv_cache_dtype") c.engine.backend.kv_cache_dtype = scalar<std::string>(v, source, key);
     else if (key == "block_size") c.engine.block_size = scalar<std::int32_t>(v, source, key);
     else if (key == "num_kv_blocks") c.engine.num_blocks = scalar<std::int32_t>(v, source, key);
     else if (key == "max_num_seqs") c.engine.scheduler.max_num_seqs = scalar<std::int32_t>(v, source, key);
@@ -90,6 +91,8 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
       ->check(CLI::PositiveNumber);
   flags.add_option("--backend", c.engine.backend.kind, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   flags.add_option("--cpu-threads", c.engine.backend.threads, "CPU backend threads (0: all cores)");
+  flags.add_option("--kv-cache-dtype", c.engine.backend.kv_cache_dtype, "KV cache element type: auto, float32, bfloat16 or float16")
+      ->check(CLI::IsMember({"auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16"}));
   flags.add_option("--block-size", c.engine.block_size, "Tokens per KV block")->check(CLI::PositiveNumber);
   flags.add_option("--num-kv-blocks", c.engine.num_blocks, "KV cache blocks")->check(CLI::PositiveNumber);
   flags.add_option("--max-num-seqs", c.engine.scheduler.max_num_seqs, "Sequences per step")->check(CLI::PositiveNumber);

@@ -60,18 +60,24 @@ struct Rope {
 };
 
 // One layer of the paged KV cache (DESIGN.md Contract 5): per block, K then V, each
-// [num_kv_heads][block_size][head_dim], fp32 on the CPU.
+// [num_kv_heads][block_size][head_dim], elements of `dtype` (fp32, bf16 or fp16: --kv-cache-dtype).
 struct KvLayer {
-  float* base = nullptr;
+  void* base = nullptr;
+  DType dtype = DType::f32;
   std::int64_t block_size = 16;
   std::int64_t num_kv_heads = 0;
   std::int64_t head_dim = 0;
-  std::int64_t block_floats() const { return 2 * num_kv_heads * block_size * head_dim; }
-  float* k(std::int64_t block, std::int64_t head, std::int64_t slot) const {
-    return base + block * block_floats() + (head * block_size + slot) * head_dim;
+  std::int64_t block_elems() const { return 2 * num_kv_heads * block_size * head_dim; }
+  // Element offsets from base of K and V of (block, kv head, slot).
+  std::int64_t k_offset(std::int64_t block, std::int64_t head, std::int64_t slot) const {
+    return block * block_elems() + (head * block_size + slot) * head_dim;
   }
-  float* v(std::int64_t block, std::int64_t head, std::int64_t slot) const {
-    return k(block, head, slot) + num_kv_heads * block_size * head_dim;
+  std::int64_t v_offset(std::int64_t block, std::int64_t head, std::int64_t slot) const {
+    return k_offset(block, head, slot) + num_kv_heads * block_size * head_dim;
+  }
+  template <class T>
+  T* at(std::int64_t offset) const {
+    return static_cast<T*>(base) + offset;
   }
 };
 
@@ -87,8 +93,16 @@ struct AttnRow {
 };
 
 // out[r][h][:] = softmax(q[r][h] . K[0..position] * scale) . V, with GQA (head h reads kv head
-// h / (num_heads / num_kv_heads)).
+// h / (num_heads / num_kv_heads)). Each K/V block is read once per kv head for all the query heads of its
+// group and, in prefill, for a tile of consecutive rows of one sequence; softmax is online, block by block
+// in absolute key positions, so a row's result does not depend on the tile, the batch or the chunking.
+// (paged_attention.cpp; attention_reference below is the plain two-pass version it is tested against.)
 void paged_attention(ThreadPool& pool, const float* q, std::int64_t rows, std::int64_t num_heads,
                      const AttnRow* row_info, KvLayer cache, float scale, float* out);
+
+// The same result by the textbook route (scores, max, exp, weighted sum; one head at a time, single
+// thread), in double: what tests compare paged_attention with.
+void attention_reference(const float* q, std::int64_t rows, std::int64_t num_heads, const AttnRow* row_info,
+                         KvLayer cache, float scale, float* out);
 
 }  // namespace kvfleet::cpu

@@ -2,6 +2,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/kv_elem.h"
 #include "kernels/cpu/ops.h"
 
 namespace kvfleet::cpu {
@@ -16,12 +17,14 @@ void rotate(float* x, const float* cos, const float* sin, std::int64_t half) {
   }
 }
 
-}  // namespace
-
-void rope_store_kv(const Rope& rope, float* q, const float* k, const float* v, std::int64_t rows,
-                   std::int64_t num_heads, const std::int32_t* positions, const std::int64_t* slots, KvLayer cache) {
+// K is rotated in fp32 and rounded once to the cache's type (as V is): a 16-bit cache holds the nearest
+// value of what the fp32 cache holds.
+template <class T>
+void store_rows(const Rope& rope, float* q, const float* k, const float* v, std::int64_t rows, std::int64_t num_heads,
+                const std::int32_t* positions, const std::int64_t* slots, const KvLayer& cache) {
   const std::int64_t d = rope.head_dim, half = d / 2, kvh = cache.num_kv_heads;
   std::vector<float> cos(static_cast<std::size_t>(half)), sin(static_cast<std::size_t>(half));
+  std::vector<float> kr(static_cast<std::size_t>(d));
   for (std::int64_t r = 0; r < rows; ++r) {
     const float pos = static_cast<float>(positions[r]);
     for (std::int64_t i = 0; i < half; ++i) {
@@ -32,12 +35,21 @@ void rope_store_kv(const Rope& rope, float* q, const float* k, const float* v, s
     for (std::int64_t h = 0; h < num_heads; ++h) rotate(q + (r * num_heads + h) * d, cos.data(), sin.data(), half);
     const std::int64_t block = slots[r] / cache.block_size, offset = slots[r] % cache.block_size;
     for (std::int64_t h = 0; h < kvh; ++h) {
-      float* kd = cache.k(block, h, offset);
-      std::memcpy(kd, k + (r * kvh + h) * d, static_cast<std::size_t>(d) * sizeof(float));
-      rotate(kd, cos.data(), sin.data(), half);
-      std::memcpy(cache.v(block, h, offset), v + (r * kvh + h) * d, static_cast<std::size_t>(d) * sizeof(float));
+      std::memcpy(kr.data(), k + (r * kvh + h) * d, static_cast<std::size_t>(d) * sizeof(float));
+      rotate(kr.data(), cos.data(), sin.data(), half);
+      narrow(kr.data(), cache.at<T>(cache.k_offset(block, h, offset)), d);
+      narrow(v + (r * kvh + h) * d, cache.at<T>(cache.v_offset(block, h, offset)), d);
     }
   }
+}
+
+}  // namespace
+
+void rope_store_kv(const Rope& rope, float* q, const float* k, const float* v, std::int64_t rows,
+                   std::int64_t num_heads, const std::int32_t* positions, const std::int64_t* slots, KvLayer cache) {
+  with_kv_type(cache.dtype, [&](auto elem) {
+    store_rows<decltype(elem)>(rope, q, k, v, rows, num_heads, positions, slots, cache);
+  });
 }
 
 }  // namespace kvfleet::cpu

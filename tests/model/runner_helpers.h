@@ -8,8 +8,9 @@
 namespace kvfleet::test {
 
 // Logits of every position of `ids`, computed in one step.
-inline std::vector<float> all_logits(const Model& model, const std::vector<TokenId>& ids, unsigned threads = 2) {
-  auto backend = make_cpu_backend(threads);
+inline std::vector<float> all_logits(const Model& model, const std::vector<TokenId>& ids, unsigned threads = 2,
+                                     DType kv_dtype = DType::f32) {
+  auto backend = make_cpu_backend(threads, kv_dtype);
   return all_position_logits(model, *backend, ids);
 }
 

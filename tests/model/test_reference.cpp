@@ -31,11 +31,11 @@ std::vector<double> reference_logits(const std::filesystem::path& dir, const std
 }
 
 // max |ours - ref| / max |ref| over every position and vocabulary entry.
-double relative_error(const MakeModelOptions& options, const std::vector<TokenId>& ids) {
+double relative_error(const MakeModelOptions& options, const std::vector<TokenId>& ids, DType kv_dtype = DType::f32) {
   test::TempDir dir;
   make_model(options, dir.path());
   const Model model = Model::load(dir.path());
-  const auto ours = test::all_logits(model, ids);
+  const auto ours = test::all_logits(model, ids, 2, kv_dtype);
   const auto ref = reference_logits(dir.path(), ids);
   REQUIRE(ours.size() == ref.size());
   double max_diff = 0.0, max_ref = 0.0;
@@ -92,4 +92,19 @@ TEST_CASE("bf16 and f16 weights: fp32 arithmetic on the widened weights matches 
     // The reference widens the same 16-bit values to float64: only fp32 rounding separates us.
     CHECK(relative_error(o, prompt(20, 256)) < 1e-5);
   }
+}
+
+TEST_CASE("a 16-bit KV cache keeps logits close to the reference; fp32 KV stays within 1e-5") {
+  MakeModelOptions o;
+  o.layers = 2; o.hidden = 64; o.intermediate = 96; o.heads = 4; o.kv_heads = 2; o.vocab = 300; o.seed = 7;
+  const auto ids = prompt(40, 300);
+  const double f32 = relative_error(o, ids, DType::f32), bf16 = relative_error(o, ids, DType::bf16),
+               f16 = relative_error(o, ids, DType::f16);
+  MESSAGE("relative logit error vs the float64 reference: f32 KV " << f32 << ", bf16 KV " << bf16 << ", f16 KV " << f16);
+  CHECK(f32 < 1e-5);
+  // K and V rounded once to 8 (bf16) or 11 (fp16) significant bits: errors of that order, not more. This is
+  // why the CPU default stays float32 (the issue's bar for a 16-bit default is 1e-4).
+  CHECK(bf16 < 1e-2);
+  CHECK(f16 < 2e-3);
+  CHECK(bf16 > f32);  // the option really changes what the cache holds
 }

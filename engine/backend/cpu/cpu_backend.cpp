@@ -1,4 +1,5 @@
-// The CPU backend: host memory, the kernels of kernels/cpu, fp32 KV cache.
+// The CPU backend: host memory, the kernels of kernels/cpu, a KV cache of fp32 (default), bf16 or fp16
+// (--kv-cache-dtype; arithmetic stays fp32, 16-bit halves the KV traffic and matches the CUDA block bytes).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/kv_elem.h"
 #include "kernels/cpu/moe.h"
 #include "kernels/cpu/ops.h"
 #include "kvfleet/backend.h"
@@ -18,7 +20,7 @@ cpu::WeightRef ref(DeviceWeight w) { return {w.data, w.dtype}; }
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(unsigned threads) : pool_(threads) {}
+  CpuBackend(unsigned threads, DType kv_dtype) : pool_(threads), kv_dtype_(kv_dtype) {}
 
   std::string_view name() const override { return "cpu"; }
 
@@ -39,19 +41,21 @@ class CpuBackend final : public Backend {
 
   void allocate_kv_cache(const KvCacheShape& s) override {
     shape_ = s;
-    cache_.assign(static_cast<std::size_t>(s.num_layers * s.num_blocks * s.block_elems()), 0.0f);
+    cache_.assign(static_cast<std::size_t>(s.num_layers * s.num_blocks) * kv_block_bytes(), std::byte{0});
   }
   const KvCacheShape& kv_cache_shape() const override { return shape_; }
+  DType kv_dtype() const override { return kv_dtype_; }
   void read_kv_block(std::int64_t layer, std::int64_t block, float* host) override {
-    const auto n = static_cast<std::size_t>(shape_.block_elems());
-    std::memcpy(host, layer_view(layer).base + block * shape_.block_elems(), n * sizeof(float));
+    const cpu::KvLayer l = layer_view(layer);
+    cpu::with_kv_type(kv_dtype_, [&](auto elem) {
+      cpu::widen(l.at<decltype(elem)>(block * l.block_elems()), host, l.block_elems());
+    });
   }
   void read_kv_bytes(std::int64_t layer, std::int64_t block, void* host) override {
-    read_kv_block(layer, block, static_cast<float*>(host));
+    std::memcpy(host, block_bytes(layer, block), kv_block_bytes());
   }
   void write_kv_bytes(std::int64_t layer, std::int64_t block, const void* host) override {
-    const auto n = static_cast<std::size_t>(shape_.block_elems());
-    std::memcpy(layer_view(layer).base + block * shape_.block_elems(), host, n * sizeof(float));
+    std::memcpy(block_bytes(layer, block), host, kv_block_bytes());
   }
 
   void embedding(DeviceWeight table, std::int64_t dim, const std::int32_t* ids, std::int64_t n, float* out) override {
@@ -106,13 +110,17 @@ class CpuBackend final : public Backend {
 
  private:
   cpu::KvLayer layer_view(std::int64_t layer) {
-    return {cache_.data() + layer * shape_.num_blocks * shape_.block_elems(), shape_.block_size, shape_.num_kv_heads,
-            shape_.head_dim};
+    return {cache_.data() + static_cast<std::size_t>(layer * shape_.num_blocks) * kv_block_bytes(), kv_dtype_,
+            shape_.block_size, shape_.num_kv_heads, shape_.head_dim};
+  }
+  std::byte* block_bytes(std::int64_t layer, std::int64_t block) {
+    return cache_.data() + static_cast<std::size_t>(layer * shape_.num_blocks + block) * kv_block_bytes();
   }
 
   ThreadPool pool_;
+  DType kv_dtype_;
   KvCacheShape shape_;
-  std::vector<float> cache_;
+  std::vector<std::byte> cache_;
   std::vector<cpu::AttnRow> rows_;
   std::vector<cpu::ExpertRef> experts_;
   cpu::MoeScratch moe_scratch_;
@@ -120,8 +128,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(unsigned threads) {
-  auto backend = std::make_unique<CpuBackend>(threads);
+std::unique_ptr<Backend> make_cpu_backend(unsigned threads, DType kv_dtype) {
+  auto backend = std::make_unique<CpuBackend>(threads, kv_dtype);
   static std::once_flag once;  // the kernels' path is chosen once per process: say it once
   std::call_once(once, [] {
     std::fprintf(stderr, "kvfleet: info: cpu kernels: %s\n", std::string(cpu::isa_name(cpu::cpu_isa())).c_str());

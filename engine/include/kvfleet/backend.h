@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -152,11 +153,18 @@ struct BackendOptions {
   bool batch_invariant = true;
   double kv_memory_fraction = 0.9;  // CUDA: share of free device memory kv_blocks_that_fit may use
   int device = 0;                   // CUDA device ordinal
+  // The KV cache's element type, as vLLM's --kv-cache-dtype: auto (CPU: float32; CUDA: bf16 for a 16-bit
+  // checkpoint, else f32), float32, bfloat16 or float16. Arithmetic is fp32 in every case.
+  std::string kv_cache_dtype = "auto";
 };
+
+// "auto" -> nullopt; float32/bfloat16/float16 (also fp32/bf16/fp16) -> the dtype; anything else throws
+// std::invalid_argument naming the option.
+std::optional<DType> parse_kv_cache_dtype(std::string_view name);
 
 // Makes the backend `options.kind` names; "auto" picks CUDA when a GPU is present, else the CPU.
 std::unique_ptr<Backend> make_backend(const BackendOptions& options);
-std::unique_ptr<Backend> make_cpu_backend(unsigned threads);
+std::unique_ptr<Backend> make_cpu_backend(unsigned threads, DType kv_dtype = DType::f32);
 // Only in builds with KVFLEET_CUDA; throws std::runtime_error("no CUDA device found: ...") without a GPU.
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);
 

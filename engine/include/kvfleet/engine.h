@@ -54,6 +54,11 @@ struct GenerationRequest {
   bool ignore_eos = false;
   std::vector<TokenId> stop_token_ids;
   std::vector<std::string> stop;  // stop strings; need a tokenizer (Engine::set_tokenizer)
+  // The output's text, decoded once on the engine thread (the stream decoder the stop strings are matched
+  // on): RequestOutput::text. Needs a tokenizer. skip_special_tokens applies to that text, and so to the
+  // text stop strings are matched on.
+  bool detokenize = false;
+  bool skip_special_tokens = false;
   std::int32_t priority = 0;
   Penalties penalties;
   std::int32_t logprobs = -1;  // >= 0: report each token's logprob and this many top alternatives
@@ -73,6 +78,10 @@ using RequestId = std::uint64_t;
 struct RequestOutput {
   RequestId id = 0;
   std::vector<TokenId> new_tokens;
+  // With GenerationRequest::detokenize: the text new_tokens complete (whole UTF-8 characters; a character
+  // split over tokens comes with the token that completes it), and on the final output whatever was still
+  // held back. The concatenation over a request's outputs is its whole decoded text, stop string included.
+  std::string text;
   bool finished = false;
   FinishReason finish_reason = FinishReason::none;
   std::string stop_string;           // the stop string that ended it, if any
@@ -108,6 +117,9 @@ struct EngineStats {
   std::uint64_t prompt_tokens = 0;      // prompt tokens computed (prefix-cache hits excluded)
   std::uint64_t generated_tokens = 0;
   std::uint64_t steps = 0;
+  // Wall time of the steps that ran a forward pass: all of each step, and the forward pass within it. The
+  // difference is the engine's own work (schedule, sample, stop check, outputs).
+  double step_seconds = 0.0, forward_seconds = 0.0;
   std::array<std::uint64_t, 4> finished{};  // by FinishReason (none unused)
   MoeLoadStats moe;  // empty expert_tokens for a dense model
 };
@@ -168,7 +180,15 @@ class Engine {
   void loop();
   void admit(Submission& s);
   void step();
-  TokenId sample_row(Active& a, const Sequence& seq, std::span<float> row) const;
+  TokenId sample_row(Active& a, const Sequence& seq, std::span<float> row, SamplerScratch& scratch) const;
+  struct SampleJob {
+    Active* active;
+    const Sequence* seq;
+    SeqId id;
+    std::size_t row, slot;  // the row of the step's logits; the index in the step's sampled tokens
+  };
+  void sample_rows(std::vector<SampleJob>& jobs, std::span<float> logits, std::size_t vocab,
+                   std::vector<TokenId>& sampled, std::vector<std::pair<SeqId, std::string>>& failed);
   void emit_token(SeqId seq, TokenId token);
   bool ep_turn(bool stopping);
   void count_experts();

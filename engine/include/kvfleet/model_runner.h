@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "kvfleet/backend.h"
@@ -51,6 +52,9 @@ class ModelRunner {
   // Runs one step. Returns the logits the chunks ask for, in chunk order: one row per chunk with
   // Logits::last, every token's row for Logits::all; each row has vocab_size floats.
   std::vector<float> forward(const ForwardBatch& batch);
+  // The same, in a host buffer the runner reuses from step to step (valid until the next call): the
+  // engine's path, with no rows x vocab allocation per step.
+  std::span<float> forward_view(const ForwardBatch& batch);
 
   const Model& model() const { return model_; }
   Backend& backend() { return backend_; }
@@ -74,6 +78,7 @@ class ModelRunner {
   std::unique_ptr<Scratch> scratch_;
   std::unique_ptr<MoeLayers> moe_;
   std::vector<std::int32_t> expert_tokens_;
+  std::vector<float> host_logits_;  // forward_view's buffer
 };
 
 }  // namespace kvfleet

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "kvfleet/block_hash.h"
@@ -24,7 +25,21 @@ struct SamplingParams {
 
 // Greedy when temperature == 0 (ties go to the lowest id); otherwise temperature, then top-k, top-p and
 // min-p filtering on the sorted distribution, then an inverse-CDF draw with a counter-based random number.
+// Picks the same token as sorting the whole vocabulary would (the reference below), without sorting it:
+// only the head of the distribution whose weights can change the double sums is sorted (partially for
+// top-k; radix for the rest), and a draw that would reach past it falls back to the reference.
 TokenId sample(std::span<const float> logits, const SamplingParams& params, std::uint64_t draw_index);
+
+// Buffers sample() reuses from call to call (one per engine thread): no vocabulary-sized allocation per token.
+struct SamplerScratch {
+  std::vector<TokenId> ids, swap;
+  std::vector<std::uint32_t> keys;
+  std::vector<double> probs;
+};
+TokenId sample(std::span<const float> logits, const SamplingParams& params, std::uint64_t draw_index,
+               SamplerScratch& scratch);
+// The definition sample() keeps to: sort every id, softmax, cut, draw. For tests.
+TokenId sample_reference(std::span<const float> logits, const SamplingParams& params, std::uint64_t draw_index);
 
 struct Penalties {
   float presence = 0.0f;    // OpenAI: subtracted once from every token that appeared in the output
@@ -33,9 +48,26 @@ struct Penalties {
   bool active() const { return presence != 0.0f || frequency != 0.0f || repetition != 1.0f; }
 };
 
-// Applies the penalties in place (vLLM's order: repetition, then frequency and presence).
+// Applies the penalties in place (vLLM's order: repetition, then frequency and presence). Rescans prompt and
+// output: the reference PenaltyState is tested against.
 void apply_penalties(std::span<float> logits, const Penalties& p, std::span<const TokenId> prompt,
                      std::span<const TokenId> output);
+
+// The same penalties for one request, its counts kept up to date as its output grows: observe() reads only
+// the tokens it has not seen yet, apply() touches only the distinct ids seen, so a token costs O(new tokens
+// + distinct ids) instead of O(vocabulary + prompt + output). Gives the same logits as apply_penalties.
+class PenaltyState {
+ public:
+  // `output` is the request's whole output so far; only its new tail is read.
+  void observe(std::span<const TokenId> prompt, std::span<const TokenId> output);
+  void apply(std::span<float> logits, const Penalties& p) const;
+
+ private:
+  bool has_prompt_ = false;
+  std::size_t outputs_seen_ = 0;
+  std::vector<TokenId> distinct_;                    // ids of prompt and output, each once
+  std::unordered_map<TokenId, std::int32_t> count_;  // every distinct id -> its count in the output
+};
 
 struct TokenLogprob {
   TokenId id = 0;

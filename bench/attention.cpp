@@ -1,0 +1,156 @@
+// CPU paged attention, the kernel before issue 20 (scalar, two passes, K/V re-read for every query head of
+// a GQA group; copied below verbatim) against kernels/cpu/paged_attention.cpp, interleaved in one run
+// (old, new, old, new, ...) so that a loaded machine slows both alike. Shapes: a 125M llama's attention
+// (12 query heads, 4 kv heads, head_dim 64, block 16).
+//
+//   build/bin/bench_attention [--threads 2] [--reps 5]
+//   decode: 32 sequences x context 512; prefill: one 512-token prompt (causal); new with fp32/bf16 KV.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+
+using namespace kvfleet;
+using cpu::AttnRow;
+
+namespace old_kernel {
+
+void attend(const float* q, const AttnRow& row, std::int64_t kv_head, const cpu::KvLayer& c, float scale,
+            std::vector<float>& scores, float* out) {
+  const std::int64_t n = row.position + 1, d = c.head_dim;
+  auto k_at = [&](std::int64_t j) { return c.at<float>(c.k_offset(row.block_table[j / c.block_size], kv_head, j % c.block_size)); };
+  auto v_at = [&](std::int64_t j) { return c.at<float>(c.v_offset(row.block_table[j / c.block_size], kv_head, j % c.block_size)); };
+  scores.resize(static_cast<std::size_t>(n));
+  float m = -INFINITY;
+  for (std::int64_t j = 0; j < n; ++j) {
+    const float* k = k_at(j);
+    float s = 0.0f;
+    for (std::int64_t i = 0; i < d; ++i) s += q[i] * k[i];
+    s *= scale;
+    scores[static_cast<std::size_t>(j)] = s;
+    m = std::max(m, s);
+  }
+  float sum = 0.0f;
+  for (auto& s : scores) sum += (s = std::exp(s - m));
+  std::fill(out, out + d, 0.0f);
+  for (std::int64_t j = 0; j < n; ++j) {
+    const float* v = v_at(j);
+    const float p = scores[static_cast<std::size_t>(j)] / sum;
+    for (std::int64_t i = 0; i < d; ++i) out[i] += p * v[i];
+  }
+}
+
+void paged_attention(ThreadPool& pool, const float* q, std::int64_t rows, std::int64_t num_heads,
+                     const AttnRow* row_info, cpu::KvLayer cache, float scale, float* out) {
+  const std::int64_t d = cache.head_dim, group = num_heads / cache.num_kv_heads;
+  pool.parallel_for(rows * num_heads, 1, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<float> scores;
+    for (std::int64_t i = begin; i < end; ++i) {
+      const std::int64_t r = i / num_heads, h = i % num_heads;
+      attend(q + i * d, row_info[r], h / group, cache, scale, scores, out + i * d);
+    }
+  });
+}
+
+}  // namespace old_kernel
+
+namespace {
+
+constexpr std::int64_t kHeads = 12, kKvHeads = 4, kDim = 64, kBlock = 16;
+
+struct Setup {
+  std::vector<std::byte> storage;
+  cpu::KvLayer cache;
+  std::vector<std::vector<std::int32_t>> tables;
+  std::vector<AttnRow> rows;
+  std::vector<float> q, out;
+};
+
+// `seqs` sequences of `context` keys; rows: the last position of each (decode) or every position of the
+// first (prefill).
+Setup make(DType dtype, int seqs, int context, bool prefill) {
+  Setup s;
+  const std::int64_t blocks_per = (context + kBlock - 1) / kBlock;
+  s.cache = {nullptr, dtype, kBlock, kKvHeads, kDim};
+  s.storage.resize(static_cast<std::size_t>(seqs * blocks_per * s.cache.block_elems()) * dtype_size(dtype));
+  std::mt19937 rng(1);
+  std::vector<float> f(s.storage.size() / dtype_size(dtype));
+  std::normal_distribution<float> normal;
+  for (auto& x : f) x = normal(rng);
+  if (dtype == DType::f32) std::memcpy(s.storage.data(), f.data(), s.storage.size());
+  else for (std::size_t i = 0; i < f.size(); ++i) {
+    const std::uint16_t h = dtype == DType::bf16 ? f32_to_bf16(f[i]) : f32_to_f16(f[i]);
+    std::memcpy(s.storage.data() + 2 * i, &h, 2);
+  }
+  s.cache.base = s.storage.data();
+  for (int i = 0; i < seqs; ++i) {
+    std::vector<std::int32_t> t(static_cast<std::size_t>(blocks_per));
+    for (std::int64_t b = 0; b < blocks_per; ++b) t[static_cast<std::size_t>(b)] = static_cast<std::int32_t>(i * blocks_per + b);
+    s.tables.push_back(std::move(t));
+  }
+  for (int i = 0; i < seqs; ++i) {
+    if (prefill) {
+      for (int p = 0; p < context; ++p) s.rows.push_back({p, s.tables[static_cast<std::size_t>(i)].data()});
+    } else {
+      s.rows.push_back({context - 1, s.tables[static_cast<std::size_t>(i)].data()});
+    }
+  }
+  s.q.resize(s.rows.size() * kHeads * kDim);
+  for (auto& x : s.q) x = normal(rng);
+  s.out.resize(s.q.size());
+  return s;
+}
+
+template <class Fn>
+double seconds(Fn&& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void compare(ThreadPool& pool, const char* name, int seqs, int context, bool prefill, int reps) {
+  Setup f32 = make(DType::f32, seqs, context, prefill), b16 = make(DType::bf16, seqs, context, prefill);
+  const auto rows = static_cast<std::int64_t>(f32.rows.size());
+  const float scale = 0.125f;
+  double t_old = 1e30, t_new = 1e30, t_bf16 = 1e30;  // best of reps, each measured in turn
+  for (int r = 0; r < reps; ++r) {
+    t_old = std::min(t_old, seconds([&] {
+      old_kernel::paged_attention(pool, f32.q.data(), rows, kHeads, f32.rows.data(), f32.cache, scale, f32.out.data());
+    }));
+    t_new = std::min(t_new, seconds([&] {
+      cpu::paged_attention(pool, f32.q.data(), rows, kHeads, f32.rows.data(), f32.cache, scale, f32.out.data());
+    }));
+    t_bf16 = std::min(t_bf16, seconds([&] {
+      cpu::paged_attention(pool, b16.q.data(), rows, kHeads, b16.rows.data(), b16.cache, scale, b16.out.data());
+    }));
+  }
+  std::printf("%-8s %3d seqs x %4d: old %8.3f ms | new fp32 KV %8.3f ms (%.2fx) | new bf16 KV %8.3f ms (%.2fx)\n",
+              name, seqs, context, t_old * 1e3, t_new * 1e3, t_old / t_new, t_bf16 * 1e3, t_old / t_bf16);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  unsigned threads = 2;
+  int reps = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--threads") threads = static_cast<unsigned>(std::stoul(argv[i + 1]));
+    else if (a == "--reps") reps = std::stoi(argv[i + 1]);
+  }
+  ThreadPool pool(threads);
+  std::printf("threads %u, heads %lld/%lld, head_dim %lld, block %lld; best of %d interleaved runs\n", threads,
+              static_cast<long long>(kHeads), static_cast<long long>(kKvHeads), static_cast<long long>(kDim),
+              static_cast<long long>(kBlock), reps);
+  compare(pool, "decode", 1, 512, false, reps);
+  compare(pool, "decode", 32, 512, false, reps);
+  compare(pool, "decode", 8, 4096, false, reps);
+  compare(pool, "prefill", 1, 512, true, reps);
+  return 0;
+}
