@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "engine/server/replica.h"
+#include "kernels/cpu/cpu_isa.h"
 
 int main(int argc, char** argv) {
   using namespace kvfleet::server;
@@ -24,8 +25,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvfleet-replica: loading %s\n", config.model.c_str());
     Replica replica(config);
     replica.start();
-    std::printf("kvfleet-replica: serving '%s' on http://%s:%u (backend %s)\n", replica.model_name().c_str(),
-                config.host.c_str(), replica.port(), config.engine.backend.kind.c_str());
+    // The CPU kernels' instruction set is chosen once per process (kernels/cpu/cpu_isa.h): say which.
+    const std::string kernels = config.engine.backend.kind == "cpu"
+                                    ? ", kernels " + std::string(kvfleet::cpu::isa_name(kvfleet::cpu::cpu_isa()))
+                                    : "";
+    std::printf("kvfleet-replica: serving '%s' on http://%s:%u (backend %s%s)\n", replica.model_name().c_str(),
+                config.host.c_str(), replica.port(), config.engine.backend.kind.c_str(), kernels.c_str());
     std::fflush(stdout);
     int sig = 0;
     sigwait(&signals, &sig);

@@ -1,13 +1,10 @@
 // The CPU backend: host memory, the kernels of kernels/cpu, a KV cache of fp32 (default), bf16 or fp16
 // (--kv-cache-dtype; arithmetic stays fp32, 16-bit halves the KV traffic and matches the CUDA block bytes).
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <stdexcept>
 #include <vector>
 
-#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/kv_elem.h"
 #include "kernels/cpu/moe.h"
 #include "kernels/cpu/ops.h"
@@ -129,12 +126,7 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(unsigned threads, DType kv_dtype) {
-  auto backend = std::make_unique<CpuBackend>(threads, kv_dtype);
-  static std::once_flag once;  // the kernels' path is chosen once per process: say it once
-  std::call_once(once, [] {
-    std::fprintf(stderr, "kvfleet: info: cpu kernels: %s\n", std::string(cpu::isa_name(cpu::cpu_isa())).c_str());
-  });
-  return backend;
+  return std::make_unique<CpuBackend>(threads, kv_dtype);
 }
 
 }  // namespace kvfleet
