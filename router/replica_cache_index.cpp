@@ -50,6 +50,7 @@ CacheMode ReplicaCacheIndex::mode(ReplicaId r) const { return at(r).mode; }
 const std::string& ReplicaCacheIndex::mode_reason(ReplicaId r) const { return at(r).reason; }
 std::uint64_t ReplicaCacheIndex::last_seq(ReplicaId r) const { return at(r).last_seq; }
 std::uint64_t ReplicaCacheIndex::orphans_dropped(ReplicaId r) const { return at(r).orphans_dropped; }
+std::uint64_t ReplicaCacheIndex::snapshots(ReplicaId r) const { return at(r).snapshots; }
 bool ReplicaCacheIndex::in_snapshot(ReplicaId r) const { return at(r).snapshot_left > 0; }
 
 void ReplicaCacheIndex::on_routed(ReplicaId r, std::span<const BlockHash> hashes, Tick now) {
@@ -185,6 +186,7 @@ EventOutcome ReplicaCacheIndex::apply_event(ReplicaId r, const KvEventMessage& e
     drop_pending(r, false);
     rep.last_seq = e.seq;
     rep.snapshot_left = e.snapshot_blocks;
+    rep.snapshots += e.snapshot_blocks > 0;
     rep.image_ok = rep.snapshot_left == 0;  // an interrupted snapshot is not an image of seq S
     return {};
   }

@@ -91,6 +91,7 @@ class ReplicaCacheIndex {
   const std::string& mode_reason(ReplicaId r) const;
   std::uint64_t last_seq(ReplicaId r) const;
   std::uint64_t orphans_dropped(ReplicaId r) const;
+  std::uint64_t snapshots(ReplicaId r) const;  // `cleared` events that opened a snapshot
   bool in_snapshot(ReplicaId r) const;
 
   MatchResult match(std::span<const BlockHash> hashes) const { return tree_.match(hashes); }
@@ -125,6 +126,7 @@ class ReplicaCacheIndex {
     std::uint64_t stream_since = 0;         // since= of the current stream (begin_stream)
     std::uint64_t snapshot_left = 0;        // snapshot `stored` events still expected at last_seq
     std::uint64_t orphans_dropped = 0;
+    std::uint64_t snapshots = 0;
   };
 
   Replica& at(ReplicaId r);

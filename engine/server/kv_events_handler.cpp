@@ -9,6 +9,10 @@
 // whenever the engine's figures change (looked at every kLoadPoll) and at least every heartbeat, in
 // place of the ping. Only readers that ask get it: older routers took an unknown type for bad JSON.
 //
+// With `snapshot=1` and since=0 (a reader that has nothing yet, e.g. a router started late) the stream
+// starts from `cleared` + a snapshot even when the ring could replay from seq 1: the snapshot is the
+// cache as it is, the replay its whole history (every block stored and evicted since the start).
+//
 // Nothing here blocks an io thread: the coroutine sleeps on a timer that the ring's listener (engine
 // thread) cancels when it publishes, and the snapshot is asked of the engine asynchronously.
 #include <atomic>
@@ -83,6 +87,8 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
   std::uint64_t since = 0;
   const auto load_param = req.query_param("load");
   const bool want_load = load_param && (*load_param == "1" || *load_param == "true");
+  const auto snapshot_param = req.query_param("snapshot");
+  const bool want_snapshot = snapshot_param && (*snapshot_param == "1" || *snapshot_param == "true");
   if (const auto s = req.query_param("since")) {
     const auto [p, ec] = std::from_chars(s->data(), s->data() + s->size(), since);
     if (ec != std::errc() || p != s->data() + s->size()) throw bad_request("'since' must be a sequence number", "since");
@@ -110,6 +116,7 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
   if (!co_await w.write(opening)) co_return;
 
   KvReplay replay = ring->since(since);
+  if (want_snapshot && since == 0 && replay.last_seq > 0) replay.fell_behind = true;
   if (replay.fell_behind) {
     // Start over: everything cached now, as one `cleared` naming the count and then that many stored
     // events at the same seq, parents first (the router applies them all).

@@ -98,6 +98,7 @@ awaitable<void> Gateway::list_replicas(const http::Request&, http::ResponseWrite
                                   {"last_seq", index_.last_seq(l->slot)},
                                   {"events_applied", l->events_applied},
                                   {"orphans_dropped", index_.orphans_dropped(l->slot)},
+                                  {"snapshots", index_.snapshots(l->slot)},
                                   {"in_flight_requests", l->in_flight},
                                   {"in_flight_tokens", l->in_flight_tokens},
                                   {"routed", l->routed},

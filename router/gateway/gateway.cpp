@@ -321,6 +321,14 @@ std::string Gateway::reload(const RouterConfig& next) {
   }
   auto has = [](const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); };
   std::string report;
+  // Policy and keys first: once the new replica list shows (in /admin), the rest has been applied too.
+  std::shared_ptr<Policy> policy = make_policy(next.policy);
+  {
+    std::lock_guard lock(mutex_);
+    policy_.swap(policy);  // the old one is destroyed outside the lock, once no request holds it
+    api_keys_ = next.api_keys;
+    admin_api_key_ = next.admin_api_key;
+  }
   for (const auto& url : next.replicas) {
     if (has(all, url)) continue;
     start_loops(add_replica(url));
@@ -330,13 +338,6 @@ std::string Gateway::reload(const RouterConfig& next) {
     if (has(next.replicas, url)) continue;
     remove_replica(url);
     report += "removed replica " + url + "; ";
-  }
-  std::shared_ptr<Policy> policy = make_policy(next.policy);
-  {
-    std::lock_guard lock(mutex_);
-    policy_.swap(policy);  // the old one is destroyed outside the lock, once no request holds it
-    api_keys_ = next.api_keys;
-    admin_api_key_ = next.admin_api_key;
   }
   report += "policy and API keys applied";
   if (next.model != config_.model || next.port != config_.port || next.host != config_.host ||

@@ -105,7 +105,8 @@ awaitable<void> Gateway::events_loop(std::shared_ptr<ReplicaLink> link) {
       http::Request req;
       req.method = "GET";
       // load=1: the replica also reports its queue and KV usage (`load` events; older ones ignore it).
-      req.target = "/v1/kv_events?since=" + std::to_string(since) + "&load=1";
+      // snapshot=1 from 0: the cache as it is rather than its whole history (older replicas replay).
+      req.target = "/v1/kv_events?since=" + std::to_string(since) + "&load=1" + (since == 0 ? "&snapshot=1" : "");
       req.headers.set("accept", "text/event-stream");
       add_replica_auth(req);
       co_await client.send(req);
