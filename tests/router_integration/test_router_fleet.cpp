@@ -180,7 +180,8 @@ TEST_CASE("DNS discovery: replicas behind one name are subscribed, and dropped w
                             hosts.string(), "--discovery-interval-ms", "100", "--health-interval-ms", "60000"});
   auto listed = [&] {
     std::set<std::string> urls;
-    for (const auto& r : json::parse(router.get("/admin/replicas").body).at("replicas").as_array())
+    const json::value admin = json::parse(router.get("/admin/replicas").body);  // named: the loop reads into it
+    for (const auto& r : admin.at("replicas").as_array())
       if (r.at("discovered").as_bool()) urls.insert(std::string(r.at("url").as_string()));
     return urls;
   };
@@ -206,7 +207,8 @@ TEST_CASE("DNS discovery through the system resolver: localhost") {
   StandinUpstream local("127.0.0.1");
   RouterProcess router({}, {"--discovery-dns", "localhost:" + std::to_string(local.port()), "--discovery-interval-ms", "100"});
   REQUIRE(wait_until([&] {
-    for (const auto& r : json::parse(router.get("/admin/replicas").body).at("replicas").as_array())
+    const json::value admin = json::parse(router.get("/admin/replicas").body);
+    for (const auto& r : admin.at("replicas").as_array())
       if (r.at("url").as_string() == local.url() && r.at("healthy").as_bool()) return true;
     return false;
   }, std::chrono::seconds(10)));
