@@ -47,7 +47,22 @@ KvEventMessage::Type type_of(const json::object& o) {
   if (t == "stored") return KvEventMessage::Type::stored;
   if (t == "removed") return KvEventMessage::Type::removed;
   if (t == "cleared") return KvEventMessage::Type::cleared;
-  bad("unknown type '" + std::string(t) + "'");
+  if (t == "load") return KvEventMessage::Type::load;
+  return KvEventMessage::Type::unknown;
+}
+
+void parse_load(const json::object& o, KvEventMessage& e) {
+  auto count = [&](const char* field) {
+    const std::uint64_t v = unsigned_field(o, field);
+    if (v > UINT32_MAX) bad(std::string("'") + field + "' is too large");
+    return static_cast<std::uint32_t>(v);
+  };
+  e.waiting = count("waiting");
+  e.running = count("running");
+  const json::value* u = o.if_contains("kv_usage");
+  if (u == nullptr || !u->is_number()) bad("'kv_usage' must be a number");
+  e.kv_usage = u->to_number<double>();
+  if (!(e.kv_usage >= 0 && e.kv_usage <= 1)) bad("'kv_usage' must be in [0, 1]");
 }
 
 }  // namespace
@@ -60,6 +75,11 @@ KvEventMessage parse_kv_event(std::string_view text) {
   const json::object& o = doc.get_object();
   KvEventMessage e;
   e.type = type_of(o);
+  if (e.type == KvEventMessage::Type::unknown) return e;
+  if (e.type == KvEventMessage::Type::load) {
+    parse_load(o, e);
+    return e;
+  }
   e.seq = unsigned_field(o, "seq");
   if (e.type == KvEventMessage::Type::config) {
     e.block_size = unsigned_field(o, "block_size");

@@ -2,6 +2,9 @@
 // /v1/kv_events stream:
 //   {"type":"config","seq":N,"block_size":B,"root":H,"instance":I}          (opens every stream)
 //   {"seq":N,"type":"stored"|"removed"|"cleared","block_hashes":[...],"parent":H,"tier":"gpu"|"cpu"}
+//   {"type":"load","waiting":W,"running":R,"kv_usage":U}   (no seq; only on streams that asked load=1)
+// A type this router does not know is `unknown` and ignored (carrying no seq of its own), so that
+// replicas can add event types without breaking older routers.
 // "instance" (new at every replica start) tells a restarted replica apart even when its seq has
 // passed ours. A snapshot is {"seq":S,"type":"cleared","snapshot":K} followed by K events
 // {"seq":S,"type":"stored","snapshot":true,...}: the same seq, applied in full (Contract 2).
@@ -20,7 +23,7 @@
 namespace kvfleet::router {
 
 struct KvEventMessage {
-  enum class Type : std::uint8_t { config, stored, removed, cleared };
+  enum class Type : std::uint8_t { config, stored, removed, cleared, load, unknown };
   Type type = Type::stored;
   std::uint64_t seq = 0;
   std::uint64_t block_size = 0;  // config
@@ -30,6 +33,8 @@ struct KvEventMessage {
   std::optional<std::uint64_t> instance;  // config; absent from older replicas
   std::uint64_t snapshot_blocks = 0;      // cleared: how many snapshot `stored` events follow
   bool snapshot = false;                  // stored: part of the snapshot after a `cleared`
+  std::uint32_t waiting = 0, running = 0;  // load: the replica's sequences
+  double kv_usage = 0;                     // load: KV cache usage in [0, 1]
   // Not on the wire: the rest of the event with this seq, split off by split_kv_event().
   bool continuation = false;
 };

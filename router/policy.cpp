@@ -13,7 +13,7 @@
 namespace kvfleet::router {
 
 bool less_loaded(const ReplicaState& a, const ReplicaState& b) {
-  if (a.in_flight_requests != b.in_flight_requests) return a.in_flight_requests < b.in_flight_requests;
+  if (a.load() != b.load()) return a.load() < b.load();
   return a.in_flight_tokens < b.in_flight_tokens;
 }
 

@@ -12,12 +12,16 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+
+#include "kvfleet/block_hash.h"
 
 namespace kvfleet::router {
 
@@ -28,14 +32,26 @@ struct ReplicaState {
   std::uint32_t in_flight_requests = 0;
   std::uint64_t in_flight_tokens = 0;  // prompt + expected output tokens of requests in flight
   std::uint32_t matched_blocks = 0;    // leading prompt blocks this replica holds (PrefixTree)
+  // Load as the replica itself reports it (its KV event stream's `load` events; every router in front
+  // of it sees the same): sequences waiting and running, KV cache usage in [0, 1].
+  bool load_reported = false;
+  std::uint32_t reported_waiting = 0, reported_running = 0;
+  double kv_usage = 0;
 
   bool available() const { return healthy && !draining; }
+  // Requests on the replica: this router's own count, or the replica's (all routers') when larger.
+  std::uint32_t load() const {
+    return load_reported ? std::max(in_flight_requests, reported_waiting + reported_running) : in_flight_requests;
+  }
 };
 
 struct RoutingRequest {
   std::uint32_t prompt_blocks = 0;  // full blocks of the prompt (the hashes looked up)
   std::uint64_t prompt_tokens = 0;
   std::string_view session_key{};   // consistent_hash: the configured header's value ("" = none)
+  // The prompt's block hashes (Contract 1), for choices every router must compute alike (cache_aware
+  // places a prefix no replica holds by rendezvous hashing of one of them).
+  std::span<const BlockHash> block_hashes{};
 };
 
 struct Decision {
@@ -56,10 +72,10 @@ class Policy {
   virtual std::string_view session_header() const { return {}; }
 };
 
-// Shared by several policies: the available replica with the fewest requests in flight, then the
+// Shared by several policies: the available replica with the fewest requests (load()), then the
 // fewest tokens in flight, then the lowest index. nullopt when none is available.
 std::optional<std::size_t> least_loaded(std::span<const ReplicaState> replicas);
-// a is less loaded than b (requests, then tokens); equal loads compare false both ways.
+// a is less loaded than b (load(), then tokens in flight); equal loads compare false both ways.
 bool less_loaded(const ReplicaState& a, const ReplicaState& b);
 
 // Builds a policy from its config node, e.g. {name: cache_aware, cache_threshold: 0.5}; a bare

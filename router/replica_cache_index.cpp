@@ -33,6 +33,7 @@ void ReplicaCacheIndex::log(const std::string& line) const {
 void ReplicaCacheIndex::add_replica(ReplicaId r) {
   if (r >= kMaxReplicas) throw std::out_of_range("replica slot " + std::to_string(r) + " >= " + std::to_string(kMaxReplicas));
   tree_.remove_replica(r);  // a reused slot starts empty
+  drop_pending(r, false);
   replicas_[r] = Replica{};
   replicas_[r].present = true;
   replicas_[r].reason = "no event stream yet";
@@ -41,6 +42,7 @@ void ReplicaCacheIndex::add_replica(ReplicaId r) {
 void ReplicaCacheIndex::remove_replica(ReplicaId r) {
   at(r);
   tree_.remove_replica(r);
+  drop_pending(r, false);
   replicas_[r] = Replica{};
 }
 
@@ -48,12 +50,13 @@ CacheMode ReplicaCacheIndex::mode(ReplicaId r) const { return at(r).mode; }
 const std::string& ReplicaCacheIndex::mode_reason(ReplicaId r) const { return at(r).reason; }
 std::uint64_t ReplicaCacheIndex::last_seq(ReplicaId r) const { return at(r).last_seq; }
 std::uint64_t ReplicaCacheIndex::orphans_dropped(ReplicaId r) const { return at(r).orphans_dropped; }
+std::uint64_t ReplicaCacheIndex::snapshots(ReplicaId r) const { return at(r).snapshots; }
 bool ReplicaCacheIndex::in_snapshot(ReplicaId r) const { return at(r).snapshot_left > 0; }
 
 void ReplicaCacheIndex::on_routed(ReplicaId r, std::span<const BlockHash> hashes, Tick now) {
   Replica& rep = at(r);
   if (rep.mode == CacheMode::exact) {
-    tree_.touch(r, hashes, now);
+    add_pending(r, hashes, now);  // marks (and touches) the chain; its new blocks wait for their event
     return;
   }
   tree_.insert(r, hashes, now);
@@ -65,12 +68,14 @@ std::size_t ReplicaCacheIndex::sweep(Tick now) {
   for (ReplicaId r = 0; r < kMaxReplicas; ++r) {
     if (replicas_[r].present && replicas_[r].mode == CacheMode::approximate) approximate |= ReplicaMask{1} << r;
   }
+  expire_pending(now);
   const Tick cutoff = now > config_.approximate_ttl ? now - config_.approximate_ttl : 0;
   return approximate == 0 ? 0 : tree_.expire(approximate, cutoff);
 }
 
 void ReplicaCacheIndex::reset_marks(ReplicaId r) {
   tree_.clear_replica(r);
+  drop_pending(r, false);
   replicas_[r].last_seq = 0;
   replicas_[r].snapshot_left = 0;
   replicas_[r].image_ok = true;
@@ -79,6 +84,7 @@ void ReplicaCacheIndex::reset_marks(ReplicaId r) {
 std::uint64_t ReplicaCacheIndex::begin_stream(ReplicaId r) {
   Replica& rep = at(r);
   rep.stream_ok = false;
+  drop_pending(r, true);  // guesses: the replay (or snapshot) of this stream brings what is real
   if (!rep.image_ok) reset_marks(r);
   rep.stream_since = rep.last_seq;
   return rep.last_seq;
@@ -168,6 +174,8 @@ EventOutcome ReplicaCacheIndex::apply_event(ReplicaId r, const KvEventMessage& e
   Replica& rep = at(r);
   using Type = KvEventMessage::Type;
   if (e.type == Type::config) return apply_config(r, e);
+  if (e.type == Type::load || e.type == Type::unknown)  // not about the cache (the gateway reads load)
+    return EventOutcome{EventStatus::ignored, "not a cache event", 0};
   if (!rep.stream_ok) return EventOutcome{EventStatus::ignored, "no accepted config on this stream", 0};
   if (e.continuation) {
     if (e.seq != rep.last_seq) return resync(r, "continuation of seq " + std::to_string(e.seq) + " out of place");
@@ -175,8 +183,10 @@ EventOutcome ReplicaCacheIndex::apply_event(ReplicaId r, const KvEventMessage& e
   }
   if (e.type == Type::cleared) {
     tree_.clear_replica(r);
+    drop_pending(r, false);
     rep.last_seq = e.seq;
     rep.snapshot_left = e.snapshot_blocks;
+    rep.snapshots += e.snapshot_blocks > 0;
     rep.image_ok = rep.snapshot_left == 0;  // an interrupted snapshot is not an image of seq S
     return {};
   }
@@ -205,8 +215,10 @@ EventOutcome ReplicaCacheIndex::apply_change(ReplicaId r, const KvEventMessage& 
     } else if (!tree_.insert_after(r, *e.parent, e.block_hashes, now)) {
       replicas_[r].orphans_dropped += 1;
     }
+    confirm_pending(r, e.block_hashes);
   } else if (e.type == KvEventMessage::Type::removed) {
     tree_.remove(r, e.block_hashes);
+    confirm_pending(r, e.block_hashes);  // gone for real: nothing pending about them any more
   }
   return {};
 }

@@ -1,8 +1,13 @@
 // ReplicaCacheIndex: the router's knowledge of every replica's KV cache, kept in one PrefixTree,
 // with a mode per replica (DESIGN.md, Contract 2):
-//   - exact: the replica's KV event stream is up and its opening config matched ours; the tree
-//     changes for this replica only through its events (stored, removed, cleared). A routing
-//     decision just refreshes the last-use ticks of what it reused (touch).
+//   - exact: the replica's KV event stream is up and its opening config matched ours; what the
+//     replica holds comes from its events (stored, removed, cleared). A routing decision refreshes
+//     the last-use ticks of what it reused (touch) and leaves a *pending* mark on the blocks the
+//     replica does not hold yet: the prefill it was just sent will store them, but its events say so
+//     only after the prefill, and requests with the same prefix that arrive meanwhile must go to the
+//     same place. A stored event confirms a pending block (it is an ordinary mark from then on); one
+//     not confirmed within `pending_ttl` is dropped by sweep() (with what hangs below it). Events
+//     stay the truth: `cleared`, a reconnect (begin_stream) and a removal drop the pending marks.
 //   - approximate: no usable stream (none yet, down, config mismatch). A routing decision inserts
 //     the prompt's hashes for the chosen replica (a guess: it will cache them), and sweep() ages
 //     these marks out after `approximate_ttl`; the tree's LRU memory bound applies to everyone.
@@ -36,6 +41,9 @@
 #pragma once
 
 #include <array>
+#include <deque>
+#include <unordered_map>
+#include <vector>
 #include <functional>
 #include <optional>
 #include <string>
@@ -52,6 +60,7 @@ struct ReplicaCacheConfig {
   std::uint64_t block_size = 16;      // the router's own, checked against each stream's config
   BlockHash root = 0;                 // block_hash_root(model name): ditto
   Tick approximate_ttl = 120'000;     // ticks (the router: ms) an approximate mark outlives its last use
+  Tick pending_ttl = 20'000;          // exact mode: how long a pending mark waits for its stored event
   PrefixTreeConfig tree{};
 };
 
@@ -82,13 +91,18 @@ class ReplicaCacheIndex {
   const std::string& mode_reason(ReplicaId r) const;
   std::uint64_t last_seq(ReplicaId r) const;
   std::uint64_t orphans_dropped(ReplicaId r) const;
+  std::uint64_t snapshots(ReplicaId r) const;  // `cleared` events that opened a snapshot
   bool in_snapshot(ReplicaId r) const;
 
   MatchResult match(std::span<const BlockHash> hashes) const { return tree_.match(hashes); }
   // The request with these prompt hashes was routed to r at `now`.
   void on_routed(ReplicaId r, std::span<const BlockHash> hashes, Tick now);
-  // Drops approximate marks unused for approximate_ttl; returns how many.
+  // Drops approximate marks unused for approximate_ttl and pending marks older than pending_ttl;
+  // returns how many approximate marks (the pending ones: pending_expired()).
   std::size_t sweep(Tick now);
+  std::size_t pending_blocks() const { return pending_.size(); }  // (block, replica) pending now
+  std::uint64_t pending_confirmed() const { return pending_confirmed_; }
+  std::uint64_t pending_expired() const { return pending_expired_; }
 
   std::uint64_t begin_stream(ReplicaId r);
   EventOutcome apply_event(ReplicaId r, std::string_view json, Tick now);
@@ -112,6 +126,7 @@ class ReplicaCacheIndex {
     std::uint64_t stream_since = 0;         // since= of the current stream (begin_stream)
     std::uint64_t snapshot_left = 0;        // snapshot `stored` events still expected at last_seq
     std::uint64_t orphans_dropped = 0;
+    std::uint64_t snapshots = 0;
   };
 
   Replica& at(ReplicaId r);
@@ -123,11 +138,33 @@ class ReplicaCacheIndex {
   enum class Restart : std::uint8_t { no, new_instance, seq_went_back };
   Restart restarted(ReplicaId r, const KvEventMessage& config);
   void log(const std::string& line) const;
+  // replica_cache_pending.cpp
+  void add_pending(ReplicaId r, std::span<const BlockHash> hashes, Tick now);
+  void confirm_pending(ReplicaId r, std::span<const BlockHash> hashes);
+  void drop_pending(ReplicaId r, bool from_tree);
+  void expire_pending(Tick now);
+
+  struct PendingKey {
+    BlockHash hash;
+    ReplicaId replica;
+    bool operator==(const PendingKey&) const = default;
+  };
+  struct PendingKeyHash {
+    std::size_t operator()(const PendingKey& k) const { return k.hash ^ (std::size_t{k.replica} * 0x9E3779B97F4A7C15ull); }
+  };
+  struct PendingRoute {  // one routing decision's new blocks, in expiry order
+    Tick expires;
+    ReplicaId replica;
+    std::vector<BlockHash> hashes;
+  };
 
   ReplicaCacheConfig config_;
   Log log_;
   PrefixTree tree_;
   std::array<Replica, kMaxReplicas> replicas_;
+  std::unordered_map<PendingKey, Tick, PendingKeyHash> pending_;  // -> expiry (the latest route's)
+  std::deque<PendingRoute> pending_routes_;                       // expiry order (one TTL for all)
+  std::uint64_t pending_confirmed_ = 0, pending_expired_ = 0;
 };
 
 }  // namespace kvfleet::router

@@ -4,6 +4,15 @@
 // `cleared` plus a snapshot when the reader fell behind), then follows new events until the client leaves
 // or the replica drains, with a `: ping` comment after each heartbeat period without output.
 //
+// With `load=1` (a router that balances on the replica's own load) the stream also carries
+// `{"type":"load","waiting":W,"running":R,"kv_usage":U}` (no seq: not a cache event) when it opens,
+// whenever the engine's figures change (looked at every kLoadPoll) and at least every heartbeat, in
+// place of the ping. Only readers that ask get it: older routers took an unknown type for bad JSON.
+//
+// With `snapshot=1` and since=0 (a reader that has nothing yet, e.g. a router started late) the stream
+// starts from `cleared` + a snapshot even when the ring could replay from seq 1: the snapshot is the
+// cache as it is, the replay its whole history (every block stored and evicted since the start).
+//
 // Nothing here blocks an io thread: the coroutine sleeps on a timer that the ring's listener (engine
 // thread) cancels when it publishes, and the snapshot is asked of the engine asynchronously.
 #include <atomic>
@@ -12,7 +21,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
+#include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <mutex>
 
 #include "engine/server/api_request.h"
@@ -26,6 +37,16 @@ using boost::asio::awaitable;
 namespace {
 
 constexpr std::size_t kEventsPerWrite = 256;  // a snapshot or a long replay goes out in pieces
+constexpr std::chrono::milliseconds kLoadPoll{200};
+
+std::string load_line(const EngineStats& stats) {
+  const double usage = std::round(std::clamp(stats.scheduler.kv.usage, 0.0, 1.0) * 1000) / 1000;  // 0.1% steps
+  const json::object o{{"type", "load"},
+                       {"waiting", std::max(0, stats.scheduler.num_waiting)},
+                       {"running", std::max(0, stats.scheduler.num_running)},
+                       {"kv_usage", usage}};
+  return "data: " + json::serialize(o) + "\n\n";
+}
 
 std::string event_line(const KvEvent& e, const char* tier, bool snapshot = false) {
   json::object o{{"seq", e.seq}, {"type", to_string(e.type)}, {"tier", tier}};
@@ -65,6 +86,10 @@ awaitable<bool> sleep_until_woken(StreamWaker& w, std::chrono::milliseconds time
 
 awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWriter& w) {
   std::uint64_t since = 0;
+  const auto load_param = req.query_param("load");
+  const bool want_load = load_param && (*load_param == "1" || *load_param == "true");
+  const auto snapshot_param = req.query_param("snapshot");
+  const bool want_snapshot = snapshot_param && (*snapshot_param == "1" || *snapshot_param == "true");
   if (const auto s = req.query_param("since")) {
     const auto [p, ec] = std::from_chars(s->data(), s->data() + s->size(), since);
     if (ec != std::errc() || p != s->data() + s->size()) throw bad_request("'since' must be a sequence number", "since");
@@ -92,6 +117,7 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
   if (!co_await w.write(opening)) co_return;
 
   KvReplay replay = ring->since(since);
+  if (want_snapshot && since == 0 && replay.last_seq > 0) replay.fell_behind = true;
   if (replay.fell_behind) {
     // Start over: everything cached now, as one `cleared` naming the count and then that many stored
     // events at the same seq, parents first (the router applies them all).
@@ -128,6 +154,8 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
     since = snap->seq;
     replay = ring->since(since);
   }
+  std::string last_load;
+  auto last_load_at = std::chrono::steady_clock::now();
   while (!w.client_gone() && !draining_) {
     if (replay.fell_behind) co_return;  // lost events: the router reconnects and gets a snapshot
     std::string out;
@@ -139,7 +167,17 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
         out.clear();
       }
     }
-    if (!co_await sleep_until_woken(*waker, heartbeat) && !w.client_gone() && !co_await w.write(": ping\n\n")) co_return;
+    const auto now = std::chrono::steady_clock::now();
+    if (want_load) {
+      std::string line = load_line(engine_->stats());
+      if (line != last_load || now - last_load_at >= heartbeat) {
+        if (!co_await w.write(line)) co_return;
+        last_load = std::move(line);
+        last_load_at = now;
+      }
+    }
+    const bool woken = co_await sleep_until_woken(*waker, want_load ? std::min(heartbeat, kLoadPoll) : heartbeat);
+    if (!woken && !want_load && !w.client_gone() && !co_await w.write(": ping\n\n")) co_return;
     replay = ring->since(since);
   }
   co_await w.finish();

@@ -80,7 +80,13 @@ awaitable<void> Gateway::list_replicas(const http::Request&, http::ResponseWrite
   {
     std::lock_guard lock(mutex_);
     for (const auto& l : links_) {
+      json::value load = nullptr;  // the replica's own report, when its stream carries one
+      if (l->load_reported)
+        load = json::object{{"waiting", l->reported_waiting}, {"running", l->reported_running},
+                            {"kv_usage", l->reported_kv_usage}};
       list.push_back(json::object{{"url", l->url},
+                                  {"discovered", l->discovered},
+                                  {"reported_load", load},
                                   {"slot", l->slot},
                                   {"healthy", l->healthy},
                                   {"draining", l->draining},
@@ -92,6 +98,7 @@ awaitable<void> Gateway::list_replicas(const http::Request&, http::ResponseWrite
                                   {"last_seq", index_.last_seq(l->slot)},
                                   {"events_applied", l->events_applied},
                                   {"orphans_dropped", index_.orphans_dropped(l->slot)},
+                                  {"snapshots", index_.snapshots(l->slot)},
                                   {"in_flight_requests", l->in_flight},
                                   {"in_flight_tokens", l->in_flight_tokens},
                                   {"routed", l->routed},
@@ -102,7 +109,11 @@ awaitable<void> Gateway::list_replicas(const http::Request&, http::ResponseWrite
     active = active_;
     queued = waiters_.size();
     const TreeStats s = index_.tree().stats();
-    tree = json::object{{"nodes", s.nodes}, {"blocks", s.blocks}, {"entries", s.entries}, {"bytes", s.bytes}};
+    tree = json::object{{"nodes", s.nodes},     {"blocks", s.blocks},
+                        {"entries", s.entries}, {"bytes", s.bytes},
+                        {"pending_blocks", index_.pending_blocks()},
+                        {"pending_confirmed", index_.pending_confirmed()},
+                        {"pending_expired", index_.pending_expired()}};
   }
   http::Response r = json_response(200, json::object{{"policy", policy()->name()}, {"active", active}, {"queued", queued},
                                                      {"replicas", list}, {"tree", tree}});

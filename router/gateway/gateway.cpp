@@ -4,6 +4,8 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -29,6 +31,7 @@ ReplicaCacheConfig cache_config(const RouterConfig& c, BlockHash root) {
   r.block_size = c.block_size;
   r.root = root;
   r.approximate_ttl = static_cast<Tick>(c.approximate_ttl.count());
+  r.pending_ttl = static_cast<Tick>(c.pending_ttl.count());
   r.tree.max_bytes = c.tree_max_bytes;
   return r;
 }
@@ -37,7 +40,7 @@ http::Response json_response(int status, const json::value& v) { return http::Re
 
 }  // namespace
 
-Gateway::Gateway(RouterConfig config)
+Gateway::Gateway(RouterConfig config, Discovery::Resolver resolver)
     : config_(std::move(config)),
       name_(config_.served_model_name.empty() ? default_name(config_.model) : config_.served_model_name),
       tokenizer_(Tokenizer::load(config_.model)),
@@ -61,14 +64,54 @@ Gateway::Gateway(RouterConfig config)
   for (const auto& url : config_.replicas) add_replica(url);
   for (const auto& url : config_.decode_replicas) add_replica(url, ReplicaPool::decode);
   for (const auto& url : config_.prefill_replicas) add_replica(url, ReplicaPool::prefill);
+  if (!config_.discovery.dns.empty()) {
+    if (!resolver)
+      resolver = config_.discovery.hosts_file.empty() ? Discovery::system_resolver()
+                                                      : Discovery::hosts_file_resolver(config_.discovery.hosts_file);
+    discovery_ = std::make_unique<Discovery>(config_.discovery, std::move(resolver),
+                                             [this](const std::vector<std::string>& urls) { apply_discovered(urls); });
+  }
 }
 
+// Order matters (ASan found the old one): the suspended loops' frames hold their links, whose strands
+// and timers belong to the io_context. So: stop the server (no new requests, connections closed, io
+// threads joined), end every loop on the io_context, close pooled sockets, drop the links, and only
+// then destroy the server with its io_context.
 Gateway::~Gateway() {
+  discovery_.reset();  // its thread adds and removes replicas
   stopping_ = true;
+  draining_ = true;
   server_->stop(std::chrono::milliseconds(0));
-  // Pooled upstream sockets belong to the io_context: close them while it still exists.
-  for (const auto& link : links_) link->pool.clear();
-  server_.reset();  // destroys the io_context, and with it the suspended background loops
+  finish_loops();
+  std::vector<std::shared_ptr<ReplicaLink>> links;
+  {
+    std::lock_guard lock(mutex_);
+    links.swap(links_);
+  }
+  for (const auto& link : links) link->pool.clear();
+  links.clear();
+  maintenance_timer_.reset();
+  server_.reset();
+}
+
+void Gateway::finish_loops() {
+  std::vector<std::shared_ptr<ReplicaLink>> links;
+  {
+    std::lock_guard lock(mutex_);
+    links = links_;
+  }
+  // The server's io threads are joined: this thread runs the io_context until the loops are done.
+  auto& ioc = static_cast<asio::io_context&>(asio::query(server_->executor(), asio::execution::context));
+  ioc.restart();
+  for (const auto& link : links) asio::post(link->strand, [link] { link->stop_io(); });
+  asio::post(server_->executor(), [this] {
+    if (maintenance_timer_) maintenance_timer_->cancel();
+  });
+  // Bounded: each loop ends at its next resumption, which the cancels above bring at once.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (loops_ > 0 && std::chrono::steady_clock::now() < deadline) ioc.run_one_for(std::chrono::milliseconds(50));
+  if (loops_ > 0) std::fprintf(stderr, "kvfleet-router: %d background loops did not end at shutdown\n", loops_.load());
+  ioc.stop();
 }
 
 void Gateway::start() {
@@ -79,11 +122,15 @@ void Gateway::start() {
     links = links_;
   }
   for (const auto& link : links) start_loops(link);
-  asio::co_spawn(server_->executor(), maintenance_loop(), asio::detached);
+  maintenance_timer_.emplace(server_->executor());
+  loops_ += 1;
+  asio::co_spawn(server_->executor(), maintenance_loop(), [this](const std::exception_ptr&) { loops_ -= 1; });
+  if (discovery_) discovery_->start();
 }
 
 bool Gateway::drain() {
   draining_ = true;
+  discovery_.reset();
   const bool clean = server_->stop(config_.drain_timeout);
   stopping_ = true;
   return clean;
@@ -199,18 +246,47 @@ bool Gateway::remove_replica(const std::string& url) {
     forget_metrics(url);  // under the lock: metrics() sets the gauges of listed replicas under it too
   }
   link->pool.clear();
-  asio::post(link->strand, [link] {
-    if (link->events_client) link->events_client->close();
-  });
+  asio::post(link->strand, [link] { link->stop_io(); });  // its loops end at once
   return true;
+}
+
+void Gateway::apply_discovered(const std::vector<std::string>& urls) {
+  if (stopping_ || draining_) return;
+  std::vector<std::string> added, gone;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& url : urls)
+      if (std::none_of(links_.begin(), links_.end(), [&](const auto& l) { return l->url == url; })) added.push_back(url);
+    for (const auto& l : links_)
+      if (l->discovered && std::find(urls.begin(), urls.end(), l->url) == urls.end()) gone.push_back(l->url);
+  }
+  for (const auto& url : added) {
+    try {
+      const std::shared_ptr<ReplicaLink> link = add_replica(url);
+      {
+        std::lock_guard lock(mutex_);
+        link->discovered = true;
+      }
+      start_loops(link);
+      std::fprintf(stderr, "kvfleet-router: discovery: added replica %s\n", url.c_str());
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "kvfleet-router: discovery: cannot add %s: %s\n", url.c_str(), e.what());
+    }
+  }
+  for (const auto& url : gone) {
+    remove_replica(url);
+    std::fprintf(stderr, "kvfleet-router: discovery: removed replica %s\n", url.c_str());
+  }
 }
 
 // Ages out approximate marks (the index does not run a clock of its own) and idle upstream connections.
 awaitable<void> Gateway::maintenance_loop() {
-  asio::steady_timer timer(co_await asio::this_coro::executor);
+  asio::steady_timer& timer = *maintenance_timer_;
   while (!stopping_) {
     timer.expires_after(std::chrono::seconds(1));
-    co_await timer.async_wait(asio::use_awaitable);
+    boost::system::error_code ec;
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (stopping_) break;
     std::vector<std::shared_ptr<ReplicaLink>> links;
     {
       std::lock_guard lock(mutex_);
@@ -235,15 +311,26 @@ std::shared_ptr<Policy> Gateway::policy() const {
 }
 
 std::string Gateway::reload(const RouterConfig& next) {
-  std::vector<std::string> current;
+  std::vector<std::string> current, all;
   {
     std::lock_guard lock(mutex_);
-    for (const auto& l : links_) current.push_back(l->url);
+    for (const auto& l : links_) {
+      all.push_back(l->url);
+      if (!l->discovered) current.push_back(l->url);  // discovery keeps its own
+    }
   }
   auto has = [](const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); };
   std::string report;
+  // Policy and keys first: once the new replica list shows (in /admin), the rest has been applied too.
+  std::shared_ptr<Policy> policy = make_policy(next.policy);
+  {
+    std::lock_guard lock(mutex_);
+    policy_.swap(policy);  // the old one is destroyed outside the lock, once no request holds it
+    api_keys_ = next.api_keys;
+    admin_api_key_ = next.admin_api_key;
+  }
   for (const auto& url : next.replicas) {
-    if (has(current, url)) continue;
+    if (has(all, url)) continue;
     start_loops(add_replica(url));
     report += "added replica " + url + "; ";
   }
@@ -251,13 +338,6 @@ std::string Gateway::reload(const RouterConfig& next) {
     if (has(next.replicas, url)) continue;
     remove_replica(url);
     report += "removed replica " + url + "; ";
-  }
-  std::shared_ptr<Policy> policy = make_policy(next.policy);
-  {
-    std::lock_guard lock(mutex_);
-    policy_.swap(policy);  // the old one is destroyed outside the lock, once no request holds it
-    api_keys_ = next.api_keys;
-    admin_api_key_ = next.admin_api_key;
   }
   report += "policy and API keys applied";
   if (next.model != config_.model || next.port != config_.port || next.host != config_.host ||

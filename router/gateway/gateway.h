@@ -32,6 +32,7 @@
 #include "kvfleet/http/server.h"
 #include "kvfleet/tokenizer.h"
 #include "router/circuit_breaker.h"
+#include "router/gateway/discovery.h"
 #include "router/gateway/pd_routing.h"
 #include "router/gateway/router_config.h"
 #include "router/gateway/upstream_pool.h"
@@ -46,12 +47,14 @@ struct ReplicaLink {
   ReplicaLink(std::string url_, ReplicaAddress address_, ReplicaId slot_, boost::asio::any_io_executor executor,
               UpstreamPoolConfig pool_config, CircuitBreakerConfig breaker_config)
       : url(std::move(url_)), address(std::move(address_)), slot(slot_), strand(boost::asio::make_strand(executor)),
-        pool(pool_config), breaker(breaker_config) {}
+        health_timer(strand), events_timer(strand), pool(pool_config), breaker(breaker_config) {}
 
   const std::string url;
   const ReplicaAddress address;
   const ReplicaId slot;
   boost::asio::strand<boost::asio::any_io_executor> strand;
+  // On `strand`: the loops' sleeps, cancelled (with the clients below closed) by stop_io().
+  boost::asio::steady_timer health_timer, events_timer;
   std::atomic<bool> removed{false};
   UpstreamPool pool;  // idle keep-alive connections (thread-safe on its own)
   // Guarded by Gateway::mutex_.
@@ -65,8 +68,22 @@ struct ReplicaLink {
   std::uint64_t routed = 0;
   std::uint64_t events_applied = 0;
   bool events_supported = true;
-  // Used on `strand` only: the open KV event stream, closed when the replica is removed.
-  std::shared_ptr<http::HttpClient> events_client;
+  bool discovered = false;  // added by DNS discovery (which may remove it again), not configured
+  // The replica's own load (`load` events on its KV event stream); stale after kv_events_timeout.
+  bool load_reported = false;
+  std::uint32_t reported_waiting = 0, reported_running = 0;
+  double reported_kv_usage = 0;
+  Tick load_at = 0;
+  // Used on `strand` only: the open KV event stream and health check, closed when the replica is removed.
+  std::shared_ptr<http::HttpClient> events_client, health_client;
+
+  // On `strand`: wakes both loops at once (they then see `removed` or the gateway stopping and end).
+  void stop_io() {
+    health_timer.cancel();
+    events_timer.cancel();
+    if (events_client) events_client->close();
+    if (health_client) health_client->close();
+  }
 };
 
 // A request waiting for a forwarding slot; release_slot() sets `granted` and cancels the timer.
@@ -94,7 +111,8 @@ struct RoutePlan {
 
 class Gateway {
  public:
-  explicit Gateway(RouterConfig config);
+  // `resolver` serves discovery.dns (default: hosts_file when set, else the system's resolver).
+  explicit Gateway(RouterConfig config, Discovery::Resolver resolver = {});
   ~Gateway();
   Gateway(const Gateway&) = delete;
   Gateway& operator=(const Gateway&) = delete;
@@ -129,6 +147,8 @@ class Gateway {
   std::shared_ptr<ReplicaLink> add_replica(const std::string& url,
                                            ReplicaPool pool = ReplicaPool::mixed);  // throws invalid_argument
   bool remove_replica(const std::string& url);
+  // Discovery's answer: the discovered replicas are now exactly `urls` (configured ones stay).
+  void apply_discovered(const std::vector<std::string>& urls);
   awaitable<void> maintenance_loop();
 
   // routing.cpp
@@ -156,6 +176,9 @@ class Gateway {
 
   // replica_links.cpp
   void start_loops(const std::shared_ptr<ReplicaLink>& link);
+  // Shutdown: wakes every background loop and runs the (stopped) io_context on this thread until they
+  // have all ended, so that no coroutine frame outlives the links or the io_context it runs on.
+  void finish_loops();
   awaitable<void> health_loop(std::shared_ptr<ReplicaLink> link);
   awaitable<void> events_loop(std::shared_ptr<ReplicaLink> link);
   struct StreamEnd {
@@ -185,6 +208,8 @@ class Gateway {
   std::unique_ptr<http::HttpServer> server_;
   std::atomic<bool> draining_{false};
   std::atomic<bool> stopping_{false};
+  std::atomic<int> loops_{0};  // background coroutines running (replica loops, maintenance)
+  std::optional<boost::asio::steady_timer> maintenance_timer_;  // on the server's executor
 
   mutable std::mutex mutex_;  // guards everything below
   ReplicaCacheIndex index_;
@@ -194,6 +219,8 @@ class Gateway {
   std::deque<std::shared_ptr<SlotWaiter>> waiters_;  // requests waiting for a slot, oldest first
   std::vector<std::string> api_keys_;
   std::string admin_api_key_;
+
+  std::unique_ptr<Discovery> discovery_;  // null without discovery.dns
 
   std::mutex series_mutex_;
   std::set<std::pair<std::string, std::string>> request_series_;  // (replica, status) counters made so far

@@ -1,6 +1,6 @@
 // Per replica, on its strand: active health checks, and the KV event subscription (exact mode).
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -23,17 +23,23 @@ constexpr std::size_t kMaxEventBytes = 4 << 20;  // one SSE event (a full kMaxEv
 constexpr std::size_t kApplyBatch = 1024;        // hashes applied per hold of the routing lock
 constexpr milliseconds kMinBackoff{100}, kMaxBackoff{5'000};
 
-awaitable<void> sleep_for(milliseconds d) {
-  asio::steady_timer timer(co_await asio::this_coro::executor);
+// Sleeps on the link's own timer, so that stop_io() can cut the sleep short (no exception then).
+awaitable<void> sleep_for(asio::steady_timer& timer, milliseconds d) {
   timer.expires_after(d);
-  co_await timer.async_wait(asio::use_awaitable);
+  boost::system::error_code ec;
+  co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
 }
 
 }  // namespace
 
+// loops_ counts them, so that shutdown can wait until each has ended (finish_loops).
 void Gateway::start_loops(const std::shared_ptr<ReplicaLink>& link) {
-  asio::co_spawn(link->strand, health_loop(link), asio::detached);
-  if (config_.kv_events) asio::co_spawn(link->strand, events_loop(link), asio::detached);
+  auto done = [this](const std::exception_ptr&) { loops_ -= 1; };
+  loops_ += 1;
+  asio::co_spawn(link->strand, health_loop(link), done);
+  if (!config_.kv_events) return;
+  loops_ += 1;
+  asio::co_spawn(link->strand, events_loop(link), done);
 }
 
 awaitable<void> Gateway::health_loop(std::shared_ptr<ReplicaLink> link) {
@@ -46,7 +52,8 @@ awaitable<void> Gateway::health_loop(std::shared_ptr<ReplicaLink> link) {
       cc.io_timeout = config_.health_timeout;
       cc.header_limit = kHeadLimit;
       cc.body_limit = kHealthBodyLimit;
-      http::HttpClient client(executor, cc);
+      link->health_client = std::make_shared<http::HttpClient>(executor, cc);
+      http::HttpClient& client = *link->health_client;
       const std::string host = link->address.host;
       co_await client.connect(host, link->address.port);
       http::Request req;
@@ -58,9 +65,10 @@ awaitable<void> Gateway::health_loop(std::shared_ptr<ReplicaLink> link) {
     } catch (const std::exception&) {
       ok = false;
     }
-    if (link->removed) break;
+    link->health_client.reset();
+    if (link->removed || stopping_) break;
     record_health(*link, ok);
-    co_await sleep_for(config_.health_interval);
+    co_await sleep_for(link->health_timer, config_.health_interval);
   }
 }
 
@@ -96,7 +104,9 @@ awaitable<void> Gateway::events_loop(std::shared_ptr<ReplicaLink> link) {
       co_await client.connect(host, link->address.port);
       http::Request req;
       req.method = "GET";
-      req.target = "/v1/kv_events?since=" + std::to_string(since);
+      // load=1: the replica also reports its queue and KV usage (`load` events; older ones ignore it).
+      // snapshot=1 from 0: the cache as it is rather than its whole history (older replicas replay).
+      req.target = "/v1/kv_events?since=" + std::to_string(since) + "&load=1" + (since == 0 ? "&snapshot=1" : "");
       req.headers.set("accept", "text/event-stream");
       add_replica_auth(req);
       co_await client.send(req);
@@ -113,18 +123,20 @@ awaitable<void> Gateway::events_loop(std::shared_ptr<ReplicaLink> link) {
       end.why = std::string("event stream failed: ") + e.what();
     }
     link->events_client.reset();
+    if (stopping_) break;
     {
       std::lock_guard lock(mutex_);
       if (link->removed) break;
       index_.end_stream(link->slot, end.why);
       link->events_supported = !unsupported;
+      link->load_reported = false;
     }
     if (end.worked) backoff = kMinBackoff;
     // Full jitter: uniform in [backoff / 2, backoff].
     const milliseconds wait = unsupported ? milliseconds(30'000)
                                           : backoff / 2 + milliseconds(jitter() % (backoff.count() / 2 + 1));
     if (!end.worked) backoff = std::min(backoff * 2, kMaxBackoff);
-    co_await sleep_for(wait);
+    co_await sleep_for(link->events_timer, wait);
   }
 }
 
@@ -151,6 +163,16 @@ awaitable<Gateway::StreamEnd> Gateway::read_events(ReplicaLink& link, http::Http
         end.why = std::string("malformed event: ") + e.what();
         co_return end;  // what it said is lost: reconnect (with backoff) and replay from the last seq
       }
+      if (message.type == KvEventMessage::Type::load) {
+        std::lock_guard lock(mutex_);
+        link.load_reported = true;
+        link.reported_waiting = message.waiting;
+        link.reported_running = message.running;
+        link.reported_kv_usage = message.kv_usage;
+        link.load_at = now_tick();
+        continue;
+      }
+      if (message.type == KvEventMessage::Type::unknown) continue;  // a newer replica's event
       for (const KvEventMessage& part : split_kv_event(std::move(message), kApplyBatch)) {
         EventOutcome outcome;
         {

@@ -1,10 +1,12 @@
 #include "router/gateway/router_config.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <stdexcept>
 
 #include "kvfleet/files.h"
 #include "kvfleet/yaml_settings.h"
+#include "router/policies/cache_aware.h"
 #include "router/policy.h"
 
 namespace kvfleet::router {
@@ -24,6 +26,13 @@ void check(const RouterConfig& c, const std::string& source) {
       } catch (const std::invalid_argument& e) {
         bad(source, key, e.what());
       }
+    }
+  }
+  if (!c.discovery.dns.empty()) {
+    try {
+      parse_discovery_target(c.discovery.dns);
+    } catch (const std::invalid_argument& e) {
+      bad(source, "discovery.dns", e.what());
     }
   }
   if (!c.decode_replicas.empty() && c.prefill_replicas.empty() && c.replicas.empty())
@@ -49,7 +58,40 @@ CircuitBreakerConfig circuit_breaker_yaml(const YAML::Node& node, const std::str
   return c;
 }
 
+RouterConfig::Discovery discovery_yaml(const YAML::Node& node, const std::string& source, RouterConfig::Discovery d) {
+  if (!node.IsMap()) bad(source, "discovery", "must be a mapping {dns, interval_ms, hosts_file}");
+  for (const auto& kv : node) {
+    const std::string key = "discovery." + kv.first.as<std::string>();
+    if (key == "discovery.dns") d.dns = scalar<std::string>(kv.second, source, key);
+    else if (key == "discovery.interval_ms") d.interval = milliseconds(positive<std::int64_t>(kv.second, source, key));
+    else if (key == "discovery.hosts_file") d.hosts_file = scalar<std::string>(kv.second, source, key);
+    else bad(source, key, "is not a known setting");
+  }
+  return d;
+}
+
+// --cache-threshold 0.7 and the like: cache_aware's knobs as flags, written into the policy node.
+void apply_knob_flags(RouterConfig& c, const std::vector<std::pair<std::string, std::string>>& knobs,
+                      const std::string& where) {
+  if (knobs.empty()) return;
+  YAML::Node policy = c.policy.IsScalar() ? YAML::Node(YAML::NodeType::Map) : YAML::Clone(c.policy);
+  if (c.policy.IsScalar()) policy["name"] = c.policy.Scalar();
+  const std::string name = policy["name"] ? policy["name"].as<std::string>() : "";
+  if (name != "cache_aware")
+    bad(where, "--" + knobs.front().first, "is a cache_aware knob, but the policy is '" + name + "'");
+  for (const auto& [key, value] : knobs) policy[key] = value;
+  c.policy = policy;
+}
+
 }  // namespace
+
+ReplicaAddress parse_discovery_target(const std::string& target) {
+  try {
+    return parse_replica_url("http://" + target);
+  } catch (const std::invalid_argument&) {
+    throw std::invalid_argument("discovery target '" + target + "' must be NAME:PORT");
+  }
+}
 
 ReplicaAddress parse_replica_url(const std::string& url) {
   const std::string scheme = "http://";
@@ -111,6 +153,8 @@ void apply_router_yaml(const std::string& text, const std::string& source, Route
     else if (key == "block_size") c.block_size = positive<std::uint64_t>(v, source, key);
     else if (key == "kv_events") c.kv_events = scalar<bool>(v, source, key);
     else if (key == "approximate_ttl_ms") c.approximate_ttl = ms();
+    else if (key == "pending_ttl_ms") c.pending_ttl = ms();
+    else if (key == "discovery") c.discovery = discovery_yaml(v, source, c.discovery);
     else if (key == "tree_max_bytes") c.tree_max_bytes = scalar<std::uint64_t>(v, source, key);
     else if (key == "health_interval_ms") c.health_interval = ms();
     else if (key == "health_timeout_ms") c.health_timeout = ms();
@@ -193,6 +237,21 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
       ->check(CLI::PositiveNumber);
   flags.add_flag("!--no-special-tokens-in-content", c.special_tokens_in_content,
                  "Hash chat prompts as replicas run with --no-special-tokens-in-content do");
+  std::int64_t pending_ms = c.pending_ttl.count(), discovery_ms = c.discovery.interval.count();
+  flags.add_option("--pending-ttl-ms", pending_ms, "Exact mode: how long a routed prefix's pending mark waits for its event")
+      ->check(CLI::PositiveNumber);
+  flags.add_option("--discovery-dns", c.discovery.dns, "NAME:PORT resolved periodically to the replica set");
+  flags.add_option("--discovery-interval-ms", discovery_ms, "How often --discovery-dns is resolved")
+      ->check(CLI::PositiveNumber);
+  flags.add_option("--discovery-hosts-file", c.discovery.hosts_file, "Resolve the discovery name from this hosts file");
+  // cache_aware's knobs (router/policies/cache_aware.h), e.g. --cache-threshold 0.7.
+  std::vector<std::pair<std::string, std::string>> knob_flags;
+  std::vector<std::string> knob_values(std::size(kCacheAwareKnobs));
+  for (std::size_t i = 0; i < std::size(kCacheAwareKnobs); ++i) {
+    std::string flag = std::string("--") + kCacheAwareKnobs[i];
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    flags.add_option(flag, knob_values[i], std::string("cache_aware knob ") + kCacheAwareKnobs[i]);
+  }
   try {
     flags.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -210,7 +269,12 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
   c.health_timeout = milliseconds(health_timeout_ms);
   c.drain_timeout = milliseconds(drain_ms);
   c.kv_events_timeout = milliseconds(kv_timeout_ms);
+  c.pending_ttl = milliseconds(pending_ms);
+  c.discovery.interval = milliseconds(discovery_ms);
   const std::string where = config_file.empty() ? "flags" : config_file;
+  for (std::size_t i = 0; i < knob_values.size(); ++i)
+    if (!knob_values[i].empty()) knob_flags.emplace_back(kCacheAwareKnobs[i], knob_values[i]);
+  apply_knob_flags(c, knob_flags, where);
   if (c.model.empty()) throw std::invalid_argument(where + ": 'model' is required (--model DIR)");
   check(c, where);
   return c;

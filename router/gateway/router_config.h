@@ -30,6 +30,9 @@ struct RouterConfig {
   std::uint64_t block_size = 16;      // must match the replicas' (checked against KV event config)
   bool kv_events = true;              // subscribe to /v1/kv_events (exact mode)
   milliseconds approximate_ttl{120'000};
+  // Exact mode: how long a routing decision's mark on blocks the replica does not hold yet waits for
+  // the stored event that confirms it (router/replica_cache_index.h).
+  milliseconds pending_ttl{20'000};
   std::uint64_t tree_max_bytes = 256ull << 20;
   // Active health checks: GET /health every interval; this many failures in a row -> unhealthy,
   // this many successes in a row -> healthy again. A failed connect marks unhealthy at once.
@@ -77,6 +80,15 @@ struct RouterConfig {
   bool forward_authorization = false;
   // Must match the replicas' special_tokens_in_content, so that chat prompts hash the same (Contract 1).
   bool special_tokens_in_content = true;
+  // Replica discovery (router/gateway/discovery.h): `dns` is NAME:PORT, resolved every `interval` to
+  // the set of replica addresses (a Kubernetes headless Service, Consul DNS, /etc/hosts); added
+  // addresses are subscribed, vanished ones removed. `hosts_file`: resolve NAME from this file (hosts
+  // format, re-read each time) instead of the system resolver. Empty dns = off.
+  struct Discovery {
+    std::string dns{};
+    milliseconds interval{5'000};
+    std::string hosts_file{};
+  } discovery;
 };
 
 // Parses argv (and the YAML file it names); throws std::invalid_argument naming the bad key or
@@ -93,5 +105,7 @@ struct ReplicaAddress {
 // name or IPv4 address (letters, digits, '-', '.') or a bracketed IPv6 address; the port 1-65535.
 // No user info, path, query or fragment.
 ReplicaAddress parse_replica_url(const std::string& url);
+// "NAME:PORT" of discovery.dns -> {NAME, PORT}; throws std::invalid_argument otherwise.
+ReplicaAddress parse_discovery_target(const std::string& target);
 
 }  // namespace kvfleet::router

@@ -109,12 +109,19 @@ std::shared_ptr<ReplicaLink> Gateway::route(RoutePlan& plan, const std::vector<R
       s.in_flight_requests = l->in_flight;
       s.in_flight_tokens = l->in_flight_tokens;
       s.matched_blocks = match.of(l->slot);
+      if (l->load_reported && now - l->load_at <= static_cast<Tick>(config_.kv_events_timeout.count())) {
+        s.load_reported = true;
+        s.reported_waiting = l->reported_waiting;
+        s.reported_running = l->reported_running;
+        s.kv_usage = l->reported_kv_usage;
+      }
       states.push_back(std::move(s));
     }
     RoutingRequest request;
     request.prompt_blocks = static_cast<std::uint32_t>(plan.hashes.size());
     request.prompt_tokens = plan.prompt_tokens;
     request.session_key = plan.session_key;
+    request.block_hashes = plan.hashes;
     decision = policy->choose(request, states);
     if (decision.ok()) {
       chosen = links_[decision.replica];

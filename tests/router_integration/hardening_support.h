@@ -46,7 +46,11 @@ inline http::Response request(std::uint16_t port, const std::string& method, con
 }
 
 inline std::size_t count_since(const std::vector<std::string>& targets, const std::string& since) {
-  return static_cast<std::size_t>(std::count(targets.begin(), targets.end(), "/v1/kv_events?since=" + since));
+  // The router may add parameters after since= (load=1).
+  const std::string want = "/v1/kv_events?since=" + since;
+  return static_cast<std::size_t>(std::count_if(targets.begin(), targets.end(), [&](const std::string& t) {
+    return t == want || t.rfind(want + "&", 0) == 0;
+  }));
 }
 
 }  // namespace kvfleet::test::hardening

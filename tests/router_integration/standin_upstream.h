@@ -70,7 +70,9 @@ class StandinUpstream {
     return kv_authorization_;
   }
 
-  StandinUpstream() : acceptor_(io_, {boost::asio::ip::make_address("127.0.0.1"), 0}) {
+  // On another loopback address and a given port (discovery tests: several 127.0.0.x, one port).
+  explicit StandinUpstream(const std::string& host = "127.0.0.1", std::uint16_t port = 0)
+      : acceptor_(io_, {boost::asio::ip::make_address(host), port}), host_(host) {
     boost::asio::co_spawn(io_, accept_loop(), boost::asio::detached);
     thread_ = std::thread([this] { io_.run(); });
   }
@@ -81,7 +83,8 @@ class StandinUpstream {
   StandinUpstream(const StandinUpstream&) = delete;
   StandinUpstream& operator=(const StandinUpstream&) = delete;
 
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port()); }
+  std::string url() const { return "http://" + host_ + ":" + std::to_string(port()); }
+  std::uint16_t port() const { return acceptor_.local_endpoint().port(); }
   int completion_connections() const { return completion_connections_; }
   int completion_requests() const { return completion_requests_; }
 
@@ -212,6 +215,7 @@ class StandinUpstream {
   std::string last_authorization_, kv_authorization_;
   boost::asio::io_context io_;
   boost::asio::ip::tcp::acceptor acceptor_;
+  std::string host_;
   std::thread thread_;
   std::atomic<int> completion_connections_{0};
   std::atomic<int> completion_requests_{0};
