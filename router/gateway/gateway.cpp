@@ -149,7 +149,11 @@ http::HttpRouter Gateway::make_routes() {
   r.post("/v1/completions", bind(&Gateway::proxy));
   r.post("/v1/chat/completions", bind(&Gateway::proxy));
   r.get("/v1/models", bind(&Gateway::models));
+  // Probes as SGLang's gateway has them: /readiness (= /health: 503 with no healthy replica or while
+  // draining) for the balancer, /liveness (200 while the process serves) for restarts.
   r.get("/health", bind(&Gateway::health));
+  r.get("/readiness", bind(&Gateway::health));
+  r.get("/liveness", bind(&Gateway::liveness));
   r.get("/metrics", bind(&Gateway::metrics));
   auto admin = [this](AdminHandler method) {
     return [this, method](const http::Request& req, http::ResponseWriter& w) { return admin_guard(method, req, w); };
@@ -181,6 +185,13 @@ awaitable<void> Gateway::health(const http::Request&, http::ResponseWriter& w) {
   const bool ok = healthy > 0 && !draining_;
   http::Response r = json_response(ok ? 200 : 503, json::object{{"status", ok ? "ok" : "unavailable"},
                                                                  {"healthy_replicas", healthy}});
+  co_await w.send(std::move(r));
+}
+
+awaitable<void> Gateway::liveness(const http::Request&, http::ResponseWriter& w) {
+  json::object body;
+  body["status"] = "alive";
+  http::Response r = json_response(200, std::move(body));
   co_await w.send(std::move(r));
 }
 

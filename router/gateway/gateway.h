@@ -135,6 +135,7 @@ class Gateway {
   http::HttpRouter make_routes();
   awaitable<void> models(const http::Request& req, http::ResponseWriter& w);
   awaitable<void> health(const http::Request& req, http::ResponseWriter& w);
+  awaitable<void> liveness(const http::Request& req, http::ResponseWriter& w);
   awaitable<void> metrics(const http::Request& req, http::ResponseWriter& w);
   // admin.cpp
   using AdminHandler = awaitable<void> (Gateway::*)(const http::Request&, http::ResponseWriter&);

@@ -22,8 +22,8 @@ struct RouterConfig {
   std::uint16_t port = 8080;
   int http_threads = 2;
   std::vector<std::string> replicas;  // base URLs, http://HOST:PORT
-  // pd mode (router/gateway/pd_routing.h), on when prefill_replicas is not empty: `replicas` are mixed and
-  // serve in both pools.
+  // pd mode (router/gateway/pd_routing.h), on when prefill_replicas or decode_replicas is not empty:
+  // `replicas` are mixed and serve in both pools.
   std::vector<std::string> prefill_replicas, decode_replicas;
   std::uint64_t pd_threshold = 0;  // tokens D lacks beyond which a prefill replica computes the prompt
   YAML::Node policy{"cache_aware"};   // a name, or {name: ..., knobs...} (make_policy)

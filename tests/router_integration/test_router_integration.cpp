@@ -357,4 +357,14 @@ TEST_CASE("API keys are enforced, and SIGHUP applies a changed replica list and 
   CHECK(complete("key-two").status == 200);
 }
 
+TEST_CASE("the router's probes: /readiness follows its replicas, /liveness the process") {
+  // Nothing listens on port 1: the only replica is refused, so the router is alive but not ready.
+  RouterProcess router({}, {"--replica", "http://127.0.0.1:1", "--policy", "round_robin"});
+  CHECK(wait_until([&] { return router.get("/readiness").status == 503; }, std::chrono::seconds(10)));
+  CHECK(router.get("/health").status == 503);
+  const http::Response live = router.get("/liveness");
+  CHECK(live.status == 200);
+  CHECK(live.body.find("alive") != std::string::npos);
+}
+
 }  // namespace kvfleet::test
