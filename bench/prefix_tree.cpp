@@ -10,6 +10,12 @@
 // BM_Match: match() on a 128k-token prompt (8192 blocks) that one replica holds in full, over a
 // path of 64 nodes (a branch of another replica every 128 blocks: a long chat) and, as a worst
 // case, of 8192 nodes (a branch at every block). Goal: under 1 ms.
+//
+// BM_Fleet/R: the router at fleet scale (issue 19): 100k cached prefixes over R replicas (4 or 64).
+// 1,000 system prompts of 8-32 blocks, each prefix a system prompt plus 4-32 blocks of its own, held by
+// one replica (a quarter of them by a second one too). Counters: bytes per (block, replica) entry, and the
+// time of one routing decision's tree work: match() of a cached prefix plus the choice over all R replicas
+// (most matched blocks, ties to the lower load), as the cache_aware policy does per request.
 #include <benchmark/benchmark.h>
 #include <malloc.h>
 
@@ -113,6 +119,49 @@ void BM_Match(benchmark::State& state) {
   state.counters["tree_nodes"] = static_cast<double>(setup.tree.stats().nodes);
 }
 BENCHMARK(BM_Match)->Arg(128)->Arg(1)->Unit(benchmark::kMicrosecond);
+
+void BM_Fleet(benchmark::State& state) {
+  const auto replicas = static_cast<ReplicaId>(state.range(0));
+  std::mt19937_64 rng(13);
+  std::vector<Chain> systems(1000);
+  for (Chain& c : systems)
+    for (std::size_t k = 0, n = 8 + rng() % 25; k < n; ++k) c.push_back(rng());
+  std::vector<Chain> prompts(100000);
+  std::vector<ReplicaId> owner(prompts.size());
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    Chain& c = prompts[i];
+    c = systems[rng() % systems.size()];
+    for (std::size_t k = 0, n = 4 + rng() % 29; k < n; ++k) c.push_back(rng());
+    owner[i] = static_cast<ReplicaId>(rng() % replicas);
+  }
+  const std::size_t heap_before = heap_in_use();  // the tree's own memory only, not the prompts'
+  PrefixTree tree;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    tree.insert(owner[i], prompts[i], i);
+    if (i % 4 == 0) tree.insert(static_cast<ReplicaId>((owner[i] + 1) % replicas), prompts[i], i);
+  }
+  const std::size_t heap_after = heap_in_use();
+  const TreeStats s = tree.stats();
+  std::vector<std::uint32_t> load(replicas);
+  for (auto& l : load) l = static_cast<std::uint32_t>(rng() % 8);
+  std::size_t next = 0;
+  ReplicaId chosen = 0;
+  for (auto _ : state) {
+    const Chain& prompt = prompts[(next++ * 7919) % prompts.size()];
+    const MatchResult m = tree.match(prompt);
+    ReplicaId best = 0;
+    for (ReplicaId r = 1; r < replicas; ++r)
+      if (m.of(r) > m.of(best) || (m.of(r) == m.of(best) && load[r] < load[best])) best = r;
+    chosen = best;
+    benchmark::DoNotOptimize(chosen);
+  }
+  state.counters["prefixes"] = static_cast<double>(prompts.size());
+  state.counters["entries"] = static_cast<double>(s.entries);
+  state.counters["B_per_entry_live"] = static_cast<double>(s.bytes) / static_cast<double>(s.entries);
+  state.counters["B_per_entry_heap"] =
+      static_cast<double>(heap_after - heap_before) / static_cast<double>(s.entries);
+}
+BENCHMARK(BM_Fleet)->Arg(4)->Arg(64)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 
