@@ -61,35 +61,42 @@ ModelRunner::ModelRunner(const Model& model, Backend& backend, const RunnerOptio
     s.owned.push_back(p);
     return p;
   };
-  const auto t = static_cast<std::size_t>(options.max_batch_tokens);
-  const auto f = sizeof(float);
-  const auto h = static_cast<std::size_t>(c.hidden_size), qd = static_cast<std::size_t>(c.num_heads * c.head_dim);
-  const auto kvd = static_cast<std::size_t>(c.num_kv_heads * c.head_dim);
-  const auto ff = static_cast<std::size_t>(c.intermediate_size);
-  s.x = static_cast<float*>(alloc(t * h * f));
-  s.residual = static_cast<float*>(alloc(t * h * f));
-  s.h = static_cast<float*>(alloc(t * h * f));
-  s.q = static_cast<float*>(alloc(t * qd * f));
-  s.k = static_cast<float*>(alloc(t * kvd * f));
-  s.v = static_cast<float*>(alloc(t * kvd * f));
-  s.attn = static_cast<float*>(alloc(t * qd * f));
-  s.gate = static_cast<float*>(alloc(t * ff * f));
-  s.up = static_cast<float*>(alloc(t * ff * f));
-  if (c.qk_norm) {
-    s.qn = static_cast<float*>(alloc(t * qd * f));
-    s.kn = static_cast<float*>(alloc(t * kvd * f));
+  // A constructor that throws runs no destructor: free what was allocated (an expert-parallel split that
+  // does not work out throws from MoeLayers, after the buffers; found by LeakSanitizer).
+  try {
+    const auto t = static_cast<std::size_t>(options.max_batch_tokens);
+    const auto f = sizeof(float);
+    const auto h = static_cast<std::size_t>(c.hidden_size), qd = static_cast<std::size_t>(c.num_heads * c.head_dim);
+    const auto kvd = static_cast<std::size_t>(c.num_kv_heads * c.head_dim);
+    const auto ff = static_cast<std::size_t>(c.intermediate_size);
+    s.x = static_cast<float*>(alloc(t * h * f));
+    s.residual = static_cast<float*>(alloc(t * h * f));
+    s.h = static_cast<float*>(alloc(t * h * f));
+    s.q = static_cast<float*>(alloc(t * qd * f));
+    s.k = static_cast<float*>(alloc(t * kvd * f));
+    s.v = static_cast<float*>(alloc(t * kvd * f));
+    s.attn = static_cast<float*>(alloc(t * qd * f));
+    s.gate = static_cast<float*>(alloc(t * ff * f));
+    s.up = static_cast<float*>(alloc(t * ff * f));
+    if (c.qk_norm) {
+      s.qn = static_cast<float*>(alloc(t * qd * f));
+      s.kn = static_cast<float*>(alloc(t * kvd * f));
+    }
+    s.logits_in = static_cast<float*>(alloc(t * h * f));
+    s.logits = static_cast<float*>(alloc(t * static_cast<std::size_t>(c.vocab_size) * f));
+    s.ids = static_cast<std::int32_t*>(alloc(t * sizeof(std::int32_t)));
+    s.positions = static_cast<std::int32_t*>(alloc(t * sizeof(std::int32_t)));
+    s.table_offsets = static_cast<std::int32_t*>(alloc(t * sizeof(std::int32_t)));
+    s.logit_rows = static_cast<std::int32_t*>(alloc(t * sizeof(std::int32_t)));
+    s.slots = static_cast<std::int64_t*>(alloc(t * sizeof(std::int64_t)));
+    const auto inv = rope_inv_freq(c);
+    w.inv_freq = static_cast<float*>(alloc(inv.size() * f));
+    backend.to_device(w.inv_freq, inv.data(), inv.size() * f);
+    moe_ = std::make_unique<MoeLayers>(model, backend, options.max_batch_tokens, options.ep);
+  } catch (...) {
+    for (void* p : s.owned) backend.deallocate(p);
+    throw;
   }
-  s.logits_in = static_cast<float*>(alloc(t * h * f));
-  s.logits = static_cast<float*>(alloc(t * static_cast<std::size_t>(c.vocab_size) * f));
-  s.ids = static_cast<std::int32_t*>(alloc(t * sizeof(std::int32_t)));
-  s.positions = static_cast<std::int32_t*>(alloc(t * sizeof(std::int32_t)));
-  s.table_offsets = static_cast<std::int32_t*>(alloc(t * sizeof(std::int32_t)));
-  s.logit_rows = static_cast<std::int32_t*>(alloc(t * sizeof(std::int32_t)));
-  s.slots = static_cast<std::int64_t*>(alloc(t * sizeof(std::int64_t)));
-  const auto inv = rope_inv_freq(c);
-  w.inv_freq = static_cast<float*>(alloc(inv.size() * f));
-  backend.to_device(w.inv_freq, inv.data(), inv.size() * f);
-  moe_ = std::make_unique<MoeLayers>(model, backend, options.max_batch_tokens, options.ep);
 }
 
 ModelRunner::~ModelRunner() {
