@@ -92,8 +92,9 @@ TEST_CASE("paged attention matches the two-pass reference for every KV dtype and
     for (const auto& [heads, kv_heads, head_dim, block_size] :
          {std::array<std::int64_t, 4>{6, 2, 40, 5}, {8, 8, 64, 16}, {4, 1, 16, 16}, {6, 3, 128, 7}}) {
       CAPTURE(dtype_name(dtype));
-      CAPTURE(head_dim);
-      CAPTURE(block_size);
+      const std::int64_t dim = head_dim, block = block_size;  // clang 14 cannot CAPTURE structured bindings
+      CAPTURE(dim);
+      CAPTURE(block);
       const Fixture f({heads, kv_heads, head_dim, block_size, 40, dtype});
       ThreadPool pool(2);
       const auto n = static_cast<std::int64_t>(f.rows.size());
