@@ -8,6 +8,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
 #include <cstring>
+#include <future>
 
 #include "engine/pd/pull_reader.h"
 #include "engine/pd/transport.h"
@@ -179,7 +180,21 @@ TEST_CASE("negotiation: ucx when both sides speak it, tcp when either lacks it; 
     check_no_leak(c.d->port());
   }
   CHECK(metric_value(d_ucx.port(), "kvfleet_pd_transfers_total") == 2);
+  // Concurrent transfers from one D to one P: each borrows its own endpoint from the pool.
+  std::vector<std::string> bodies, want;
+  for (int i = 0; i < 4; ++i) {
+    bodies.push_back(completion_body(prompt_ids(++seed, 70 + 16 * i), i));
+    want.push_back(answer_of(post(m.port(), "/v1/completions", bodies.back())));
+  }
+  std::vector<std::future<http::Response>> got;
+  for (const auto& b : bodies)
+    got.push_back(std::async(std::launch::async, [&, b] { return post(d_ucx.port(), "/v1/completions", b, p_ucx.base_url()); }));
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(answer_of(got[i].get()) == want[i]);
+  CHECK(metric_value(d_ucx.port(), "kvfleet_pd_transfers_total") == 6);
+  CHECK(metric_value(d_ucx.port(), pulls_on("ucx")) == 5);  // the first case's one, then one each
   CHECK(metric_value(d_ucx.port(), "kvfleet_pd_transport_fallbacks_total{reason=\"connect\"}") == 0);
+  check_no_leak(p_ucx.port());
+  check_no_leak(d_ucx.port());
 }
 
 TEST_CASE("UCX connect refused: the pulls go over tcp, the answer is right, the downgrade is counted") {
