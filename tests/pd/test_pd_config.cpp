@@ -39,6 +39,9 @@ TEST_CASE("role and pd settings from YAML and flags") {
 
 TEST_CASE("pd_transports and pd_ucx_port: YAML and flags, tcp by default, bad names refused by name") {
   CHECK(parse({}).pd.transports == std::vector<std::string>{"tcp"});
+  const ReplicaConfig example = parse({"--config", std::string(KVFLEET_SOURCE_DIR) + "/examples/replica.yaml"});
+  CHECK(example.pd.transports == std::vector<std::string>{"tcp"});  // the example documents the keys
+  CHECK(example.pd.ucx_port == 0);
   ReplicaConfig c;
   apply_replica_yaml("pd_transports: tcp\npd_ucx_port: 4711\n", "r.yaml", c);
   CHECK(c.pd.transports == std::vector<std::string>{"tcp"});
