@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/runtime/sampler_weights.h"
 #include "kernels/uniform_draw.h"
 
 namespace kvfleet {
@@ -27,9 +28,10 @@ double uniform_draw(std::uint64_t seed, std::uint64_t index) { return kernels::u
 
 namespace {
 
-// NaN compares as -inf, so that every ordering below is a strict weak ordering (std::sort's comparator
-// with NaN is undefined behaviour) and a NaN is never chosen over a number.
-float ordered(float l) { return std::isnan(l) ? -std::numeric_limits<float>::infinity() : l; }
+// NaN compares as -inf (sampler_weights.h), so that every ordering below is a strict weak ordering
+// (std::sort's comparator with NaN is undefined behaviour) and a NaN is never chosen over a number.
+using sampler_detail::ordered;
+using sampler_detail::weight;
 
 // Descending by logit, ties by id: the order every filter below cuts a prefix of.
 struct ByLogit {
@@ -67,13 +69,14 @@ TokenId sample_reference(std::span<const float> logits, const SamplingParams& p,
   } else {
     std::sort(ids.begin(), ids.end(), by_logit);
   }
-  // Softmax of logits / temperature over the kept candidates, in double.
-  const double max_l = logits[static_cast<std::size_t>(ids[0])];
+  // Softmax of logits / temperature over the kept candidates: float weights (sampler_weights.h), summed
+  // and normalised in double, left to right in sorted order.
+  const float max_l = ordered(logits[static_cast<std::size_t>(ids[0])]);
   if (!std::isfinite(max_l)) no_finite_logit();
   std::vector<double> probs(keep);
   double total = 0.0;
   for (std::size_t i = 0; i < keep; ++i)
-    total += probs[i] = std::exp((ordered(logits[static_cast<std::size_t>(ids[i])]) - max_l) / p.temperature);
+    total += probs[i] = weight(logits[static_cast<std::size_t>(ids[i])], max_l, p.temperature);
   for (auto& x : probs) x /= total;
   if (p.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p
     double cum = 0.0;
@@ -177,10 +180,8 @@ TokenId draw_from_head(std::span<const float> logits, float max_l, const Samplin
   const std::vector<TokenId>& ids = s.ids;
   std::vector<double>& probs = s.probs;
   probs.resize(keep);
-  const double max_d = max_l;
   double total = 0.0;
-  for (std::size_t i = 0; i < keep; ++i)
-    total += probs[i] = std::exp((ordered(logits[static_cast<std::size_t>(ids[i])]) - max_d) / p.temperature);
+  for (std::size_t i = 0; i < keep; ++i) total += probs[i] = weight(logits[static_cast<std::size_t>(ids[i])], max_l, p.temperature);
   for (std::size_t i = 0; i < keep; ++i) probs[i] /= total;
   if (p.top_p < 1.0f) {
     double cum = 0.0;
@@ -208,6 +209,82 @@ TokenId draw_from_head(std::span<const float> logits, float max_l, const Samplin
   return tail ? -1 : ids[keep - 1];
 }
 
+// The largest ordered logit, in 8 lanes (a max is the same in any order; lanes let the compiler vectorise).
+float row_max(std::span<const float> logits) {
+  constexpr std::size_t kLanes = 8;
+  float lane[kLanes];
+  std::fill(lane, lane + kLanes, -std::numeric_limits<float>::infinity());
+  const std::size_t n = logits.size(), full = n / kLanes * kLanes;
+  for (std::size_t i = 0; i < full; i += kLanes)
+    for (std::size_t j = 0; j < kLanes; ++j) {
+      const float l = ordered(logits[i + j]);
+      lane[j] = l > lane[j] ? l : lane[j];
+    }
+  float m = -std::numeric_limits<float>::infinity();
+  for (std::size_t i = full; i < n; ++i) m = std::max(m, ordered(logits[i]));
+  for (float l : lane) m = std::max(m, l);
+  return m;
+}
+
+constexpr int kBuckets = 4096;  // over x = (l - max) / T in [-88, 0]: 0.02 wide
+
+// Temperature alone (no top-k, top-p or min-p): the reference's draw (the first id, in sorted order, whose
+// cumulative probability passes u * mass) without sorting the vocabulary. The ids fall into buckets by x,
+// which keep the sorted order between buckets; the walk over the buckets' weight sums finds the one the
+// draw lands in, and only that bucket is sorted. Sums in another order than the reference's differ from
+// its sums by at most (n + 2) ulp of the total each (positive terms), so a draw farther than 4 (n + 4) ulp
+// from every boundary it is compared with picks the reference's token; a nearer one (a chance of order
+// n^2 2^-53) returns -1 and the caller leaves it to the reference.
+TokenId draw_bucketed(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index,
+                      SamplerScratch& s) {
+  const std::size_t n = logits.size();
+  const float max_l = row_max(logits);
+  if (!std::isfinite(max_l)) no_finite_logit();
+  s.weights.resize(n);
+  s.bucket.resize(n);
+  float* w = s.weights.data();
+  std::uint16_t* bucket = s.bucket.data();
+  const float t = p.temperature, to_bucket = static_cast<float>(kBuckets) / 88.0f;
+  for (std::size_t i = 0; i < n; ++i) {  // vectorised: no call, no branch
+    const float x = (ordered(logits[i]) - max_l) / t;
+    w[i] = sampler_detail::exp_weight(x);
+    const int b = static_cast<int>(std::min(-x, 88.0f) * to_bucket);
+    bucket[i] = static_cast<std::uint16_t>(std::min(b, kBuckets - 1));
+  }
+  s.bucket_sum.assign(kBuckets, 0.0);
+  s.bucket_head.assign(kBuckets, -1);
+  s.next.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!(w[i] > 0.0f)) continue;  // a zero weight is never drawn (and sorts after every positive one)
+    const std::uint16_t b = bucket[i];
+    s.bucket_sum[b] += w[i];
+    s.next[i] = s.bucket_head[b];
+    s.bucket_head[b] = static_cast<std::int32_t>(i);
+  }
+  double total = 0.0;
+  for (double sum : s.bucket_sum) total += sum;
+  const double target = uniform_draw(p.seed, draw_index) * total;
+  const double margin = total * (4.0 * static_cast<double>(n) + 16.0) * 0x1p-53;
+  double cum = 0.0;
+  int b = 0;
+  while (b < kBuckets && !(target < cum + s.bucket_sum[static_cast<std::size_t>(b)])) cum += s.bucket_sum[static_cast<std::size_t>(b++)];
+  if (b == kBuckets || target - cum < margin) return -1;
+  std::vector<TokenId>& ids = s.ids;
+  ids.clear();
+  for (std::int32_t i = s.bucket_head[static_cast<std::size_t>(b)]; i >= 0; i = s.next[static_cast<std::size_t>(i)]) ids.push_back(i);
+  std::sort(ids.begin(), ids.end(), ByLogit{logits});
+  for (TokenId id : ids) {
+    const double before = cum;
+    cum += w[static_cast<std::size_t>(id)];
+    if (target < cum) return target - before >= margin && cum - target >= margin ? id : -1;
+  }
+  return -1;
+}
+
+bool temperature_only(const SamplingParams& p, std::size_t vocab) {
+  return !(p.top_k > 0 && static_cast<std::size_t>(p.top_k) < vocab) && p.top_p >= 1.0f && p.min_p <= 0.0f;
+}
+
 }  // namespace
 
 TokenId sample(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index) {
@@ -219,6 +296,10 @@ TokenId sample(std::span<const float> logits, const SamplingParams& p, std::uint
                SamplerScratch& scratch) {
   if (logits.empty()) throw std::invalid_argument("sample: empty logits");
   if (p.temperature == 0.0f) return greedy(logits);
+  if (temperature_only(p, logits.size())) {
+    if (const TokenId t = draw_bucketed(logits, p, draw_index, scratch); t >= 0) return t;
+    return sample_reference(logits, p, draw_index);
+  }
   const std::size_t head = sorted_head(logits, p, scratch);
   const float max_l = ordered(logits[static_cast<std::size_t>(scratch.ids[0])]);
   if (!std::isfinite(max_l)) no_finite_logit();

@@ -25,9 +25,11 @@ struct SamplingParams {
 
 // Greedy when temperature == 0 (ties go to the lowest id); otherwise temperature, then top-k, top-p and
 // min-p filtering on the sorted distribution, then an inverse-CDF draw with a counter-based random number.
-// Picks the same token as sorting the whole vocabulary would (the reference below), without sorting it:
+// The weights exp((l - max) / T) are floats from a vectorised polynomial (engine/runtime/sampler_weights.h,
+// relative error < 2e-7), summed in double. Picks the same token as sorting the whole vocabulary would (the
+// reference below), without sorting it: temperature alone sorts one bucket of ids by weight; with filters
 // only the head of the distribution whose weights can change the double sums is sorted (partially for
-// top-k; radix for the rest), and a draw that would reach past it falls back to the reference.
+// top-k; radix for the rest); a draw too close to call falls back to the reference.
 TokenId sample(std::span<const float> logits, const SamplingParams& params, std::uint64_t draw_index);
 
 // Buffers sample() reuses from call to call (one per engine thread): no vocabulary-sized allocation per token.
@@ -35,6 +37,11 @@ struct SamplerScratch {
   std::vector<TokenId> ids, swap;
   std::vector<std::uint32_t> keys;
   std::vector<double> probs;
+  // Temperature alone: every id's weight and bucket, each bucket's weight sum and its ids (a linked list).
+  std::vector<float> weights;
+  std::vector<std::uint16_t> bucket;
+  std::vector<double> bucket_sum;
+  std::vector<std::int32_t> bucket_head, next;
 };
 TokenId sample(std::span<const float> logits, const SamplingParams& params, std::uint64_t draw_index,
                SamplerScratch& scratch);
