@@ -209,24 +209,26 @@ TokenId draw_from_head(std::span<const float> logits, float max_l, const Samplin
   return tail ? -1 : ids[keep - 1];
 }
 
-// The largest ordered logit, in 8 lanes (a max is the same in any order; lanes let the compiler vectorise).
-float row_max(std::span<const float> logits) {
-  constexpr std::size_t kLanes = 8;
-  float lane[kLanes];
-  std::fill(lane, lane + kLanes, -std::numeric_limits<float>::infinity());
-  const std::size_t n = logits.size(), full = n / kLanes * kLanes;
-  for (std::size_t i = 0; i < full; i += kLanes)
-    for (std::size_t j = 0; j < kLanes; ++j) {
-      const float l = ordered(logits[i + j]);
-      lane[j] = l > lane[j] ? l : lane[j];
-    }
-  float m = -std::numeric_limits<float>::infinity();
-  for (std::size_t i = full; i < n; ++i) m = std::max(m, ordered(logits[i]));
-  for (float l : lane) m = std::max(m, l);
-  return m;
+// The largest and the smallest ordered logit (NaN as -inf), as an integer max and min over keys whose signed
+// order is the floats' order: the compiler vectorises those, not a float max (its NaN and -0 rules).
+struct Range {
+  float max, min;
+};
+Range row_range(std::span<const float> logits) {
+  constexpr std::int32_t kPosInf = 0x7f800000, kNegInf = static_cast<std::int32_t>(0x807fffff);  // keys of +-inf
+  std::int32_t hi = kNegInf, lo = kPosInf;
+  for (float l : logits) {
+    const auto u = std::bit_cast<std::int32_t>(l);
+    std::int32_t key = u ^ ((u >> 31) & 0x7fffffff);  // negative floats: magnitude bits flipped
+    key = key > kPosInf || key < kNegInf ? kNegInf : key;  // NaN of either sign
+    hi = key > hi ? key : hi;
+    lo = key < lo ? key : lo;
+  }
+  auto to_float = [](std::int32_t k) { return std::bit_cast<float>(k ^ ((k >> 31) & 0x7fffffff)); };
+  return {to_float(hi), to_float(lo)};
 }
 
-constexpr int kBuckets = 4096;  // over x = (l - max) / T in [-88, 0]: 0.02 wide
+constexpr int kBuckets = 1024;  // over the row's x = (l - max) / T, at most [-88, 0]
 
 // Temperature alone (no top-k, top-p or min-p): the reference's draw (the first id, in sorted order, whose
 // cumulative probability passes u * mass) without sorting the vocabulary. The ids fall into buckets by x,
@@ -238,29 +240,26 @@ constexpr int kBuckets = 4096;  // over x = (l - max) / T in [-88, 0]: 0.02 wide
 TokenId draw_bucketed(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index,
                       SamplerScratch& s) {
   const std::size_t n = logits.size();
-  const float max_l = row_max(logits);
+  const Range range = row_range(logits);
+  const float max_l = range.max;
   if (!std::isfinite(max_l)) no_finite_logit();
   s.weights.resize(n);
   s.bucket.resize(n);
   float* w = s.weights.data();
   std::uint16_t* bucket = s.bucket.data();
-  const float t = p.temperature, to_bucket = static_cast<float>(kBuckets) / 88.0f;
+  // Buckets over the x the row has: monotone in x (so in the sorted order) whatever the rounding.
+  const float t = p.temperature;
+  const float width = std::min(88.0f, (max_l - range.min) / t);
+  const float span = width > 0.0f ? width : 1.0f, to_bucket = static_cast<float>(kBuckets) / span;
   for (std::size_t i = 0; i < n; ++i) {  // vectorised: no call, no branch
     const float x = (ordered(logits[i]) - max_l) / t;
     w[i] = sampler_detail::exp_weight(x);
-    const int b = static_cast<int>(std::min(-x, 88.0f) * to_bucket);
+    const int b = static_cast<int>(std::min(-x, span) * to_bucket);
     bucket[i] = static_cast<std::uint16_t>(std::min(b, kBuckets - 1));
   }
   s.bucket_sum.assign(kBuckets, 0.0);
-  s.bucket_head.assign(kBuckets, -1);
-  s.next.resize(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!(w[i] > 0.0f)) continue;  // a zero weight is never drawn (and sorts after every positive one)
-    const std::uint16_t b = bucket[i];
-    s.bucket_sum[b] += w[i];
-    s.next[i] = s.bucket_head[b];
-    s.bucket_head[b] = static_cast<std::int32_t>(i);
-  }
+  double* sum = s.bucket_sum.data();
+  for (std::size_t i = 0; i < n; ++i) sum[bucket[i]] += w[i];  // a zero weight adds nothing
   double total = 0.0;
   for (double sum : s.bucket_sum) total += sum;
   const double target = uniform_draw(p.seed, draw_index) * total;
@@ -271,7 +270,8 @@ TokenId draw_bucketed(std::span<const float> logits, const SamplingParams& p, st
   if (b == kBuckets || target - cum < margin) return -1;
   std::vector<TokenId>& ids = s.ids;
   ids.clear();
-  for (std::int32_t i = s.bucket_head[static_cast<std::size_t>(b)]; i >= 0; i = s.next[static_cast<std::size_t>(i)]) ids.push_back(i);
+  for (std::size_t i = 0; i < n; ++i)  // a zero weight is never drawn (and sorts after every positive one)
+    if (bucket[i] == b && w[i] > 0.0f) ids.push_back(static_cast<TokenId>(i));
   std::sort(ids.begin(), ids.end(), ByLogit{logits});
   for (TokenId id : ids) {
     const double before = cum;

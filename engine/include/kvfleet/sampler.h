@@ -37,11 +37,10 @@ struct SamplerScratch {
   std::vector<TokenId> ids, swap;
   std::vector<std::uint32_t> keys;
   std::vector<double> probs;
-  // Temperature alone: every id's weight and bucket, each bucket's weight sum and its ids (a linked list).
+  // Temperature alone: every id's weight and bucket, each bucket's weight sum.
   std::vector<float> weights;
   std::vector<std::uint16_t> bucket;
   std::vector<double> bucket_sum;
-  std::vector<std::int32_t> bucket_head, next;
 };
 TokenId sample(std::span<const float> logits, const SamplingParams& params, std::uint64_t draw_index,
                SamplerScratch& scratch);
