@@ -363,22 +363,34 @@ void PenaltyState::apply(std::span<float> logits, const Penalties& p) const {
   }
 }
 
-std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, TokenId chosen, int top, float* chosen_logprob) {
+double log_normalizer(std::span<const float> logits) {
   float max_l = -std::numeric_limits<float>::infinity();
   for (float l : logits) max_l = std::max(max_l, ordered(l));
   if (!std::isfinite(max_l)) no_finite_logit();
   double sum = 0.0;
   for (float l : logits) sum += std::exp(static_cast<double>(ordered(l)) - max_l);
-  const double log_z = max_l + std::log(sum);
-  if (chosen_logprob) *chosen_logprob = static_cast<float>(ordered(logits[static_cast<std::size_t>(chosen)]) - log_z);
-  std::vector<TokenLogprob> out;
-  if (top <= 0) return out;
-  std::vector<TokenId> ids(logits.size());
+  return max_l + std::log(sum);
+}
+
+void top_alternatives(std::span<const float> logits, int top, double log_z, SamplerScratch& scratch,
+                      std::vector<TokenLogprob>& out) {
+  out.clear();
+  if (top <= 0) return;
+  std::vector<TokenId>& ids = scratch.ids;
+  ids.resize(logits.size());
   std::iota(ids.begin(), ids.end(), 0);
   const auto k = std::min<std::size_t>(static_cast<std::size_t>(top), ids.size());
   std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), ByLogit{logits});
   for (std::size_t i = 0; i < k; ++i)
     out.push_back({ids[i], static_cast<float>(logits[static_cast<std::size_t>(ids[i])] - log_z)});
+}
+
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, TokenId chosen, int top, float* chosen_logprob) {
+  const double log_z = log_normalizer(logits);
+  if (chosen_logprob) *chosen_logprob = static_cast<float>(ordered(logits[static_cast<std::size_t>(chosen)]) - log_z);
+  std::vector<TokenLogprob> out;
+  SamplerScratch scratch;
+  top_alternatives(logits, top, log_z, scratch, out);
   return out;
 }
 

@@ -67,6 +67,8 @@ class PenaltyState {
   // `output` is the request's whole output so far; only its new tail is read.
   void observe(std::span<const TokenId> prompt, std::span<const TokenId> output);
   void apply(std::span<float> logits, const Penalties& p) const;
+  // Every id apply() may change (those of prompt and output, each once).
+  std::span<const TokenId> ids() const { return distinct_; }
 
  private:
   bool has_prompt_ = false;
@@ -83,6 +85,12 @@ struct TokenLogprob {
 // log_softmax(logits)[chosen] and the `top` most likely tokens (descending, ties by id), computed from the
 // model's logits before any sampling transform, as vLLM reports them.
 std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, TokenId chosen, int top, float* chosen_logprob);
+// The same in two halves, for a caller that changes the logits (bias, penalties) before it knows the chosen
+// token, without keeping a copy of them: log Z of the raw logits, and their `top` alternatives into `out`
+// (scratch reused: no vocabulary-sized allocation). The chosen token's logprob is then raw[chosen] - log Z.
+double log_normalizer(std::span<const float> logits);
+void top_alternatives(std::span<const float> logits, int top, double log_z, SamplerScratch& scratch,
+                      std::vector<TokenLogprob>& out);
 
 // The uniform number in [0, 1) for (seed, index): splitmix64 over the pair.
 double uniform_draw(std::uint64_t seed, std::uint64_t index);
