@@ -44,11 +44,31 @@ struct ByLogit {
 
 [[noreturn]] void no_finite_logit() { throw std::invalid_argument("sample: the logits hold no finite maximum"); }
 
+// The largest and the smallest ordered logit (NaN as -inf), as an integer max and min over keys whose signed
+// order is the floats' order: the compiler vectorises those, not a float max (its NaN and -0 rules).
+struct Range {
+  float max, min;
+};
+Range row_range(std::span<const float> logits) {
+  constexpr std::int32_t kPosInf = 0x7f800000, kNegInf = static_cast<std::int32_t>(0x807fffff);  // keys of +-inf
+  std::int32_t hi = kNegInf, lo = kPosInf;
+  for (float l : logits) {
+    const auto u = std::bit_cast<std::int32_t>(l);
+    std::int32_t key = u ^ ((u >> 31) & 0x7fffffff);  // negative floats: magnitude bits flipped
+    key = key > kPosInf || key < kNegInf ? kNegInf : key;  // NaN of either sign
+    hi = key > hi ? key : hi;
+    lo = key < lo ? key : lo;
+  }
+  auto to_float = [](std::int32_t k) { return std::bit_cast<float>(k ^ ((k >> 31) & 0x7fffffff)); };
+  return {to_float(hi), to_float(lo)};
+}
+
+// The lowest id of the largest logit: a vectorised max, then the first id that has it (-0 == +0).
 TokenId greedy(std::span<const float> logits) {
+  const float max_l = row_range(logits).max;
+  if (!std::isfinite(max_l)) no_finite_logit();
   std::size_t best = 0;
-  for (std::size_t i = 1; i < logits.size(); ++i)
-    if (ordered(logits[i]) > ordered(logits[best])) best = i;
-  if (!std::isfinite(logits[best])) no_finite_logit();
+  while (logits[best] != max_l) ++best;
   return static_cast<TokenId>(best);
 }
 
@@ -207,25 +227,6 @@ TokenId draw_from_head(std::span<const float> logits, float max_l, const Samplin
     if (target < cum) return ids[i];
   }
   return tail ? -1 : ids[keep - 1];
-}
-
-// The largest and the smallest ordered logit (NaN as -inf), as an integer max and min over keys whose signed
-// order is the floats' order: the compiler vectorises those, not a float max (its NaN and -0 rules).
-struct Range {
-  float max, min;
-};
-Range row_range(std::span<const float> logits) {
-  constexpr std::int32_t kPosInf = 0x7f800000, kNegInf = static_cast<std::int32_t>(0x807fffff);  // keys of +-inf
-  std::int32_t hi = kNegInf, lo = kPosInf;
-  for (float l : logits) {
-    const auto u = std::bit_cast<std::int32_t>(l);
-    std::int32_t key = u ^ ((u >> 31) & 0x7fffffff);  // negative floats: magnitude bits flipped
-    key = key > kPosInf || key < kNegInf ? kNegInf : key;  // NaN of either sign
-    hi = key > hi ? key : hi;
-    lo = key < lo ? key : lo;
-  }
-  auto to_float = [](std::int32_t k) { return std::bit_cast<float>(k ^ ((k >> 31) & 0x7fffffff)); };
-  return {to_float(hi), to_float(lo)};
 }
 
 constexpr int kBuckets = 1024;  // over the row's x = (l - max) / T, at most [-88, 0]
