@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/cpu/kv_elem.h"
@@ -67,12 +69,12 @@ class CpuBackend final : public Backend {
   }
   void linear(const float* x, std::int64_t rows, std::int64_t in, DeviceWeight w, std::int64_t out, DeviceWeight bias,
               float* y) override {
-    cpu::linear(pool_, x, rows, in, ref(w), out, ref(bias), y);
+    cpu::linear(pool_, x, rows, in, packed(w, out, in), out, ref(bias), y);
   }
   void linear_multi(const float* x, std::int64_t rows, std::int64_t in, std::span<const LinearOut> parts) override {
-    std::vector<cpu::LinearPart> p;  // one hand-off to the pool for all the parts (2-3 entries)
-    for (const LinearOut& o : parts) p.push_back({ref(o.w), o.out, ref(o.bias), o.d_y});
-    cpu::linear_multi(pool_, x, rows, in, p.data(), static_cast<std::int64_t>(p.size()));
+    parts_.clear();  // one hand-off to the pool for all the parts (2-3 entries)
+    for (const LinearOut& o : parts) parts_.push_back({packed(o.w, o.out, in), o.out, ref(o.bias), o.d_y});
+    cpu::linear_multi(pool_, x, rows, in, parts_.data(), static_cast<std::int64_t>(parts_.size()));
   }
   void silu_mul(float* gate, const float* up, std::int64_t n) override { cpu::silu_mul(gate, up, n); }
 
@@ -114,7 +116,30 @@ class CpuBackend final : public Backend {
     return cache_.data() + static_cast<std::size_t>(layer * shape_.num_blocks + block) * kv_block_bytes();
   }
 
+  // The packed copy of a linear weight (ops.h: pack_weight), made on its first use as a linear weight:
+  // only the runner knows which weights are linear (the embedding table, a tied lm_head and the MoE
+  // experts are read in their plain layout elsewhere). Same bits as the plain weight; the GEMM (rows > 1)
+  // reads the packed copy, one row reads the plain one (ops.h). KVFLEET_CPU_PACK=0: no packed copies.
+  cpu::WeightRef packed(DeviceWeight w, std::int64_t out, std::int64_t in) {
+    if (!pack_) return ref(w);
+    auto [it, fresh] = packed_.try_emplace(w.data);
+    if (fresh) {
+      it->second.resize(cpu::packed_weight_bytes(out, in, w.dtype) / sizeof(Line) + 1);
+      cpu::pack_weight(w.data, w.dtype, out, in, it->second.data());
+    }
+    return {w.data, w.dtype, it->second.data()};
+  }
+
   ThreadPool pool_;
+  const bool pack_ = [] {
+    const char* env = std::getenv("KVFLEET_CPU_PACK");
+    return !(env && std::string_view(env) == "0");
+  }();
+  struct alignas(64) Line {  // packed blocks start on cache lines (a 64-byte bf16 block is one line)
+    std::byte bytes[64];
+  };
+  std::unordered_map<const void*, std::vector<Line>> packed_;
+  std::vector<cpu::LinearPart> parts_;
   DType kv_dtype_;
   KvCacheShape shape_;
   std::vector<std::byte> cache_;
