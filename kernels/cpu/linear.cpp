@@ -85,18 +85,22 @@ std::size_t packed_weight_bytes(std::int64_t out, std::int64_t in, DType dtype) 
   return static_cast<std::size_t>(units_of(out) * kPanel * detail::arranged_len(in)) * dtype_size(dtype);
 }
 
-void pack_weight(const void* w, DType dtype, std::int64_t out, std::int64_t in, void* dst) {
+void pack_weight(const void* w, DType dtype, std::int64_t out, std::int64_t in, void* dst, ThreadPool* pool) {
   const std::size_t elem = dtype_size(dtype), block = static_cast<std::size_t>(kBlock) * elem;
   const auto* src = static_cast<const std::uint8_t*>(w);
-  auto* d = static_cast<std::uint8_t*>(dst);
   const std::int64_t kp = detail::arranged_len(in);
-  for (std::int64_t p = 0; p < units_of(out); ++p)
-    for (std::int64_t b = 0; b < kp; b += kBlock)
-      for (std::int64_t f = 0; f < kPanel; ++f, d += block) {
-        const std::int64_t n = p * kPanel + f, valid = n < out ? std::min(kBlock, in - b) : 0;
-        std::memcpy(d, src + (static_cast<std::size_t>(n * in + b)) * elem, static_cast<std::size_t>(valid) * elem);
-        std::memset(d + static_cast<std::size_t>(valid) * elem, 0, block - static_cast<std::size_t>(valid) * elem);
-      }
+  auto panels = [&](std::int64_t p0, std::int64_t p1) {
+    auto* d = static_cast<std::uint8_t*>(dst) + static_cast<std::size_t>(p0 * kPanel * kp) * elem;
+    for (std::int64_t p = p0; p < p1; ++p)
+      for (std::int64_t b = 0; b < kp; b += kBlock)
+        for (std::int64_t f = 0; f < kPanel; ++f, d += block) {
+          const std::int64_t n = p * kPanel + f, valid = n < out ? std::min(kBlock, in - b) : 0;
+          if (valid > 0) std::memcpy(d, src + static_cast<std::size_t>(n * in + b) * elem, static_cast<std::size_t>(valid) * elem);
+          std::memset(d + static_cast<std::size_t>(valid) * elem, 0, block - static_cast<std::size_t>(valid) * elem);
+        }
+  };
+  if (pool) pool->parallel_for(units_of(out), 16, panels);
+  else panels(0, units_of(out));
 }
 
 void linear_multi(ThreadPool& pool, const float* x, std::int64_t rows, std::int64_t in, const LinearPart* parts,
