@@ -104,6 +104,7 @@ void gemm(const GemmArgs& g, std::int64_t n0, std::int64_t n1) {
   if (g.rows == 1) {
     std::int64_t n = n0;
     for (; n + kGemvN <= n1; n += kGemvN) tile<Dt, 1, kGemvN>(g, 0, n);
+    for (; n + kPanel <= n1; n += kPanel) tile<Dt, 1, kPanel>(g, 0, n);
     for (; n < n1; ++n) tile<Dt, 1, 1>(g, 0, n);
     return;
   }
