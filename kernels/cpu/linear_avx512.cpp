@@ -110,15 +110,20 @@ void gemm(const GemmArgs& g, std::int64_t n0, std::int64_t n1) {
   }
   for (std::int64_t c0 = n0; c0 < n1; c0 += kChunk) {
     const std::int64_t c1 = c0 + kChunk < n1 ? c0 + kChunk : n1;
-    std::int64_t t = 0;
-    for (; t + kM <= g.rows; t += kM) features<Dt, kM>(g, t, c0, c1);
-    switch (g.rows - t) {
-      case 5: features<Dt, 5>(g, t, c0, c1); break;
-      case 4: features<Dt, 4>(g, t, c0, c1); break;
-      case 3: features<Dt, 3>(g, t, c0, c1); break;
-      case 2: features<Dt, 2>(g, t, c0, c1); break;
-      case 1: features<Dt, 1>(g, t, c0, c1); break;
-      default: break;
+    // Row tiles as even as possible (8 rows: 4 + 4, not 6 + 2): a short tile re-reads the chunk's
+    // weights for few rows. Which tile a row falls in never changes its bits.
+    const std::int64_t tiles = (g.rows + kM - 1) / kM, base = g.rows / tiles, extra = g.rows % tiles;
+    for (std::int64_t i = 0, t = 0; i < tiles; ++i) {
+      const std::int64_t m = base + (i < extra ? 1 : 0);
+      switch (m) {
+        case 6: features<Dt, 6>(g, t, c0, c1); break;
+        case 5: features<Dt, 5>(g, t, c0, c1); break;
+        case 4: features<Dt, 4>(g, t, c0, c1); break;
+        case 3: features<Dt, 3>(g, t, c0, c1); break;
+        case 2: features<Dt, 2>(g, t, c0, c1); break;
+        default: features<Dt, 1>(g, t, c0, c1); break;
+      }
+      t += m;
     }
   }
 }
