@@ -159,6 +159,25 @@ void kernel_ab(const Weight& w, int rounds) {
   }
 }
 
+// Batch 1 from memory (a weight far beyond L3), one thread, CPU time: old kernel vs today's on plain rows.
+void gemv_ab(std::size_t mb, int rounds) {
+  ThreadPool one(1);
+  const Weight w = make_weight(DType::bf16, mb << 20);
+  std::vector<float> x(static_cast<std::size_t>(w.in), 0.5f), y(static_cast<std::size_t>(w.out));
+  const auto* wb = reinterpret_cast<const std::uint16_t*>(w.plain.data());
+  double best[2] = {1e30, 1e30};
+  for (int r = 0; r < rounds; ++r)
+    for (int k = 0; k < 2; ++k) {
+      const double t0 = thread_seconds();
+      if (k == 0) bench_old::linear_bf16(x.data(), 1, w.in, wb, w.out, y.data());
+      else cpu::linear(one, x.data(), 1, w.in, w.ref(false), w.out, {}, y.data());
+      best[k] = std::min(best[k], thread_seconds() - t0);
+    }
+  const double bytes = static_cast<double>(w.plain.size());
+  std::printf("one thread, CPU time, bf16 GEMV over %zu MiB: old kernel %.2f GB/s | today's %.2f GB/s   new/old %.2fx\n",
+              mb, bytes / best[0] / 1e9, bytes / best[1] / 1e9, best[0] / best[1]);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -179,6 +198,7 @@ int main(int argc, char** argv) {
     Weight down{std::vector<std::uint8_t>(gate.plain), {}, DType::bf16, 768, 2048};  // the MLP's down projection
     pack(down);
     kernel_ab(down, rounds);
+    gemv_ab(std::min<std::size_t>(mb, 512), rounds);
     if (kernels_only) return 0;
   }
   ThreadPool pool(threads);
