@@ -1,7 +1,10 @@
 // Decode-shaped matrix-vector products (batch 1) on the CPU, against the machine's copy bandwidth measured
 // in the same run. A decode step reads every weight once, so its speed limit is memory bandwidth.
 //
-//   build/bin/bench_matvec [--threads N] [--mb 1024]   (KVFLEET_CPU_ISA=avx512|avx2|scalar picks the kernel)
+//   build/bin/bench_matvec [--threads N] [--mb 1024] [--rounds 3] [--kernels-only 1]
+// First (AVX-512 CPUs) the kernels alone on one thread, by CPU time: main@2632b1d's kernel (copied in,
+// bench/matvec_old/), today's on plain and on packed weights, and the avx512bf16 mode, interleaved.
+//   (KVFLEET_CPU_ISA=avx512|avx2|scalar|avx512bf16 picks the kernel; plain and packed weights alternate)
 //
 // Prints, for f32/bf16/f16 weights, the achieved weight-read bandwidth and its ratio to the copy bandwidth
 // (bytes read + written per second by a parallel memcpy over the same thread pool) and to a read-only
@@ -10,12 +13,18 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/ops.h"
+
+namespace bench_old {  // matvec_old/linear_avx512_2632b1d.cpp
+void linear_bf16(const float* x, std::int64_t rows, std::int64_t in, const std::uint16_t* w, std::int64_t out, float* y);
+}
 
 using namespace kvfleet;
 using Clock = std::chrono::steady_clock;
@@ -60,33 +69,113 @@ double read_bandwidth(ThreadPool& pool, std::size_t bytes) {
   return static_cast<double>(bytes) / s;
 }
 
-double matvec_bandwidth(ThreadPool& pool, DType dt, std::size_t weight_bytes) {
+// The weight as cpu::linear reads it: plain, or re-arranged by pack_weight (what the CPU backend runs).
+struct Weight {
+  std::vector<std::uint8_t> plain, packed;
+  DType dt;
+  std::int64_t out, in;
+  cpu::WeightRef ref(bool pack) const { return {pack ? nullptr : plain.data(), dt, pack ? packed.data() : nullptr}; }
+};
+
+void pack(Weight& w) {
+  w.packed.resize(cpu::packed_weight_bytes(w.out, w.in, w.dt));
+  cpu::pack_weight(w.plain.data(), w.dt, w.out, w.in, w.packed.data());
+}
+
+double matvec_bandwidth(ThreadPool& pool, const Weight& w, bool packed, int reps) {
+  std::vector<float> x(static_cast<std::size_t>(w.in), 0.5f), y(static_cast<std::size_t>(w.out));
+  const double s = best_seconds(reps, [&] { cpu::linear(pool, x.data(), 1, w.in, w.ref(packed), w.out, {}, y.data()); });
+  return static_cast<double>(w.plain.size()) / s;
+}
+
+Weight make_weight(DType dt, std::size_t weight_bytes) {
   const std::int64_t in = 2048;
   const std::int64_t out = static_cast<std::int64_t>(weight_bytes / dtype_size(dt)) / in;
-  std::vector<std::uint8_t> w(static_cast<std::size_t>(out * in) * dtype_size(dt));
+  Weight weight{std::vector<std::uint8_t>(static_cast<std::size_t>(out * in) * dtype_size(dt)), {}, dt, out, in};
+  std::vector<std::uint8_t>& w = weight.plain;
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<std::uint8_t>((i * 131) >> 3);
   // The top byte of each value fixes its sign and exponent: normal numbers near 2^-7 (bf16, f32) or 1
   // (f16). (Clearing exponent bits instead made many weights subnormal: an FMA with a subnormal input
   // takes a microcode assist, which measured the assists, not the memory.)
   const std::size_t top = dt == DType::f32 ? 4 : 2;
   for (std::size_t i = top - 1; i < w.size(); i += top) w[i] = static_cast<std::uint8_t>(0x3c | (w[i] & 0x80));
-  std::vector<float> x(static_cast<std::size_t>(in), 0.5f), y(static_cast<std::size_t>(out));
-  const double s = best_seconds(7, [&] {
-    cpu::linear(pool, x.data(), 1, in, {w.data(), dt}, out, {}, y.data());
-  });
-  return static_cast<double>(w.size()) / s;
+  pack(weight);
+  return weight;
 }
 
 // Prefill-shaped: rows x 768 activations against a bf16 [2048][768] weight (the 125M Llama's gate).
-double gemm_gflops(ThreadPool& pool, std::int64_t rows) {
+Weight gate_weight() {
   const std::int64_t in = 768, out = 2048;
-  std::vector<std::uint16_t> w(static_cast<std::size_t>(out * in));
-  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<std::uint16_t>(0x3c00 | (i * 131 % 251));
-  std::vector<float> x(static_cast<std::size_t>(rows * in), 0.5f), y(static_cast<std::size_t>(rows * out));
-  const double s = best_seconds(3, [&] {
-    cpu::linear(pool, x.data(), rows, in, {w.data(), DType::bf16}, out, {}, y.data());
-  });
-  return 2.0 * static_cast<double>(rows * in * out) / s / 1e9;
+  Weight w{std::vector<std::uint8_t>(static_cast<std::size_t>(out * in) * 2), {}, DType::bf16, out, in};
+  auto* h = reinterpret_cast<std::uint16_t*>(w.plain.data());
+  for (std::size_t i = 0; i < w.plain.size() / 2; ++i) h[i] = static_cast<std::uint16_t>(0x3c00 | (i * 131 % 251));
+  pack(w);
+  return w;
+}
+
+double gemm_gflops(ThreadPool& pool, const Weight& w, std::int64_t rows, bool packed, int reps) {
+  std::vector<float> x(static_cast<std::size_t>(rows * w.in), 0.5f), y(static_cast<std::size_t>(rows * w.out));
+  const double s = best_seconds(reps, [&] { cpu::linear(pool, x.data(), rows, w.in, w.ref(packed), w.out, {}, y.data()); });
+  return 2.0 * static_cast<double>(rows * w.in * w.out) / s / 1e9;
+}
+
+// One thread's CPU time (not wall time: on a shared machine a long call is always preempted somewhere).
+double thread_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Old kernel (main@2632b1d), today's on plain and packed weights, and the avx512bf16 mode, one thread,
+// interleaved: GFLOP/s per second of CPU time, best of `rounds`.
+void kernel_ab(const Weight& w, int rounds) {
+  ThreadPool one(1);
+  const bool bf16_mode = cpu::cpu_supports(cpu::Isa::avx512bf16);
+  const cpu::Isa saved = cpu::cpu_isa();
+  std::printf("one thread, CPU time, bf16 %lld -> %lld: old kernel | plain | packed | packed avx512bf16 mode\n",
+              static_cast<long long>(w.in), static_cast<long long>(w.out));
+  for (std::int64_t rows : {1, 4, 8, 32, 128, 512}) {
+    std::vector<float> x(static_cast<std::size_t>(rows * w.in), 0.5f), y(static_cast<std::size_t>(rows * w.out));
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.25f + static_cast<float>(i % 97) / 128.0f;
+    const auto* wb = reinterpret_cast<const std::uint16_t*>(w.plain.data());
+    double best[4] = {1e30, 1e30, 1e30, 1e30};
+    const int reps = rows >= 128 ? 1 : 8;
+    for (int r = 0; r < rounds; ++r)
+      for (int k = 0; k < 4; ++k) {
+        if (k == 3 && !bf16_mode) continue;
+        cpu::set_cpu_isa(k == 3 ? cpu::Isa::avx512bf16 : saved);
+        const double t0 = thread_seconds();
+        for (int i = 0; i < reps; ++i) {
+          if (k == 0) bench_old::linear_bf16(x.data(), rows, w.in, wb, w.out, y.data());
+          else cpu::linear(one, x.data(), rows, w.in, w.ref(k >= 2), w.out, {}, y.data());
+        }
+        best[k] = std::min(best[k], (thread_seconds() - t0) / reps);
+      }
+    cpu::set_cpu_isa(saved);
+    const double flop = 2.0 * static_cast<double>(rows * w.in * w.out);
+    std::printf("  rows %3lld: %7.1f | %7.1f | %7.1f | %7.1f GFLOP/s   new/old %.2fx (packed), bf16 mode %.2fx\n",
+                static_cast<long long>(rows), flop / best[0] / 1e9, flop / best[1] / 1e9, flop / best[2] / 1e9,
+                bf16_mode ? flop / best[3] / 1e9 : 0.0, best[0] / best[2], bf16_mode ? best[0] / best[3] : 0.0);
+  }
+}
+
+// Batch 1 from memory (a weight far beyond L3), one thread, CPU time: old kernel vs today's on plain rows.
+void gemv_ab(std::size_t mb, int rounds) {
+  ThreadPool one(1);
+  const Weight w = make_weight(DType::bf16, mb << 20);
+  std::vector<float> x(static_cast<std::size_t>(w.in), 0.5f), y(static_cast<std::size_t>(w.out));
+  const auto* wb = reinterpret_cast<const std::uint16_t*>(w.plain.data());
+  double best[2] = {1e30, 1e30};
+  for (int r = 0; r < rounds; ++r)
+    for (int k = 0; k < 2; ++k) {
+      const double t0 = thread_seconds();
+      if (k == 0) bench_old::linear_bf16(x.data(), 1, w.in, wb, w.out, y.data());
+      else cpu::linear(one, x.data(), 1, w.in, w.ref(false), w.out, {}, y.data());
+      best[k] = std::min(best[k], thread_seconds() - t0);
+    }
+  const double bytes = static_cast<double>(w.plain.size());
+  std::printf("one thread, CPU time, bf16 GEMV over %zu MiB: old kernel %.2f GB/s | today's %.2f GB/s   new/old %.2fx\n",
+              mb, bytes / best[0] / 1e9, bytes / best[1] / 1e9, best[0] / best[1]);
 }
 
 }  // namespace
@@ -94,10 +183,23 @@ double gemm_gflops(ThreadPool& pool, std::int64_t rows) {
 int main(int argc, char** argv) {
   unsigned threads = 0;
   std::size_t mb = 1024;  // far beyond this VM's 260 MiB of L3
+  int rounds = 3;
+  bool kernels_only = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--threads") threads = static_cast<unsigned>(std::stoul(argv[i + 1]));
     else if (a == "--mb") mb = std::stoul(argv[i + 1]);
+    else if (a == "--rounds") rounds = std::stoi(argv[i + 1]);
+    else if (a == "--kernels-only") kernels_only = argv[i + 1] == std::string("1");
+  }
+  if (kernels_only || cpu::cpu_supports(cpu::Isa::avx512)) {
+    const Weight gate = gate_weight();
+    kernel_ab(gate, rounds);
+    Weight down{std::vector<std::uint8_t>(gate.plain), {}, DType::bf16, 768, 2048};  // the MLP's down projection
+    pack(down);
+    kernel_ab(down, rounds);
+    gemv_ab(std::min<std::size_t>(mb, 512), rounds);
+    if (kernels_only) return 0;
   }
   ThreadPool pool(threads);
   const std::size_t bytes = mb << 20;
@@ -106,12 +208,24 @@ int main(int argc, char** argv) {
   const double read = read_bandwidth(pool, bytes);
   std::printf("%-28s %8.2f GB/s\n", "memcpy (read+write)", copy / 1e9);
   std::printf("%-28s %8.2f GB/s\n", "read-only stream", read / 1e9);
-  for (std::int64_t rows : {8, 32, 512})
-    std::printf("gemm bf16 %3lld x 768 x 2048: %8.1f GFLOP/s\n", static_cast<long long>(rows), gemm_gflops(pool, rows));
+  // Plain and packed alternate within each repetition round (the machine may be shared).
+  const Weight gate = gate_weight();
+  for (std::int64_t rows : {8, 32, 512}) {
+    double best[2] = {0, 0};
+    for (int round = 0; round < rounds; ++round)
+      for (int p = 0; p < 2; ++p) best[p] = std::max(best[p], gemm_gflops(pool, gate, rows, p == 1, 3));
+    std::printf("gemm bf16 %3lld x 768 x 2048: %8.1f GFLOP/s plain  %8.1f packed\n", static_cast<long long>(rows),
+                best[0], best[1]);
+  }
   for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
-    const double bw = matvec_bandwidth(pool, dt, bytes);
-    std::printf("matvec %-5s weights, batch 1 %8.2f GB/s  = %5.1f%% of copy, %5.1f%% of read-only\n",
-                std::string(dtype_name(dt)).c_str(), bw / 1e9, 100.0 * bw / copy, 100.0 * bw / read);
+    const Weight w = make_weight(dt, bytes);
+    double bw[2] = {0, 0};
+    for (int round = 0; round < rounds; ++round)
+      for (int p = 0; p < 2; ++p) bw[p] = std::max(bw[p], matvec_bandwidth(pool, w, p == 1, 3));
+    for (int p = 0; p < 2; ++p)
+      std::printf("matvec %-5s weights %-6s batch 1 %8.2f GB/s  = %5.1f%% of copy, %5.1f%% of read-only\n",
+                  std::string(dtype_name(dt)).c_str(), p ? "packed" : "plain", bw[p] / 1e9, 100.0 * bw[p] / copy,
+                  100.0 * bw[p] / read);
   }
   return 0;
 }

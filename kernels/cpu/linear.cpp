@@ -1,7 +1,9 @@
 // cpu::linear: arranges x once per call, splits the output features across the pool in a fixed way, and
 // runs the kernel of the instruction set chosen once per process (cpu_isa.h). What each output element
-// computes is fixed by linear_kernels.h, so neither the split nor the kernel changes a single bit.
+// computes is fixed by linear_kernels.h, so neither the split, the weight layout nor the kernel changes a
+// single bit (except the opt-in avx512bf16 mode, which is consistent with itself).
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/cpu_isa.h"
@@ -13,6 +15,7 @@ namespace {
 
 using detail::kBlock;
 using detail::kLanes;
+using detail::kPanel;
 
 // x rows in the block order of linear_kernels.h, zero-padded to kp.
 void arrange(const float* x, std::int64_t rows, std::int64_t in, std::int64_t kp, DType dt, float* xa) {
@@ -36,22 +39,69 @@ void arrange(const float* x, std::int64_t rows, std::int64_t in, std::int64_t kp
 
 using Kernel = void (*)(const detail::GemmArgs&, std::int64_t, std::int64_t);
 
-Kernel kernel_for(Isa isa) {
+struct Path {
+  Kernel kernel;
+  bool bf16_x;  // x as arrange_bf16's bf16 (the avx512bf16 mode on bf16 weights)
+};
+
+Path path_for(Isa isa, DType dt) {
   switch (isa) {
-    case Isa::avx512: return detail::gemm_avx512;
-    case Isa::avx2: return detail::gemm_avx2;
+    case Isa::avx512bf16:
+      if (dt == DType::bf16) return {detail::gemm_avx512bf16, true};
+      return {detail::gemm_avx512, false};
+    case Isa::avx512: return {detail::gemm_avx512, false};
+    case Isa::avx2: return {detail::gemm_avx2, false};
     case Isa::scalar: break;
   }
-  return detail::gemm_scalar;
+  return {detail::gemm_scalar, false};
 }
 
-// Output features are handed out in units of kUnit (the tiles' widths divide it), so that a thread's range
-// starts on a tile boundary; a unit never straddles two parts.
-constexpr std::int64_t kUnit = 8;
+// x arranged for `path` into a thread_local buffer (valid until this thread's next call).
+const float* arranged_x(const Path& path, const float* x, std::int64_t rows, std::int64_t in, std::int64_t kp, DType dt) {
+  thread_local std::vector<float> xa;
+  xa.resize(static_cast<std::size_t>(rows * kp));
+  if (path.bf16_x) detail::arrange_bf16(x, rows, in, kp, xa.data());
+  else arrange(x, rows, in, kp, dt, xa.data());
+  return xa.data();
+}
 
-std::int64_t units_of(std::int64_t out) { return (out + kUnit - 1) / kUnit; }
+std::int64_t units_of(std::int64_t out) { return (out + kPanel - 1) / kPanel; }
 
 }  // namespace
+
+namespace detail {
+
+void arrange_bf16(const float* x, std::int64_t rows, std::int64_t in, std::int64_t kp, float* xa) {
+  auto* dst = reinterpret_cast<std::uint16_t*>(xa);
+  for (std::int64_t t = 0; t < rows; ++t) {
+    for (std::int64_t k = 0; k < in; ++k) dst[t * kp + k] = f32_to_bf16(x[t * in + k]);
+    std::fill(dst + t * kp + in, dst + (t + 1) * kp, std::uint16_t{0});
+  }
+}
+
+}  // namespace detail
+
+std::size_t packed_weight_bytes(std::int64_t out, std::int64_t in, DType dtype) {
+  return static_cast<std::size_t>(units_of(out) * kPanel * detail::arranged_len(in)) * dtype_size(dtype);
+}
+
+void pack_weight(const void* w, DType dtype, std::int64_t out, std::int64_t in, void* dst, ThreadPool* pool) {
+  const std::size_t elem = dtype_size(dtype), block = static_cast<std::size_t>(kBlock) * elem;
+  const auto* src = static_cast<const std::uint8_t*>(w);
+  const std::int64_t kp = detail::arranged_len(in);
+  auto panels = [&](std::int64_t p0, std::int64_t p1) {
+    auto* d = static_cast<std::uint8_t*>(dst) + static_cast<std::size_t>(p0 * kPanel * kp) * elem;
+    for (std::int64_t p = p0; p < p1; ++p)
+      for (std::int64_t b = 0; b < kp; b += kBlock)
+        for (std::int64_t f = 0; f < kPanel; ++f, d += block) {
+          const std::int64_t n = p * kPanel + f, valid = n < out ? std::min(kBlock, in - b) : 0;
+          if (valid > 0) std::memcpy(d, src + static_cast<std::size_t>(n * in + b) * elem, static_cast<std::size_t>(valid) * elem);
+          std::memset(d + static_cast<std::size_t>(valid) * elem, 0, block - static_cast<std::size_t>(valid) * elem);
+        }
+  };
+  if (pool) pool->parallel_for(units_of(out), 16, panels);
+  else panels(0, units_of(out));
+}
 
 void linear_multi(ThreadPool& pool, const float* x, std::int64_t rows, std::int64_t in, const LinearPart* parts,
                   std::int64_t num_parts) {
@@ -64,27 +114,35 @@ void linear_multi(ThreadPool& pool, const float* x, std::int64_t rows, std::int6
       for (std::int64_t q = 0; q < num_parts; ++q) linear_multi(pool, x, rows, in, parts + q, 1);
       return;
     }
-  thread_local std::vector<float> xa;
-  xa.resize(static_cast<std::size_t>(rows * kp));
-  arrange(x, rows, in, kp, dt, xa.data());
-  const float* arranged = xa.data();  // not xa inside the lambda: a thread_local names each thread's own
+  const Path path = path_for(cpu_isa(), dt);
+  const float* arranged = arranged_x(path, x, rows, in, kp, dt);  // read by every thread
   std::vector<std::int64_t> first_unit(static_cast<std::size_t>(num_parts) + 1, 0);
-  for (std::int64_t p = 0; p < num_parts; ++p)
-    first_unit[static_cast<std::size_t>(p) + 1] = first_unit[static_cast<std::size_t>(p)] + units_of(parts[p].out);
-  const Kernel kernel = kernel_for(cpu_isa());
-  // Fewer than ~2 units per thread (or a tiny product) is not worth a hand-off.
-  const std::int64_t grain = std::max<std::int64_t>(2, 4096 / std::max<std::int64_t>(1, rows * in / kUnit));
+  std::vector<detail::GemmArgs> args(static_cast<std::size_t>(num_parts));
+  for (std::int64_t p = 0; p < num_parts; ++p) {
+    const auto i = static_cast<std::size_t>(p);
+    first_unit[i + 1] = first_unit[i] + units_of(parts[p].out);
+    detail::GemmArgs& g = args[i];
+    g.xa = arranged;
+    g.rows = rows;
+    g.in = in;
+    g.kp = kp;
+    const WeightRef& w = parts[p].w;
+    const bool use_packed = w.packed && (rows > 1 || !w.data);
+    g.w = static_cast<const std::uint8_t*>(use_packed ? w.packed : w.data);
+    g.y = parts[p].y;
+    g.ldy = parts[p].out;
+    detail::set_layout(g, dt, use_packed);
+  }
+  // Fewer than ~2 panels per thread (or a tiny product) is not worth a hand-off.
+  const std::int64_t grain = std::max<std::int64_t>(2, 4096 / std::max<std::int64_t>(1, rows * in / kPanel));
   pool.parallel_for(first_unit.back(), grain, [&](std::int64_t u0, std::int64_t u1) {
     for (std::int64_t p = 0; p < num_parts; ++p) {
       const LinearPart& part = parts[p];
-      const std::int64_t b = std::max(u0, first_unit[static_cast<std::size_t>(p)]);
-      const std::int64_t e = std::min(u1, first_unit[static_cast<std::size_t>(p) + 1]);
+      const auto i = static_cast<std::size_t>(p);
+      const std::int64_t b = std::max(u0, first_unit[i]), e = std::min(u1, first_unit[i + 1]);
       if (b >= e) continue;
-      const std::int64_t n0 = (b - first_unit[static_cast<std::size_t>(p)]) * kUnit;
-      const std::int64_t n1 = std::min(part.out, (e - first_unit[static_cast<std::size_t>(p)]) * kUnit);
-      const detail::GemmArgs g{arranged, rows, in, kp, static_cast<const std::uint8_t*>(part.w.data),
-                               static_cast<std::size_t>(in) * dtype_size(part.w.dtype), part.w.dtype, part.y, part.out};
-      kernel(g, n0, n1);
+      const std::int64_t n0 = (b - first_unit[i]) * kPanel, n1 = std::min(part.out, (e - first_unit[i]) * kPanel);
+      path.kernel(args[i], n0, n1);
       if (part.bias.data)
         for (std::int64_t t = 0; t < rows; ++t)
           for (std::int64_t n = n0; n < n1; ++n)
@@ -101,12 +159,21 @@ void linear(ThreadPool& pool, const float* x, std::int64_t rows, std::int64_t in
 
 float dot(const float* x, WeightRef w, std::int64_t n) {
   const std::int64_t kp = detail::arranged_len(n);
+  const Path path = path_for(cpu_isa(), w.dtype);
   std::vector<float> xa(static_cast<std::size_t>(kp));
-  arrange(x, 1, n, kp, w.dtype, xa.data());
+  if (path.bf16_x) detail::arrange_bf16(x, 1, n, kp, xa.data());
+  else arrange(x, 1, n, kp, w.dtype, xa.data());
   float out = 0.0f;
-  const detail::GemmArgs g{xa.data(), 1, n, kp, static_cast<const std::uint8_t*>(w.data),
-                           static_cast<std::size_t>(n) * dtype_size(w.dtype), w.dtype, &out, 1};
-  kernel_for(cpu_isa())(g, 0, 1);
+  detail::GemmArgs g;
+  g.xa = xa.data();
+  g.rows = 1;
+  g.in = n;
+  g.kp = kp;
+  g.w = static_cast<const std::uint8_t*>(w.data);
+  g.y = &out;
+  g.ldy = 1;
+  detail::set_layout(g, w.dtype, false);
+  path.kernel(g, 0, 1);
   return out;
 }
 

@@ -4,6 +4,11 @@
 // ones the words masked, so widening costs two integer operations per 32 weights, shared by the M rows of
 // a tile. This file calls no inline function of a shared header: such a function compiled here could be
 // the copy the linker keeps for every caller, and would then need AVX-512 everywhere.
+//
+// Blocking (rows > 1): the thread's features go in chunks of kChunk (their weights, 48-128 KiB of bf16,
+// stay in L2); for each chunk every row tile of kM rows sweeps the chunk in tiles of kN features, the
+// reduction innermost. So each weight is read from memory once per call, and a row tile's x (kM rows,
+// in L1/L2) is reused by the whole chunk. kM x kN = 6 x 4 = 24 accumulators + 4 weight registers.
 // GCC 12 warns about the deliberately undefined source register inside its own AVX-512 intrinsics
 // (_mm512_undefined_ps in cvtph/extract): a false positive that -Werror would make fatal.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -17,22 +22,18 @@
 namespace kvfleet::cpu::detail {
 namespace {
 
-struct Block {
-  __m512 lo, hi;
-};
-
-inline Block load_block(const std::uint8_t* row, DType dt, std::int64_t b) {
-  if (dt == DType::bf16) {
-    const __m512i v = _mm512_loadu_si512(reinterpret_cast<const std::uint16_t*>(row) + b);
-    return {_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)),
-            _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))))};
+// Half 0 (lo) or 1 (hi) of a full block (blk: its first element), in lane order.
+template <DType Dt, int Half>
+inline __m512 load_half(const std::uint8_t* blk) {
+  if constexpr (Dt == DType::bf16) {
+    const __m512i v = _mm512_loadu_si512(blk);
+    if constexpr (Half == 0) return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    else return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  } else if constexpr (Dt == DType::f16) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk) + Half));
+  } else {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(blk) + 16 * Half);
   }
-  if (dt == DType::f16) {
-    const auto* p = reinterpret_cast<const __m256i*>(reinterpret_cast<const std::uint16_t*>(row) + b);
-    return {_mm512_cvtph_ps(_mm256_loadu_si256(p)), _mm512_cvtph_ps(_mm256_loadu_si256(p + 1))};
-  }
-  const float* p = reinterpret_cast<const float*>(row) + b;
-  return {_mm512_loadu_ps(p), _mm512_loadu_ps(p + 16)};
 }
 
 inline float reduce(__m512 v) {
@@ -42,71 +43,98 @@ inline float reduce(__m512 v) {
   return _mm_cvtss_f32(_mm_add_ss(r2, _mm_shuffle_ps(r2, r2, 1)));
 }
 
-// M rows x N features, the reduction loop innermost: M * N accumulators, each weight block widened once
-// for the M rows, each x block loaded once for the N features.
-template <int M, int N>
+const std::uint8_t* feature(const GemmArgs& g, std::int64_t n) {
+  return g.w + static_cast<std::size_t>(n / kPanel) * g.panel_bytes + static_cast<std::size_t>(n % kPanel) * g.feature_bytes;
+}
+
+// M rows x N features from row t0, feature n0; the reduction loop innermost, no branch inside it (the
+// dtype is a template argument). Per half-block, the N weight vectors are widened once and each x vector
+// is loaded once for the N features; per accumulator the order stays lo then hi, block by block.
+template <DType Dt, int M, int N>
 void tile(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
   __m512 acc[M][N];
-  for (auto& r : acc)
-    for (auto& c : r) c = _mm512_setzero_ps();
-  const std::uint8_t* rows[N];
-  for (int n = 0; n < N; ++n) rows[n] = g.w + static_cast<std::size_t>(n0 + n) * g.row_bytes;
-  const float* x0 = g.xa + t0 * g.kp;
-  auto step = [&](std::int64_t b, const Block* w) {
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) acc[m][n] = _mm512_setzero_ps();
+  const std::uint8_t* w[N];
+  for (int n = 0; n < N; ++n) w[n] = feature(g, n0 + n);
+  const float* x = g.xa + t0 * g.kp;
+  const std::int64_t kp = g.kp;
+  const std::size_t step = g.block_step;
+  std::int64_t b = 0;
+  for (; b < g.full; b += kBlock) {
+    __m512 lo[N], hi[N];
+    for (int n = 0; n < N; ++n) lo[n] = load_half<Dt, 0>(w[n]);
     for (int m = 0; m < M; ++m) {
-      const __m512 xl = _mm512_loadu_ps(x0 + m * g.kp + b), xh = _mm512_loadu_ps(x0 + m * g.kp + b + 16);
-      for (int n = 0; n < N; ++n) acc[m][n] = _mm512_fmadd_ps(xh, w[n].hi, _mm512_fmadd_ps(xl, w[n].lo, acc[m][n]));
+      const __m512 xv = _mm512_loadu_ps(x + m * kp + b);
+      for (int n = 0; n < N; ++n) acc[m][n] = _mm512_fmadd_ps(xv, lo[n], acc[m][n]);
     }
-  };
-  const std::int64_t full = g.in / kBlock * kBlock;
-  for (std::int64_t b = 0; b < full; b += kBlock) {
-    Block w[N];
-    for (int n = 0; n < N; ++n) w[n] = load_block(rows[n], g.dtype, b);
-    step(b, w);
+    for (int n = 0; n < N; ++n) hi[n] = load_half<Dt, 1>(w[n]);
+    for (int m = 0; m < M; ++m) {
+      const __m512 xv = _mm512_loadu_ps(x + m * kp + b + 16);
+      for (int n = 0; n < N; ++n) acc[m][n] = _mm512_fmadd_ps(xv, hi[n], acc[m][n]);
+    }
+    for (int n = 0; n < N; ++n) w[n] += step;
   }
-  if (full < g.kp) {
+  if (b < kp) {  // the tail of a plain row
     alignas(64) float tail[N][2][kLanes];
-    Block w[N];
-    for (int n = 0; n < N; ++n) {
-      tail_weights(rows[n], g.dtype, full, g.in, tail[n][0], tail[n][1]);
-      w[n] = {_mm512_load_ps(tail[n][0]), _mm512_load_ps(tail[n][1])};
+    for (int n = 0; n < N; ++n) block_weights(w[n], Dt, g.in - b, tail[n][0], tail[n][1]);
+    for (int m = 0; m < M; ++m) {
+      const __m512 xl = _mm512_loadu_ps(x + m * kp + b), xh = _mm512_loadu_ps(x + m * kp + b + 16);
+      for (int n = 0; n < N; ++n)
+        acc[m][n] = _mm512_fmadd_ps(xh, _mm512_load_ps(tail[n][1]), _mm512_fmadd_ps(xl, _mm512_load_ps(tail[n][0]), acc[m][n]));
     }
-    step(full, w);
   }
   for (int m = 0; m < M; ++m)
     for (int n = 0; n < N; ++n) g.y[(t0 + m) * g.ldy + n0 + n] = reduce(acc[m][n]);
 }
 
-constexpr int kM = 4, kN = 4;      // the GEMM tile: 16 accumulators + 8 weight registers
-constexpr int kGemvN = 8;          // one row: 8 weight rows streamed side by side
-constexpr std::int64_t kRowBlock = 16;  // rows whose x (16 x 3 KiB at hidden 768) stays in L1/L2 per feature sweep
+constexpr int kM = 6, kN = 4;
+constexpr int kGemvN = 16;             // one row: 16 features side by side
+constexpr std::int64_t kChunk = 64;    // features whose weights stay in L2 while every row tile sweeps them
 
-template <int N>
-void rows_of(const GemmArgs& g, std::int64_t t0, std::int64_t t1, std::int64_t n0) {
-  std::int64_t t = t0;
-  for (; t + kM <= t1; t += kM) tile<kM, N>(g, t, n0);
-  switch (t1 - t) {
-    case 3: tile<3, N>(g, t, n0); break;
-    case 2: tile<2, N>(g, t, n0); break;
-    case 1: tile<1, N>(g, t, n0); break;
-    default: break;
+template <DType Dt, int M>
+void features(const GemmArgs& g, std::int64_t t, std::int64_t c0, std::int64_t c1) {
+  std::int64_t n = c0;
+  for (; n + kN <= c1; n += kN) tile<Dt, M, kN>(g, t, n);
+  for (; n < c1; ++n) tile<Dt, M, 1>(g, t, n);
+}
+
+template <DType Dt>
+void gemm(const GemmArgs& g, std::int64_t n0, std::int64_t n1) {
+  if (g.rows == 1) {
+    std::int64_t n = n0;
+    for (; n + kGemvN <= n1; n += kGemvN) tile<Dt, 1, kGemvN>(g, 0, n);
+    for (; n + kPanel <= n1; n += kPanel) tile<Dt, 1, kPanel>(g, 0, n);
+    for (; n < n1; ++n) tile<Dt, 1, 1>(g, 0, n);
+    return;
+  }
+  for (std::int64_t c0 = n0; c0 < n1; c0 += kChunk) {
+    const std::int64_t c1 = c0 + kChunk < n1 ? c0 + kChunk : n1;
+    // Row tiles as even as possible (8 rows: 4 + 4, not 6 + 2): a short tile re-reads the chunk's
+    // weights for few rows. Which tile a row falls in never changes its bits.
+    const std::int64_t tiles = (g.rows + kM - 1) / kM, base = g.rows / tiles, extra = g.rows % tiles;
+    for (std::int64_t i = 0, t = 0; i < tiles; ++i) {
+      const std::int64_t m = base + (i < extra ? 1 : 0);
+      switch (m) {
+        case 6: features<Dt, 6>(g, t, c0, c1); break;
+        case 5: features<Dt, 5>(g, t, c0, c1); break;
+        case 4: features<Dt, 4>(g, t, c0, c1); break;
+        case 3: features<Dt, 3>(g, t, c0, c1); break;
+        case 2: features<Dt, 2>(g, t, c0, c1); break;
+        default: features<Dt, 1>(g, t, c0, c1); break;
+      }
+      t += m;
+    }
   }
 }
 
 }  // namespace
 
 void gemm_avx512(const GemmArgs& g, std::int64_t n0, std::int64_t n1) {
-  if (g.rows == 1) {
-    std::int64_t n = n0;
-    for (; n + kGemvN <= n1; n += kGemvN) tile<1, kGemvN>(g, 0, n);
-    for (; n < n1; ++n) tile<1, 1>(g, 0, n);
-    return;
-  }
-  for (std::int64_t t0 = 0; t0 < g.rows; t0 += kRowBlock) {
-    const std::int64_t t1 = t0 + kRowBlock < g.rows ? t0 + kRowBlock : g.rows;
-    std::int64_t n = n0;
-    for (; n + kN <= n1; n += kN) rows_of<kN>(g, t0, t1, n);
-    for (; n < n1; ++n) rows_of<1>(g, t0, t1, n);
+  switch (g.dtype) {
+    case DType::bf16: gemm<DType::bf16>(g, n0, n1); return;
+    case DType::f16: gemm<DType::f16>(g, n0, n1); return;
+    default: gemm<DType::f32>(g, n0, n1); return;
   }
 }
 

@@ -13,6 +13,14 @@
 // every kernel reads it with plain loads. The scalar, AVX2 and AVX-512 kernels perform exactly these
 // operations, so they agree bit for bit, and a row's result is the same whatever the number of rows, the
 // tile it falls in or the thread that runs it (batch invariance, DESIGN.md).
+//
+// Weights come in two layouts with the same arithmetic (only the addresses differ):
+//   - plain: [out][in] rows, as in the checkpoint; the last block of a row is partial (tail).
+//   - packed (pack_weight, ops.h): panels of kPanel features; a panel holds, block by block, the 32
+//     elements of each of its kPanel features (zero-padded to kp), so a tile's weights are one contiguous
+//     stream and there is no tail. Features past `out` in the last panel are zero.
+// The optional AVX-512 BF16 mode (Isa::avx512bf16, cpu_isa.h) is the one exception to the arithmetic
+// above: see linear_avx512bf16.cpp.
 #pragma once
 
 #include <cstddef>
@@ -24,27 +32,41 @@ namespace kvfleet::cpu::detail {
 
 constexpr std::int64_t kBlock = 32;  // reduction elements per block
 constexpr std::int64_t kLanes = 16;
+constexpr std::int64_t kPanel = 8;  // features per packed panel (also the unit of the thread split)
 
 inline std::int64_t arranged_len(std::int64_t in) { return (in + kBlock - 1) / kBlock * kBlock; }
 
 // One call's operands: y[t * ldy + n] = sum_k x[t][k] * w[n][k] for t < rows and n in the caller's range.
+// Feature n's block starting at element b (a multiple of 32) is at
+//   w + (n / kPanel) * panel_bytes + (n % kPanel) * feature_bytes + (b / kBlock) * block_step
+// (plain: panel_bytes = kPanel * row bytes, feature_bytes = row bytes, block_step = 32 elements;
+//  packed: panel_bytes = kPanel * kp elements, feature_bytes = 32 elements, block_step = kPanel * 32).
+// Blocks below `full` are complete; the one at `full` (plain layout only) is the row's tail.
 struct GemmArgs {
   const float* xa = nullptr;  // arranged x: rows x kp floats
-  std::int64_t rows = 0, in = 0, kp = 0;
-  const std::uint8_t* w = nullptr;  // row 0 of the weight, [out][in] in dtype
-  std::size_t row_bytes = 0;
+  std::int64_t rows = 0, in = 0, kp = 0, full = 0;
+  const std::uint8_t* w = nullptr;
+  std::size_t panel_bytes = 0, feature_bytes = 0, block_step = 0;
   DType dtype = DType::f32;
   float* y = nullptr;
   std::int64_t ldy = 0;
 };
 
-// Each computes output features [n0, n1) of every row. The AVX-512 one needs AVX-512 F, BW, VL and DQ.
+// Fills the layout fields of g for a weight of `dtype` with `in` columns, plain or packed.
+void set_layout(GemmArgs& g, DType dtype, bool packed);
+
+// Each computes output features [n0, n1) of every row. The AVX-512 one needs AVX-512 F, BW, VL and DQ;
+// the BF16 one also AVX-512 BF16, bf16 weights and x arranged by arrange_bf16 (kp / 2 32-bit pairs a row).
 void gemm_scalar(const GemmArgs& a, std::int64_t n0, std::int64_t n1);
 void gemm_avx2(const GemmArgs& a, std::int64_t n0, std::int64_t n1);
 void gemm_avx512(const GemmArgs& a, std::int64_t n0, std::int64_t n1);
+void gemm_avx512bf16(const GemmArgs& a, std::int64_t n0, std::int64_t n1);
+// x rows rounded to bf16 (nearest even), element k at position k, zero-padded to kp: the BF16 mode's operand.
+void arrange_bf16(const float* x, std::int64_t rows, std::int64_t in, std::int64_t kp, float* xa);
 
-// The last (partial) block of a weight row, widened into the block's lane order: lo[j] and hi[j] are the
-// weights paired with arranged x[32b + j] and x[32b + 16 + j]; elements past `in` are zero.
-void tail_weights(const std::uint8_t* row, DType dt, std::int64_t block_start, std::int64_t in, float* lo, float* hi);
+// A block of a weight row (`blk` points at its first element) widened into the block's lane order: lo[j]
+// and hi[j] are the weights paired with arranged x[32b + j] and x[32b + 16 + j]; elements from `valid` on
+// are zero (the tail of a plain row).
+void block_weights(const std::uint8_t* blk, DType dt, std::int64_t valid, float* lo, float* hi);
 
 }  // namespace kvfleet::cpu::detail

@@ -17,11 +17,23 @@ namespace kvfleet::cpu {
 struct WeightRef {
   const void* data = nullptr;
   DType dtype = DType::f32;
+  // linear and linear_multi only: the same weight in pack_weight's layout, or null. Used for rows > 1 (the
+  // GEMM's tiles read one contiguous stream); one row (GEMV, memory-bound) reads `data`, whose separate
+  // rows give the memory system more streams at once (faster here), unless data is null.
+  const void* packed = nullptr;
 };
 
 // y[t][n] = sum_k x[t][k] * w[n][k] + bias[n] for t < rows, n < out; w is [out][in] (PyTorch layout).
 void linear(ThreadPool& pool, const float* x, std::int64_t rows, std::int64_t in, WeightRef w, std::int64_t out,
             WeightRef bias, float* y);
+
+// A [out][in] weight re-arranged for linear (linear_kernels.h): panels of 8 output features, each panel
+// block by block (32 elements of each of its features side by side), zero-padded, so that a tile streams
+// one contiguous range and a thread's share of the features is one contiguous range. The results are the
+// same bits as with the plain weight. pack_weight writes packed_weight_bytes(...) bytes to dst, split
+// over the pool when one is given.
+std::size_t packed_weight_bytes(std::int64_t out, std::int64_t in, DType dtype);
+void pack_weight(const void* w, DType dtype, std::int64_t out, std::int64_t in, void* dst, ThreadPool* pool = nullptr);
 
 // One output of a linear_multi: y[t][n] = sum_k x[t][k] * w[n][k] + bias[n], y is [rows][out].
 struct LinearPart {

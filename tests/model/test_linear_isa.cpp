@@ -3,6 +3,7 @@
 // pool's hand-off: every part runs exactly once per op, also after the workers fell asleep.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -54,6 +55,18 @@ std::vector<float> run(ThreadPool& pool, const std::vector<float>& x, std::int64
   return y;
 }
 
+// The same product through pack_weight's layout only (the plain pointer null, so one row reads it too).
+std::vector<float> run_packed(ThreadPool& pool, const std::vector<float>& x, std::int64_t rows, std::int64_t in,
+                              const Weights& w, std::int64_t out, const Weights* bias) {
+  std::vector<std::uint8_t> packed(cpu::packed_weight_bytes(out, in, w.dtype), 0xa5);
+  cpu::pack_weight(w.bytes.data(), w.dtype, out, in, packed.data());
+  std::vector<float> y(static_cast<std::size_t>(rows * out), -1.0f);
+  cpu::linear(pool, x.data(), rows, in, {nullptr, w.dtype, packed.data()}, out,
+              bias ? cpu::WeightRef{bias->bytes.data(), bias->dtype} : cpu::WeightRef{}, y.data());
+  return y;
+}
+
+// The paths that compute linear_kernels.h's arithmetic (not the avx512bf16 mode).
 std::vector<cpu::Isa> supported() {
   std::vector<cpu::Isa> v;
   for (cpu::Isa isa : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512})
@@ -102,6 +115,7 @@ TEST_CASE("linear: every ISA path is bit-identical to the scalar kernel and clos
         CAPTURE(s.out);
         cpu::set_cpu_isa(isa);
         CHECK(run(pool, x, s.rows, s.in, w, s.out, &b) == ref);
+        CHECK(run_packed(pool, x, s.rows, s.in, w, s.out, &b) == ref);
       }
     }
   }
@@ -122,6 +136,8 @@ TEST_CASE("linear: a row's bits do not depend on the batch, the thread count or 
       const auto all = run(two, x, rows, in, w, out, nullptr);
       CHECK(run(one, x, rows, in, w, out, nullptr) == all);
       CHECK(run(three, x, rows, in, w, out, nullptr) == all);
+      CHECK(run_packed(one, x, rows, in, w, out, nullptr) == all);
+      CHECK(run_packed(three, x, rows, in, w, out, nullptr) == all);
       for (std::int64_t r : {0, 5, 36}) {  // alone, and as part of a chunk of 6 rows
         const std::vector<float> xr(x.begin() + r * in, x.begin() + (r + 1) * in);
         const auto alone = run(two, xr, 1, in, w, out, nullptr);
@@ -135,9 +151,11 @@ TEST_CASE("linear: a row's bits do not depend on the batch, the thread count or 
           v(static_cast<std::size_t>(rows * 72));
       const auto* base = w.bytes.data();
       const std::size_t rb = static_cast<std::size_t>(in) * dtype_size(dt);
+      std::vector<std::uint8_t> v_packed(cpu::packed_weight_bytes(72, in, dt));  // a packed part beside plain ones
+      cpu::pack_weight(base + 128 * rb, dt, 72, in, v_packed.data());
       const cpu::LinearPart parts[] = {{{base, dt}, 120, {}, q.data()},
                                        {{base + 120 * rb, dt}, 8, {}, k.data()},
-                                       {{base + 128 * rb, dt}, 72, {}, v.data()}};
+                                       {{base + 128 * rb, dt, v_packed.data()}, 72, {}, v.data()}};
       cpu::linear_multi(two, x.data(), rows, in, parts, 3);
       for (std::int64_t t = 0; t < rows; ++t) {
         const float* row = all.data() + t * out;
@@ -146,6 +164,56 @@ TEST_CASE("linear: a row's bits do not depend on the batch, the thread count or 
         CHECK(std::equal(v.begin() + t * 72, v.begin() + (t + 1) * 72, row + 128));
       }
     }
+  }
+}
+
+TEST_CASE("linear avx512bf16 mode: vdpbf16ps on bf16 x, batch/thread/layout invariant, near float64") {
+  if (!cpu::cpu_supports(cpu::Isa::avx512bf16)) {
+    MESSAGE("this CPU has no AVX-512 BF16: mode not tested");
+    return;
+  }
+  IsaGuard guard;
+  std::mt19937 rng(16);
+  ThreadPool one(1), two(2);
+  for (std::int64_t in : {768, 100, 31}) {
+    const std::int64_t out = 45, rows = 23;
+    CAPTURE(in);
+    const Weights w = random_weights(out * in, DType::bf16, rng);
+    const auto x = random_x(rows * in, rng);
+    cpu::set_cpu_isa(cpu::Isa::avx512);
+    const auto exact = run(two, x, rows, in, w, out, nullptr);
+    cpu::set_cpu_isa(cpu::Isa::avx512bf16);
+    const auto all = run(two, x, rows, in, w, out, nullptr);
+    CHECK(run(one, x, rows, in, w, out, nullptr) == all);
+    CHECK(run_packed(two, x, rows, in, w, out, nullptr) == all);
+    for (std::int64_t r : {0, 22}) {
+      const std::vector<float> xr(x.begin() + r * in, x.begin() + (r + 1) * in);
+      const auto alone = run_packed(one, xr, 1, in, w, out, nullptr);
+      CHECK(std::equal(alone.begin(), alone.end(), all.begin() + r * out));
+    }
+    // Against float64 with x rounded to bf16 (what the mode computes), and against the exact path: the
+    // rounding of x moves each product by up to 2^-9 of itself.
+    double worst = 0;
+    for (std::int64_t t = 0; t < rows; ++t)
+      for (std::int64_t n = 0; n < out; ++n) {
+        double sum = 0, mag = 0;
+        for (std::int64_t k = 0; k < in; ++k) {
+          const float xk = bf16_to_f32(f32_to_bf16(x[static_cast<std::size_t>(t * in + k)]));
+          const double p = static_cast<double>(xk) * w.values[static_cast<std::size_t>(n * in + k)];
+          sum += p;
+          mag += std::fabs(p);
+        }
+        const auto i = static_cast<std::size_t>(t * out + n);
+        CHECK(std::fabs(all[i] - sum) <= 1e-5 * (mag + 1));
+        CHECK(std::fabs(all[i] - exact[i]) <= 4e-3 * (mag + 1));
+        worst = std::max(worst, std::fabs(all[i] - exact[i]) / (mag + 1));
+      }
+    MESSAGE("in " << in << ": largest |bf16 mode - exact| / (sum |x w| + 1) = " << worst);
+    // Other weight dtypes run the exact avx512 kernel in this mode.
+    const Weights wf = random_weights(out * in, DType::f16, rng);
+    const auto f16_mode = run(two, x, rows, in, wf, out, nullptr);
+    cpu::set_cpu_isa(cpu::Isa::avx512);
+    CHECK(run(two, x, rows, in, wf, out, nullptr) == f16_mode);
   }
 }
 
