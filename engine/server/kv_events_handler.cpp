@@ -199,7 +199,7 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
       // An EP group: the whole group's figures, or one line per rank (per_rank=1).
       std::string line;
       if (per_rank)
-        for (int r = 0; r < ep_->size(); ++r) line += load_line(ep_->rank(r).stats(), r);
+        for (int r = 0; r < ep_->size(); ++r) line += load_line(ep_->rank_stats(r), r);
       else
         line = load_line(ep_ ? ep_->stats() : engine_->stats());
       if (line != last_load || now - last_load_at >= heartbeat) {

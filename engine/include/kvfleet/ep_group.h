@@ -67,6 +67,7 @@ class EpGroup {
   };
   RankedSnapshot kv_snapshot_per_rank() const;
   std::int64_t unfinished(int rank) const;
+  EngineStats rank_stats(int rank) const;  // one rank's own figures (its per-rank `load` event)
 
  private:
   struct State;
