@@ -92,6 +92,7 @@ struct ReplicaLink {
   std::vector<RankTarget> ranks;
   std::uint32_t most_ranks = 0;  // the most it had: its dp_rank metric series to forget on removal
   std::optional<std::int64_t> max_model_len;  // from its /v1/models (read by the health loop)
+  bool models_read = false;                   // its /v1/models answered 200 (with or without max_model_len)
   // Used on `strand` only: the open KV event stream and health check, closed when the replica is removed.
   std::shared_ptr<http::HttpClient> events_client, health_client;
 

@@ -64,7 +64,7 @@ awaitable<void> Gateway::health_loop(std::shared_ptr<ReplicaLink> link) {
       add_replica_auth(req);
       const http::Response r = co_await client.request(req);
       ok = r.status == 200;
-      if (ok && !link->max_model_len) co_await read_max_model_len(*link);  // once: for the router's /v1/models
+      if (ok && !link->models_read) co_await read_max_model_len(*link);  // once: for the router's /v1/models
     } catch (const std::exception&) {
       ok = false;
     }
@@ -75,27 +75,29 @@ awaitable<void> Gateway::health_loop(std::shared_ptr<ReplicaLink> link) {
   }
 }
 
-// GET /v1/models on the health check's connection (kept alive): the replica's max_model_len. A replica
-// that does not say leaves it unknown (asked again at the next check); its failures are not health's.
+// GET /v1/models on the health check's connection (kept alive): the replica's max_model_len. Asked until
+// it answers 200 once (a replica that does not say is not asked again); its failures are not health's.
 awaitable<void> Gateway::read_max_model_len(ReplicaLink& link) {
   http::Request req;
   req.method = "GET";
   req.target = "/v1/models";
   add_replica_auth(req);
   std::optional<std::int64_t> len;
+  bool answered = false;
   try {
     const http::Response r = co_await link.health_client->request(req);
+    answered = r.status == 200;
     boost::system::error_code ec;
     const boost::json::value v = boost::json::parse(r.body, ec);
-    if (r.status == 200 && !ec && v.is_object())
+    if (answered && !ec && v.is_object())
       if (const auto* data = v.as_object().if_contains("data"); data && data->is_array() && !data->as_array().empty())
         if (const auto* m = data->as_array()[0].if_object())
           if (const auto* n = m->if_contains("max_model_len"); n && n->is_int64() && n->as_int64() > 0) len = n->as_int64();
   } catch (const std::exception&) {
   }
-  if (!len) co_return;
   std::lock_guard lock(mutex_);
-  link.max_model_len = len;
+  link.models_read = answered;
+  if (len) link.max_model_len = len;
 }
 
 void Gateway::add_replica_auth(http::Request& req) const {
