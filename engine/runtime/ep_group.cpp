@@ -134,8 +134,8 @@ EpGroup::EpGroup(const Model& model, const EngineConfig& config, int ep_size) : 
     state_->rings.push_back(engines_.back()->kv_events());
   }
   const auto& first = state_->rings[0];
-  state_->merged = std::make_shared<KvEventRing>(KvCacheConfig{}.event_ring_capacity, first->block_size(), first->root());
   state_->per_rank = std::make_shared<KvEventRing>(KvCacheConfig{}.event_ring_capacity, first->block_size(), first->root());
+  state_->merged = std::make_shared<KvEventRing>(KvCacheConfig{}.event_ring_capacity, first->block_size(), first->root());
   for (int r = 0; r < ep_size; ++r) {
     subscriptions_.push_back(state_->rings[static_cast<std::size_t>(r)]->subscribe([s = state_, r] {
       std::lock_guard lock(s->mu);
@@ -168,8 +168,8 @@ EpGroup::Submitted EpGroup::submit(GenerationRequest request, OutputCallback on_
   Submitted s;
   {
     std::lock_guard lock(state_->mu);
-    // A router that follows the ranks' caches names the rank; otherwise the group picks one.
-    s.rank = dp_rank >= 0 ? dp_rank : state_->pick(*chain, State::spread_of(request.prompt));
+    s.rank = state_->pick(*chain, State::spread_of(request.prompt));
+    if (dp_rank >= 0) s.rank = dp_rank;  // a router that follows the ranks' caches named the rank
     state_->load[static_cast<std::size_t>(s.rank)] += 1;
     for (BlockHash h : *chain) state_->inflight[static_cast<std::size_t>(s.rank)][h] += 1;
   }

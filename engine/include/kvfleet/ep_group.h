@@ -66,8 +66,8 @@ class EpGroup {
     std::vector<Entry> blocks;  // rank by rank, parents first within each
   };
   RankedSnapshot kv_snapshot_per_rank() const;
-  std::int64_t unfinished(int rank) const;
   EngineStats rank_stats(int rank) const;  // one rank's own figures (its per-rank `load` event)
+  std::int64_t unfinished(int rank) const;
 
  private:
   struct State;
