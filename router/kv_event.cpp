@@ -65,6 +65,16 @@ void parse_load(const json::object& o, KvEventMessage& e) {
   if (!(e.kv_usage >= 0 && e.kv_usage <= 1)) bad("'kv_usage' must be in [0, 1]");
 }
 
+// Ranks behind one endpoint are few (an EP group of a few dozen at most); more is malformed.
+constexpr std::uint64_t kMaxDpSize = 1024;
+
+void parse_rank(const json::object& o, KvEventMessage& e) {
+  if (!o.contains("dp_rank")) return;
+  const std::uint64_t r = unsigned_field(o, "dp_rank");
+  if (r >= kMaxDpSize) bad("'dp_rank' is too large");
+  e.dp_rank = static_cast<std::int32_t>(r);
+}
+
 }  // namespace
 
 KvEventMessage parse_kv_event(std::string_view text) {
@@ -78,6 +88,7 @@ KvEventMessage parse_kv_event(std::string_view text) {
   if (e.type == KvEventMessage::Type::unknown) return e;
   if (e.type == KvEventMessage::Type::load) {
     parse_load(o, e);
+    parse_rank(o, e);
     return e;
   }
   e.seq = unsigned_field(o, "seq");
@@ -87,8 +98,18 @@ KvEventMessage parse_kv_event(std::string_view text) {
     if (root == nullptr) bad("missing 'root'");
     e.root = hash_value(*root, "root");
     if (const json::value* instance = o.if_contains("instance")) e.instance = hash_value(*instance, "instance");
+    if (o.contains("dp_size")) {
+      const std::uint64_t n = unsigned_field(o, "dp_size");
+      if (n < 1 || n > kMaxDpSize) bad("'dp_size' must be in [1, " + std::to_string(kMaxDpSize) + "]");
+      e.dp_size = static_cast<std::uint32_t>(n);
+    }
+    if (const json::value* per_rank = o.if_contains("per_rank")) {
+      if (!per_rank->is_bool()) bad("'per_rank' must be true or false");
+      e.per_rank = per_rank->get_bool();
+    }
     return e;
   }
+  parse_rank(o, e);
   if (e.type == KvEventMessage::Type::cleared && o.contains("snapshot")) e.snapshot_blocks = unsigned_field(o, "snapshot");
   if (const json::value* snap = o.if_contains("snapshot"); snap && e.type == KvEventMessage::Type::stored) {
     if (!snap->is_bool()) bad("'snapshot' must be true or false");

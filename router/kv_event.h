@@ -11,6 +11,9 @@
 // Hashes are JSON integers (uint64; a negative int64 is read as its two's complement bits, for
 // writers that only have signed integers) or strings ("123" or "0x7b"). "tier" is accepted and
 // ignored: a block offloaded to CPU memory is still a cached block the replica can reuse.
+// Expert-parallel replicas (several data-parallel ranks behind one endpoint): the config event carries
+// "dp_size":N, and "per_rank":true on a stream asked with per_rank=1, whose stored/removed/load events
+// each carry the "dp_rank" of the rank they are about (ReplicaCacheIndex::set_ranks).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +38,9 @@ struct KvEventMessage {
   bool snapshot = false;                  // stored: part of the snapshot after a `cleared`
   std::uint32_t waiting = 0, running = 0;  // load: the replica's sequences
   double kv_usage = 0;                     // load: KV cache usage in [0, 1]
+  std::int32_t dp_rank = -1;               // stored/removed/load: the rank it is about (-1: none given)
+  std::uint32_t dp_size = 1;               // config: data-parallel ranks behind the endpoint
+  bool per_rank = false;                   // config: the stream's events are per rank (dp_rank on each)
   // Not on the wire: the rest of the event with this seq, split off by split_kv_event().
   bool continuation = false;
 };

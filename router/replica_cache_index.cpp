@@ -32,29 +32,35 @@ void ReplicaCacheIndex::log(const std::string& line) const {
 
 void ReplicaCacheIndex::add_replica(ReplicaId r) {
   if (r >= kMaxReplicas) throw std::out_of_range("replica slot " + std::to_string(r) + " >= " + std::to_string(kMaxReplicas));
-  tree_.remove_replica(r);  // a reused slot starts empty
+  if (replicas_[r].present && replicas_[r].owner != r)
+    throw std::out_of_range("replica slot " + std::to_string(r) + " is a rank of replica " + std::to_string(replicas_[r].owner));
+  if (replicas_[r].present) remove_replica(r);  // a reused slot starts empty (its ranks' too)
+  tree_.remove_replica(r);
   drop_pending(r, false);
   replicas_[r] = Replica{};
   replicas_[r].present = true;
+  replicas_[r].owner = r;
   replicas_[r].reason = "no event stream yet";
 }
 
 void ReplicaCacheIndex::remove_replica(ReplicaId r) {
   at(r);
-  tree_.remove_replica(r);
-  drop_pending(r, false);
-  replicas_[r] = Replica{};
+  for (const ReplicaId s : targets(r)) {
+    tree_.remove_replica(s);
+    drop_pending(s, false);
+    replicas_[s] = Replica{};
+  }
 }
 
-CacheMode ReplicaCacheIndex::mode(ReplicaId r) const { return at(r).mode; }
-const std::string& ReplicaCacheIndex::mode_reason(ReplicaId r) const { return at(r).reason; }
+CacheMode ReplicaCacheIndex::mode(ReplicaId r) const { return at(at(r).owner).mode; }
+const std::string& ReplicaCacheIndex::mode_reason(ReplicaId r) const { return at(at(r).owner).reason; }
 std::uint64_t ReplicaCacheIndex::last_seq(ReplicaId r) const { return at(r).last_seq; }
 std::uint64_t ReplicaCacheIndex::orphans_dropped(ReplicaId r) const { return at(r).orphans_dropped; }
 std::uint64_t ReplicaCacheIndex::snapshots(ReplicaId r) const { return at(r).snapshots; }
 bool ReplicaCacheIndex::in_snapshot(ReplicaId r) const { return at(r).snapshot_left > 0; }
 
 void ReplicaCacheIndex::on_routed(ReplicaId r, std::span<const BlockHash> hashes, Tick now) {
-  Replica& rep = at(r);
+  Replica& rep = at(at(r).owner);  // a rank slot follows its replica's stream
   if (rep.mode == CacheMode::exact) {
     add_pending(r, hashes, now);  // marks (and touches) the chain; its new blocks wait for their event
     return;
@@ -66,7 +72,8 @@ void ReplicaCacheIndex::on_routed(ReplicaId r, std::span<const BlockHash> hashes
 std::size_t ReplicaCacheIndex::sweep(Tick now) {
   ReplicaMask approximate = 0;
   for (ReplicaId r = 0; r < kMaxReplicas; ++r) {
-    if (replicas_[r].present && replicas_[r].mode == CacheMode::approximate) approximate |= ReplicaMask{1} << r;
+    if (replicas_[r].present && replicas_[replicas_[r].owner].mode == CacheMode::approximate)
+      approximate |= ReplicaMask{1} << r;
   }
   expire_pending(now);
   const Tick cutoff = now > config_.approximate_ttl ? now - config_.approximate_ttl : 0;
@@ -74,8 +81,10 @@ std::size_t ReplicaCacheIndex::sweep(Tick now) {
 }
 
 void ReplicaCacheIndex::reset_marks(ReplicaId r) {
-  tree_.clear_replica(r);
-  drop_pending(r, false);
+  for (const ReplicaId s : targets(r)) {
+    tree_.clear_replica(s);
+    drop_pending(s, false);
+  }
   replicas_[r].last_seq = 0;
   replicas_[r].snapshot_left = 0;
   replicas_[r].image_ok = true;
@@ -84,7 +93,7 @@ void ReplicaCacheIndex::reset_marks(ReplicaId r) {
 std::uint64_t ReplicaCacheIndex::begin_stream(ReplicaId r) {
   Replica& rep = at(r);
   rep.stream_ok = false;
-  drop_pending(r, true);  // guesses: the replay (or snapshot) of this stream brings what is real
+  for (const ReplicaId s : targets(r)) drop_pending(s, true);  // guesses: the replay (or snapshot) brings what is real
   if (!rep.image_ok) reset_marks(r);
   rep.stream_since = rep.last_seq;
   return rep.last_seq;
@@ -177,13 +186,17 @@ EventOutcome ReplicaCacheIndex::apply_event(ReplicaId r, const KvEventMessage& e
   if (e.type == Type::load || e.type == Type::unknown)  // not about the cache (the gateway reads load)
     return EventOutcome{EventStatus::ignored, "not a cache event", 0};
   if (!rep.stream_ok) return EventOutcome{EventStatus::ignored, "no accepted config on this stream", 0};
+  std::string bad_rank;
+  if (e.type != Type::cleared && !target_of(r, e, bad_rank)) return resync(r, bad_rank);  // before its seq counts
   if (e.continuation) {
     if (e.seq != rep.last_seq) return resync(r, "continuation of seq " + std::to_string(e.seq) + " out of place");
     return apply_change(r, e, now);
   }
   if (e.type == Type::cleared) {
-    tree_.clear_replica(r);
-    drop_pending(r, false);
+    for (const ReplicaId s : targets(r)) {
+      tree_.clear_replica(s);
+      drop_pending(s, false);
+    }
     rep.last_seq = e.seq;
     rep.snapshot_left = e.snapshot_blocks;
     rep.snapshots += e.snapshot_blocks > 0;
@@ -208,12 +221,14 @@ EventOutcome ReplicaCacheIndex::apply_event(ReplicaId r, const KvEventMessage& e
   return apply_change(r, e, now);
 }
 
-EventOutcome ReplicaCacheIndex::apply_change(ReplicaId r, const KvEventMessage& e, Tick now) {
+EventOutcome ReplicaCacheIndex::apply_change(ReplicaId stream, const KvEventMessage& e, Tick now) {
+  std::string why;
+  const ReplicaId r = target_of(stream, e, why).value_or(stream);  // checked by apply_event
   if (e.type == KvEventMessage::Type::stored) {
     if (!e.parent || *e.parent == config_.root) {
       tree_.insert(r, e.block_hashes, now);
     } else if (!tree_.insert_after(r, *e.parent, e.block_hashes, now)) {
-      replicas_[r].orphans_dropped += 1;
+      replicas_[stream].orphans_dropped += 1;
     }
     confirm_pending(r, e.block_hashes);
   } else if (e.type == KvEventMessage::Type::removed) {

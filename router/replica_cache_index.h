@@ -37,6 +37,14 @@
 // TTL or to the LRU bound only make the image a subset, which is harmless, so they do not force a
 // full resync.
 //
+// Ranks. An expert-parallel replica serves several data-parallel ranks behind one endpoint, each with
+// its own KV cache. On a per-rank stream (its config says per_rank and dp_size N > 1) set_ranks(r, N)
+// makes each rank a routing target with a tree slot of its own (rank 0: r itself; the others: free
+// slots), and every stored/removed event goes to its dp_rank's slot. The stream state (seq, instance,
+// snapshot, mode) stays r's: mode(slot) of a rank slot is its replica's; a cleared, a restart, a
+// reconnect's dropped guesses and a removal apply to every rank. Without ranks dp_rank is ignored (the
+// union stream of older replicas).
+//
 // Thread-safety: none (as PrefixTree). The router owns one index behind its own lock or strand.
 #pragma once
 
@@ -86,7 +94,13 @@ class ReplicaCacheIndex {
   // Slots are assigned by the replica set; a new replica starts approximate. Throws
   // std::out_of_range for a slot >= kMaxReplicas.
   void add_replica(ReplicaId r);
-  void remove_replica(ReplicaId r);  // forgets its marks and its stream state
+  void remove_replica(ReplicaId r);  // forgets its marks and its stream state (and its ranks')
+  bool in_use(ReplicaId slot) const { return slot < kMaxReplicas && replicas_[slot].present; }
+  // r's stream is about n data-parallel ranks (n <= 1: none). Returns the rank slots in rank order
+  // (rank 0 = r; empty when n <= 1). A different n than before drops every mark of r's ranks. Throws
+  // std::out_of_range when fewer than n - 1 slots are free (nothing changes then).
+  std::vector<ReplicaId> set_ranks(ReplicaId r, std::uint32_t n);
+  const std::vector<ReplicaId>& ranks(ReplicaId r) const { return at(r).ranks; }
   CacheMode mode(ReplicaId r) const;
   const std::string& mode_reason(ReplicaId r) const;
   std::uint64_t last_seq(ReplicaId r) const;
@@ -127,10 +141,15 @@ class ReplicaCacheIndex {
     std::uint64_t snapshot_left = 0;        // snapshot `stored` events still expected at last_seq
     std::uint64_t orphans_dropped = 0;
     std::uint64_t snapshots = 0;
+    ReplicaId owner = 0;              // the replica whose stream feeds this slot (itself, or a rank's replica)
+    std::vector<ReplicaId> ranks;     // on the owner: its rank slots (rank 0 = itself); empty: no ranks
   };
 
   Replica& at(ReplicaId r);
   const Replica& at(ReplicaId r) const;
+  std::vector<ReplicaId> targets(ReplicaId r) const;  // r's slots: its ranks', or r alone
+  // The slot a stored/removed event of r's stream is about; nullopt (with why) for a bad dp_rank.
+  std::optional<ReplicaId> target_of(ReplicaId r, const KvEventMessage& e, std::string& why) const;
   void reset_marks(ReplicaId r);
   EventOutcome apply_config(ReplicaId r, const KvEventMessage& event);
   EventOutcome resync(ReplicaId r, std::string why);

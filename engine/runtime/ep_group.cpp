@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <mutex>
+#include <string>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -20,6 +21,7 @@ struct EpGroup::State {
   std::string served_name;
   std::int32_t block_size = 16;
   std::shared_ptr<KvEventRing> merged;
+  std::shared_ptr<KvEventRing> per_rank;  // every rank's own changes, each with its dp_rank (per_rank=1 readers)
   std::vector<std::shared_ptr<KvEventRing>> rings;
   struct Held {
     int count = 0;
@@ -32,6 +34,7 @@ struct EpGroup::State {
   std::vector<std::uint64_t> last_seen;                                // per rank: last event applied
 
   void stored(int r, const std::vector<BlockHash>& chain, BlockHash parent) {
+    per_rank->publish(KvEvent::Type::stored, chain, parent, r);
     std::vector<BlockHash> run;
     BlockHash run_parent = 0;
     auto flush = [&] {
@@ -54,9 +57,10 @@ struct EpGroup::State {
   }
 
   void removed(int r, const std::vector<BlockHash>& hashes) {
-    std::vector<BlockHash> gone;
+    std::vector<BlockHash> gone, gone_here;
     for (BlockHash h : hashes) {
       if (!rank_blocks[static_cast<std::size_t>(r)].erase(h)) continue;
+      gone_here.push_back(h);
       auto it = held.find(h);
       if (it != held.end() && --it->second.count == 0) {
         held.erase(it);
@@ -64,6 +68,7 @@ struct EpGroup::State {
       }
     }
     if (!gone.empty()) merged->publish(KvEvent::Type::removed, std::move(gone), 0, r);
+    if (!gone_here.empty()) per_rank->publish(KvEvent::Type::removed, std::move(gone_here), 0, r);
   }
 
   void cleared(int r) {
@@ -129,6 +134,7 @@ EpGroup::EpGroup(const Model& model, const EngineConfig& config, int ep_size) : 
     state_->rings.push_back(engines_.back()->kv_events());
   }
   const auto& first = state_->rings[0];
+  state_->per_rank = std::make_shared<KvEventRing>(KvCacheConfig{}.event_ring_capacity, first->block_size(), first->root());
   state_->merged = std::make_shared<KvEventRing>(KvCacheConfig{}.event_ring_capacity, first->block_size(), first->root());
   for (int r = 0; r < ep_size; ++r) {
     subscriptions_.push_back(state_->rings[static_cast<std::size_t>(r)]->subscribe([s = state_, r] {
@@ -155,12 +161,15 @@ int EpGroup::pick(std::span<const TokenId> prompt, const std::string& cache_salt
   return state_->pick(chain, State::spread_of(prompt));
 }
 
-EpGroup::Submitted EpGroup::submit(GenerationRequest request, OutputCallback on_output) {
+EpGroup::Submitted EpGroup::submit(GenerationRequest request, OutputCallback on_output, int dp_rank) {
+  if (dp_rank >= size()) throw std::out_of_range("data_parallel_rank " + std::to_string(dp_rank) + " is out of range [0, " +
+                                                 std::to_string(size()) + ")");
   auto chain = std::make_shared<std::vector<BlockHash>>(state_->chain_of(request.prompt, request.cache_salt));
   Submitted s;
   {
     std::lock_guard lock(state_->mu);
     s.rank = state_->pick(*chain, State::spread_of(request.prompt));
+    if (dp_rank >= 0) s.rank = dp_rank;  // a router that follows the ranks' caches named the rank
     state_->load[static_cast<std::size_t>(s.rank)] += 1;
     for (BlockHash h : *chain) state_->inflight[static_cast<std::size_t>(s.rank)][h] += 1;
   }
@@ -243,9 +252,37 @@ KvSnapshot EpGroup::kv_snapshot() const {
   return snap;
 }
 
+std::shared_ptr<KvEventRing> EpGroup::kv_events_per_rank() const { return state_->per_rank; }
+
+// Each rank's cache, parents first within the rank, at the per-rank ring's seq.
+EpGroup::RankedSnapshot EpGroup::kv_snapshot_per_rank() const {
+  std::lock_guard lock(state_->mu);
+  RankedSnapshot snap;
+  snap.seq = state_->per_rank->last_seq();
+  for (std::size_t r = 0; r < state_->rank_blocks.size(); ++r) {
+    const auto& blocks = state_->rank_blocks[r];
+    std::unordered_map<BlockHash, std::vector<BlockHash>> children;
+    std::vector<BlockHash> frontier;
+    for (const auto& [h, parent] : blocks) {
+      if (blocks.count(parent)) children[parent].push_back(h);
+      else frontier.push_back(h);
+    }
+    while (!frontier.empty()) {
+      const BlockHash h = frontier.back();
+      frontier.pop_back();
+      snap.blocks.push_back({h, blocks.at(h), static_cast<std::int32_t>(r)});
+      if (auto it = children.find(h); it != children.end())
+        for (BlockHash c : it->second) frontier.push_back(c);
+    }
+  }
+  return snap;
+}
+
 std::int64_t EpGroup::unfinished(int rank) const {
   std::lock_guard lock(state_->mu);
   return state_->load.at(static_cast<std::size_t>(rank));
 }
+
+EngineStats EpGroup::rank_stats(int rank) const { return engines_.at(static_cast<std::size_t>(rank))->stats(); }
 
 }  // namespace kvfleet

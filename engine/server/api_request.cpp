@@ -133,11 +133,22 @@ GenerateParams parse_generate_params(const json::object& body, bool chat) {
                             std::to_string(RequestLimits::max_cache_salt_bytes) + " bytes", "cache_salt");
     p.cache_salt = std::move(*salt);
   }
+  if (auto v = f.integer("data_parallel_rank", 0, INT32_MAX)) p.dp_rank = static_cast<std::int32_t>(*v);
   if (const json::object* format = f.object("response_format")) {
     const auto type = Fields(*format, "response_format.").string("type");
     if (type != "text") throw bad_request("'response_format' of type other than 'text' is not supported", "response_format");
   }
   return p;
+}
+
+void apply_dp_rank_header(const std::string* header, GenerateParams& p) {
+  if (!header) return;
+  std::int32_t rank = -1;
+  const auto [end, ec] = std::from_chars(header->data(), header->data() + header->size(), rank);
+  if (ec != std::errc() || end != header->data() + header->size() || rank < 0)
+    throw bad_request("the X-data-parallel-rank header must be a non-negative integer, got '" + header->substr(0, 32) + "'",
+                      "X-data-parallel-rank");
+  p.dp_rank = rank;
 }
 
 CompletionRequest parse_completion_request(const json::value& body) {

@@ -60,6 +60,9 @@ struct GenerateParams {
   bool include_usage = false;
   std::vector<std::pair<TokenId, float>> logit_bias;  // ids not checked against the vocabulary yet
   std::string cache_salt;                             // prefix-cache namespace of a tenant (Contract 1)
+  // The data-parallel rank to run on (an expert-parallel replica): the body's `data_parallel_rank`
+  // (SGLang) or the `X-data-parallel-rank` header (vLLM; apply_dp_rank_header). Range checked by the replica.
+  std::optional<std::int32_t> dp_rank;
 };
 
 struct CompletionRequest {
@@ -97,6 +100,9 @@ TokenizeRequest parse_tokenize_request(const boost::json::value& body);
 std::vector<TokenId> parse_detokenize_request(const boost::json::value& body);
 // The sampling and output fields shared by both endpoints (api_request.cpp; used by api_chat.cpp).
 GenerateParams parse_generate_params(const boost::json::object& body, bool chat);
+// The `X-data-parallel-rank` header's value (nullptr: none) into p.dp_rank; it wins over the body's
+// field (a router names the rank it chose for the cache it follows). 400 unless a non-negative integer.
+void apply_dp_rank_header(const std::string* header, GenerateParams& p);
 // Parses JSON text, or throws ApiError 400 naming the problem.
 boost::json::value parse_json_body(std::string_view body);
 

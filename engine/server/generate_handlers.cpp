@@ -88,6 +88,10 @@ GenerationRequest Replica::make_request(const std::vector<TokenId>& prompt, cons
 }
 
 void Replica::check_params(const GenerateParams& p) const {
+  const int ranks = ep_ ? ep_->size() : 1;  // a replica without ranks is rank 0 of 1
+  if (p.dp_rank && *p.dp_rank >= ranks)
+    throw bad_request("data_parallel_rank " + std::to_string(*p.dp_rank) + " is out of range [0, " + std::to_string(ranks) +
+                          ")", "data_parallel_rank");
   check_token_ids(p.stop_token_ids, "stop_token_ids");
   std::vector<TokenId> biased;
   for (const auto& [id, bias] : p.logit_bias) biased.push_back(id);
@@ -95,7 +99,8 @@ void Replica::check_params(const GenerateParams& p) const {
 }
 
 awaitable<void> Replica::completions(const http::Request& req, http::ResponseWriter& w) {
-  const CompletionRequest r = parse_completion_request(parse_json_body(req.body));
+  CompletionRequest r = parse_completion_request(parse_json_body(req.body));
+  apply_dp_rank_header(req.headers.find("x-data-parallel-rank"), r.params);
   check_model(r.model);
   check_params(r.params);
   Job job;
@@ -125,7 +130,8 @@ awaitable<void> Replica::completions(const http::Request& req, http::ResponseWri
 }
 
 awaitable<void> Replica::chat(const http::Request& req, http::ResponseWriter& w) {
-  const ChatRequest r = parse_chat_request(parse_json_body(req.body));
+  ChatRequest r = parse_chat_request(parse_json_body(req.body));
+  apply_dp_rank_header(req.headers.find("x-data-parallel-rank"), r.params);
   check_model(r.model);
   check_params(r.params);
   if (!chat_template_) throw bad_request("this model has no chat template (tokenizer_config.json)", "messages");
@@ -226,7 +232,7 @@ awaitable<void> Replica::run_job(Job& job, http::ResponseWriter& w) {
       auto queue = job.queue;
       auto on_output = [queue, i](const RequestOutput& o) { queue->push({i, o}); };
       if (ep_) {
-        const auto s = ep_->submit(job.choices[i].request, std::move(on_output));
+        const auto s = ep_->submit(job.choices[i].request, std::move(on_output), job.params.dp_rank.value_or(-1));
         job.choices[i].rank = s.rank;
         job.choices[i].rid = s.id;
       } else {
@@ -264,12 +270,14 @@ awaitable<void> Replica::run_job(Job& job, http::ResponseWriter& w) {
       200, json::serialize(json::object{{"id", job.id}, {"object", job.chat ? "chat.completion" : "text_completion"},
                                         {"created", job.created}, {"model", name_}, {"choices", choices},
                                         {"usage", usage_of(job)}}));
+  if (ep_) response.headers.set("x-kvfleet-dp-rank", std::to_string(job.choices.front().rank));
   co_await w.send(std::move(response));
 }
 
 awaitable<void> Replica::stream_job(Job& job, http::ResponseWriter& w) {
   // (GCC 12 rejects string literals inside co_await expressions: build arguments first.)
   http::Headers sse_headers{{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}};
+  if (ep_) sse_headers.set("x-kvfleet-dp-rank", std::to_string(job.choices.front().rank));  // the rank that runs it
   if (!co_await w.begin_stream(200, std::move(sse_headers))) co_return;  // gone: run_job's hook aborts
   const char* object = job.chat ? "chat.completion.chunk" : "text_completion";
   auto chunk = [&](std::size_t i, const std::string& piece, std::size_t lp_from) {

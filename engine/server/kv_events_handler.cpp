@@ -13,6 +13,14 @@
 // starts from `cleared` + a snapshot even when the ring could replay from seq 1: the snapshot is the
 // cache as it is, the replay its whole history (every block stored and evicted since the start).
 //
+// With `per_rank=1` on an expert-parallel replica (--ep-size N > 1) the stream is EpGroup's per-rank ring:
+// each rank's own stored/removed events with its dp_rank (the default union stream announces a block only
+// for its first holder and its removal only by the last, which hides which ranks hold it), a snapshot of
+// each rank's cache, and one `load` event per rank (with dp_rank). The config event then says
+// `"per_rank":true`; it carries `"dp_size":N` on every expert-parallel replica. A router keeps one tree
+// per (replica, rank) from it and names the rank it picks (X-data-parallel-rank). Without ranks the
+// parameter changes nothing.
+//
 // Nothing here blocks an io thread: the coroutine sleeps on a timer that the ring's listener (engine
 // thread) cancels when it publishes, and the snapshot is asked of the engine asynchronously.
 #include <atomic>
@@ -39,12 +47,13 @@ namespace {
 constexpr std::size_t kEventsPerWrite = 256;  // a snapshot or a long replay goes out in pieces
 constexpr std::chrono::milliseconds kLoadPoll{200};
 
-std::string load_line(const EngineStats& stats) {
+std::string load_line(const EngineStats& stats, int dp_rank = -1) {
   const double usage = std::round(std::clamp(stats.scheduler.kv.usage, 0.0, 1.0) * 1000) / 1000;  // 0.1% steps
-  const json::object o{{"type", "load"},
-                       {"waiting", std::max(0, stats.scheduler.num_waiting)},
-                       {"running", std::max(0, stats.scheduler.num_running)},
-                       {"kv_usage", usage}};
+  json::object o{{"type", "load"},
+                 {"waiting", std::max(0, stats.scheduler.num_waiting)},
+                 {"running", std::max(0, stats.scheduler.num_running)},
+                 {"kv_usage", usage}};
+  if (dp_rank >= 0) o["dp_rank"] = dp_rank;
   return "data: " + json::serialize(o) + "\n\n";
 }
 
@@ -90,11 +99,14 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
   const bool want_load = load_param && (*load_param == "1" || *load_param == "true");
   const auto snapshot_param = req.query_param("snapshot");
   const bool want_snapshot = snapshot_param && (*snapshot_param == "1" || *snapshot_param == "true");
+  const auto per_rank_param = req.query_param("per_rank");
+  const bool per_rank = ep_ && per_rank_param && (*per_rank_param == "1" || *per_rank_param == "true");
   if (const auto s = req.query_param("since")) {
     const auto [p, ec] = std::from_chars(s->data(), s->data() + s->size(), since);
     if (ec != std::errc() || p != s->data() + s->size()) throw bad_request("'since' must be a sequence number", "since");
   }
-  const auto ring = ep_ ? ep_->kv_events() : engine_->kv_events();  // an EP group: the ranks' union
+  // An EP group: the ranks' union, or each rank's own events (per_rank=1).
+  const auto ring = !ep_ ? engine_->kv_events() : per_rank ? ep_->kv_events_per_rank() : ep_->kv_events();
   const char* tier = config_.engine.backend.kind == "cuda" ? "gpu" : "cpu";
   const auto heartbeat = config_.kv_events_heartbeat;
   auto waker = std::make_shared<StreamWaker>(co_await asio::this_coro::executor);
@@ -110,9 +122,11 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
 
   http::Headers sse_headers{{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}};
   if (!co_await w.begin_stream(200, std::move(sse_headers))) co_return;
-  const json::object config{{"type", "config"},           {"seq", ring->last_seq()}, {"block_size", ring->block_size()},
-                            {"root", ring->root()},       {"model", name_},          {"instance", ring->instance()},
-                            {"heartbeat_ms", heartbeat.count()}};
+  json::object config{{"type", "config"},           {"seq", ring->last_seq()}, {"block_size", ring->block_size()},
+                      {"root", ring->root()},       {"model", name_},          {"instance", ring->instance()},
+                      {"heartbeat_ms", heartbeat.count()}};
+  if (ep_) config["dp_size"] = ep_->size();
+  if (per_rank) config["per_rank"] = true;
   const std::string opening = "data: " + json::serialize(config) + "\n\n";
   if (!co_await w.write(opening)) co_return;
 
@@ -128,8 +142,21 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
       }
       wake(waker);
     };
-    if (ep_) deliver(ep_->kv_snapshot());  // the group's own state, consistent with its ring
-    else engine_->kv_snapshot(deliver);
+    std::vector<std::int32_t> ranks;  // per_rank: each snapshot block's rank
+    if (per_rank) {
+      const EpGroup::RankedSnapshot ranked = ep_->kv_snapshot_per_rank();
+      KvSnapshot plain;
+      plain.seq = ranked.seq;
+      for (const auto& b : ranked.blocks) {
+        plain.blocks.push_back({b.hash, b.parent});
+        ranks.push_back(b.dp_rank);
+      }
+      deliver(std::move(plain));
+    } else if (ep_) {
+      deliver(ep_->kv_snapshot());  // the group's own state, consistent with its ring
+    } else {
+      engine_->kv_snapshot(deliver);
+    }
     std::optional<KvSnapshot> snap;
     while (!snap) {
       {
@@ -144,7 +171,7 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
     std::string out = "data: " + json::serialize(cleared) + "\n\n";
     for (std::size_t i = 0; i < snap->blocks.size(); ++i) {
       const auto& b = snap->blocks[i];
-      out += event_line({snap->seq, KvEvent::Type::stored, {b.hash}, b.parent}, tier, true);
+      out += event_line({snap->seq, KvEvent::Type::stored, {b.hash}, b.parent, i < ranks.size() ? ranks[i] : -1}, tier, true);
       if ((i + 1) % kEventsPerWrite == 0) {
         if (!co_await w.write(out)) co_return;
         out.clear();
@@ -169,7 +196,12 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
     }
     const auto now = std::chrono::steady_clock::now();
     if (want_load) {
-      std::string line = load_line(engine_->stats());
+      // An EP group: the whole group's figures, or one line per rank (per_rank=1).
+      std::string line;
+      if (per_rank)
+        for (int r = 0; r < ep_->size(); ++r) line += load_line(ep_->rank_stats(r), r);
+      else
+        line = load_line(ep_ ? ep_->stats() : engine_->stats());
       if (line != last_load || now - last_load_at >= heartbeat) {
         if (!co_await w.write(line)) co_return;
         last_load = std::move(line);

@@ -50,6 +50,23 @@ std::string url_param(const http::Request& req) {
 }
 
 
+// The ranks of an expert-parallel replica as its targets (empty: it is one target).
+json::array ranks_json(const ReplicaLink& l) {
+  json::array out;
+  for (std::size_t k = 0; k < l.ranks.size(); ++k) {
+    const RankTarget& t = l.ranks[k];
+    json::value load = nullptr;
+    if (t.load_reported)
+      load = json::object{{"waiting", t.reported_waiting}, {"running", t.reported_running}, {"kv_usage", t.reported_kv_usage}};
+    out.push_back(json::object{{"dp_rank", k},
+                               {"slot", t.slot},
+                               {"in_flight_requests", t.in_flight},
+                               {"routed", t.routed},
+                               {"reported_load", load}});
+  }
+  return out;
+}
+
 }  // namespace
 
 // Admin: its own key; a bad ?url= escape is the client's error (400), not ours.
@@ -102,6 +119,7 @@ awaitable<void> Gateway::list_replicas(const http::Request&, http::ResponseWrite
                                   {"in_flight_requests", l->in_flight},
                                   {"in_flight_tokens", l->in_flight_tokens},
                                   {"routed", l->routed},
+                                  {"dp_ranks", ranks_json(*l)},
                                   {"pd_pool", l->pd_pool == ReplicaPool::prefill  ? "prefill"
                                               : l->pd_pool == ReplicaPool::decode ? "decode"
                                                                                   : "mixed"}});
@@ -166,7 +184,8 @@ awaitable<void> Gateway::drain_replica_handler(const http::Request& req, http::R
 
 // prometheus-cpp keeps a series until it is removed from its family; registering a family by its name
 // again returns the existing one, so each family is reached through the registry's builder.
-void Gateway::forget_metrics(const std::string& url) {
+void Gateway::forget_metrics(const ReplicaLink& link) {
+  const std::string& url = link.url;
   prometheus::Registry& registry = *metrics_.registry();
   const http::MetricLabels labels{{"replica", url}};
   const std::pair<const char*, const char*> gauges[] = {
@@ -179,16 +198,23 @@ void Gateway::forget_metrics(const std::string& url) {
     auto& family = prometheus::BuildGauge().Name(name).Help(help).Register(registry);
     if (family.Has(labels)) family.Remove(&family.Add(labels));
   }
+  auto& ranks = prometheus::BuildCounter()
+                    .Name("kvfleet_router_dp_rank_decisions_total")
+                    .Help("Requests routed to each data-parallel rank")
+                    .Register(registry);
+  for (std::uint32_t k = 0; k < link.most_ranks; ++k) {
+    const http::MetricLabels l{{"replica", url}, {"dp_rank", std::to_string(k)}};
+    if (ranks.Has(l)) ranks.Remove(&ranks.Add(l));
+  }
+  // Held to the end: count_request() takes it too, and sees `removed` (set before this runs) under it.
+  std::lock_guard series_lock(series_mutex_);
   std::vector<std::pair<std::string, std::string>> series;
-  {
-    std::lock_guard lock(series_mutex_);
-    for (auto it = request_series_.begin(); it != request_series_.end();) {
-      if (it->first == url) {
-        series.push_back(*it);
-        it = request_series_.erase(it);
-      } else {
-        ++it;
-      }
+  for (auto it = request_series_.begin(); it != request_series_.end();) {
+    if (it->first == url) {
+      series.push_back(*it);
+      it = request_series_.erase(it);
+    } else {
+      ++it;
     }
   }
   const std::pair<const char*, const char*> counters[] = {

@@ -172,6 +172,14 @@ awaitable<void> Gateway::models(const http::Request& req, http::ResponseWriter& 
     co_return;
   }
   json::object model{{"id", name_}, {"object", "model"}, {"created", created_}, {"owned_by", "kvfleet"}};
+  // The replicas' context length (the least of those that said: what every one of them can serve).
+  std::optional<std::int64_t> max_model_len;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& l : links_)
+      if (l->max_model_len) max_model_len = std::min(max_model_len.value_or(*l->max_model_len), *l->max_model_len);
+  }
+  if (max_model_len) model["max_model_len"] = *max_model_len;
   http::Response r = json_response(200, json::object{{"object", "list"}, {"data", json::array{model}}});
   co_await w.send(std::move(r));
 }
@@ -229,8 +237,8 @@ std::shared_ptr<ReplicaLink> Gateway::add_replica(const std::string& url, Replic
     used[l->slot] = true;
   }
   ReplicaId slot = 0;
-  while (slot < kMaxReplicas && used[slot]) ++slot;
-  if (slot == kMaxReplicas) throw std::invalid_argument("at most 64 replicas");
+  while (slot < kMaxReplicas && (used[slot] || index_.in_use(slot))) ++slot;  // ranks take slots too
+  if (slot == kMaxReplicas) throw std::invalid_argument("at most 64 replicas (each data-parallel rank counts as one)");
   UpstreamPoolConfig pool;
   pool.max_idle = config_.upstream_keepalive;
   pool.idle_timeout = config_.upstream_idle_timeout;
@@ -254,7 +262,7 @@ bool Gateway::remove_replica(const std::string& url) {
     if (!link) return false;
     link->removed = true;  // under the lock: its loops check it there before touching the index
     index_.remove_replica(link->slot);
-    forget_metrics(url);  // under the lock: metrics() sets the gauges of listed replicas under it too
+    forget_metrics(*link);  // under the lock: metrics() sets the gauges of listed replicas under it too
   }
   link->pool.clear();
   asio::post(link->strand, [link] { link->stop_io(); });  // its loops end at once
@@ -308,11 +316,14 @@ awaitable<void> Gateway::maintenance_loop() {
   }
 }
 
-void Gateway::count_request(const std::string& replica, const std::string& status) {
+// Under series_mutex_, which forget_metrics holds while it removes the series: a request that ends after
+// its replica's removal (`removed` is set before) adds nothing, one that ended before is removed with it.
+void Gateway::count_request(const std::string& replica, const std::string& status, const ReplicaLink* link) {
+  std::lock_guard lock(series_mutex_);
+  if (link && link->removed) return;
   metrics_.counter("kvfleet_router_requests_total", "Requests answered, by replica and HTTP status",
                    {{"replica", replica}, {"status", status}})
       .Increment();
-  std::lock_guard lock(series_mutex_);
   request_series_.emplace(replica, status);
 }
 

@@ -43,6 +43,19 @@ namespace kvfleet::router {
 
 using boost::asio::awaitable;
 
+// One data-parallel rank of an expert-parallel replica: a routing target of its own (its own tree slot,
+// requests in flight and reported load) behind the replica's endpoint, health and circuit breaker.
+struct RankTarget {
+  ReplicaId slot = 0;
+  std::uint32_t in_flight = 0;
+  std::uint64_t in_flight_tokens = 0;
+  std::uint64_t routed = 0;
+  bool load_reported = false;  // the rank's `load` events (per_rank stream)
+  std::uint32_t reported_waiting = 0, reported_running = 0;
+  double reported_kv_usage = 0;
+  Tick load_at = 0;
+};
+
 struct ReplicaLink {
   ReplicaLink(std::string url_, ReplicaAddress address_, ReplicaId slot_, boost::asio::any_io_executor executor,
               UpstreamPoolConfig pool_config, CircuitBreakerConfig breaker_config)
@@ -74,6 +87,12 @@ struct ReplicaLink {
   std::uint32_t reported_waiting = 0, reported_running = 0;
   double reported_kv_usage = 0;
   Tick load_at = 0;
+  // Expert-parallel replicas: one target per data-parallel rank (rank 0's slot is `slot`), from the
+  // per-rank event stream's config; empty: the replica is one target. Kept while the stream is down.
+  std::vector<RankTarget> ranks;
+  std::uint32_t most_ranks = 0;  // the most it had: its dp_rank metric series to forget on removal
+  std::optional<std::int64_t> max_model_len;  // from its /v1/models (read by the health loop)
+  bool models_read = false;                   // its /v1/models answered 200 (with or without max_model_len)
   // Used on `strand` only: the open KV event stream and health check, closed when the replica is removed.
   std::shared_ptr<http::HttpClient> events_client, health_client;
 
@@ -107,6 +126,7 @@ struct RoutePlan {
   std::uint64_t expected_tokens = 0;  // prompt + max_tokens: the in-flight token load
   std::string session_key;
   std::string prefill_from;  // pd mode: the prefill replica route() picked (x-kvfleet-prefill-from)
+  int dp_rank = -1;          // the rank route() picked on an expert-parallel replica (X-data-parallel-rank)
 };
 
 class Gateway {
@@ -153,9 +173,21 @@ class Gateway {
   awaitable<void> maintenance_loop();
 
   // routing.cpp
-  // The chosen replica (nullptr: none available), its in-flight load taken and its breaker ticket set.
+  // The chosen replica (nullptr: none available), its in-flight load taken and its breaker ticket set;
+  // plan.dp_rank names the chosen rank of a replica with ranks.
   std::shared_ptr<ReplicaLink> route(RoutePlan& plan, const std::vector<ReplicaId>& exclude,
                                      CircuitBreaker::Ticket& ticket);
+  // One ReplicaState per routing target (a replica, or each rank of one) and, alongside, which (link
+  // index, rank or -1) it is; mutex_ held.
+  struct Target {
+    std::size_t link;
+    int rank;
+  };
+  void targets_locked(const MatchResult& match, const std::vector<ReplicaId>& exclude, Tick now,
+                      std::vector<ReplicaState>& states, std::vector<Target>& targets);
+  // A per-rank stream's config: the link's ranks follow its dp_size; mutex_ held.
+  void set_ranks_locked(ReplicaLink& link, const KvEventMessage& config);
+  void note_load_locked(ReplicaLink& link, const KvEventMessage& load);
   // pd mode (pd_routing.cpp): sets plan.prefill_from for the chosen D; mutex_ held.
   const char* choose_prefill_locked(RoutePlan& plan, const ReplicaLink& decode, std::uint32_t matched, Tick now);
   void release(ReplicaLink& link, const RoutePlan& plan, CircuitBreaker::Ticket ticket, Verdict verdict);
@@ -192,13 +224,15 @@ class Gateway {
   void add_replica_auth(http::Request& req) const;
 
   static Tick now_tick();
-  void count_request(const std::string& replica, const std::string& status);
+  // `link`: not after its removal (which dropped its series), so a request that ends then cannot re-create one.
+  void count_request(const std::string& replica, const std::string& status, const ReplicaLink* link = nullptr);
+  awaitable<void> read_max_model_len(ReplicaLink& link);
   // True when the request may use the API (no keys configured, or a configured Bearer key).
   bool authorized(const http::Request& req) const;
   // The admin API's check; false with the status (401/403) and message to answer.
   bool admin_authorized(const http::Request& req, int& status, std::string& why) const;
   std::shared_ptr<Policy> policy() const;  // a snapshot: SIGHUP may swap policy_ at any time
-  void forget_metrics(const std::string& url);  // a removed replica's labelled series
+  void forget_metrics(const ReplicaLink& link);  // a removed replica's labelled series
 
   RouterConfig config_;
   std::string name_;

@@ -30,19 +30,30 @@ const std::vector<double>& latency_buckets() {
 
 // Request headers worth passing upstream (the rest are hop-by-hop or set by the client). The client's
 // Authorization is its key to the router, not to the replica: passed on only with forward_authorization.
-constexpr std::string_view kForwarded[] = {"content-type", "accept", "x-request-id", "x-kvfleet-prefill-from"};
+constexpr std::string_view kForwarded[] = {"content-type", "accept", "x-request-id", "x-kvfleet-prefill-from",
+                                           "x-data-parallel-rank"};
 
 // A write to the client that took this long means the client, not the replica, sets the pace: if the
 // replica's stream then breaks (its own write deadline ran out), the replica is not blamed.
 constexpr auto kClientStall = std::chrono::seconds(1);
 
-// Only the router names a prefill replica: the client's header is dropped, the pd decision's set.
-const http::Request& with_prefill_header(const http::Request& req, const std::string& prefill, http::Request& copy) {
-  if (prefill.empty() && !req.headers.find("x-kvfleet-prefill-from")) return req;
+// Only the router names a prefill replica and a data-parallel rank (vLLM's X-data-parallel-rank header,
+// which kvfleet replicas read too): the client's headers are dropped, the routing decision's set.
+const http::Request& with_routing_headers(const http::Request& req, const RoutePlan& plan, http::Request& copy) {
+  if (plan.prefill_from.empty() && plan.dp_rank < 0 && !req.headers.find("x-kvfleet-prefill-from") &&
+      !req.headers.find("x-data-parallel-rank"))
+    return req;
   copy = req;
   copy.headers.erase("x-kvfleet-prefill-from");
-  if (!prefill.empty()) copy.headers.set("x-kvfleet-prefill-from", prefill);
+  copy.headers.erase("x-data-parallel-rank");
+  if (!plan.prefill_from.empty()) copy.headers.set("x-kvfleet-prefill-from", plan.prefill_from);
+  if (plan.dp_rank >= 0) copy.headers.set("x-data-parallel-rank", std::to_string(plan.dp_rank));
   return copy;
+}
+
+// The replica's own word on the rank that ran the request (an expert-parallel replica's answer).
+void relay_rank_header(const http::ResponseHead& head, http::Headers& out) {
+  if (const std::string* rank = head.headers.find("x-kvfleet-dp-rank")) out.set("x-kvfleet-dp-rank", *rank);
 }
 
 awaitable<void> sleep_for(std::chrono::milliseconds d) {
@@ -121,7 +132,7 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
   std::vector<ReplicaId> tried;
   std::minstd_rand jitter(static_cast<unsigned>(now_tick()));
   TryResult result;
-  http::Request pd_request;  // the request with the router's x-kvfleet-prefill-from (pd mode)
+  http::Request routed_request;  // with the router's x-kvfleet-prefill-from (pd mode) / x-data-parallel-rank
   for (int attempt = 0; attempt < config_.max_attempts && !w.client_gone(); ++attempt) {
     if (attempt > 0) {
       const auto base = config_.retry_backoff * (1 << std::min(attempt - 1, 6));
@@ -137,7 +148,7 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
     std::exception_ptr error;
     result.verdict = Verdict::unknown;
     try {
-      const http::Request& sent = with_prefill_header(req, plan.prefill_from, pd_request);
+      const http::Request& sent = with_routing_headers(req, plan, routed_request);
       outcome = co_await forward(*link, sent, w, attempt + 1 == config_.max_attempts, result);
     } catch (...) {
       error = std::current_exception();
@@ -192,6 +203,7 @@ http::Response replica_response(const http::ResponseHead& head, std::string body
   const std::string* type = head.headers.find("content-type");
   response.headers.set("content-type", type ? *type : "application/json");
   response.headers.set("x-kvfleet-replica", replica);
+  relay_rank_header(head, response.headers);
   if (const std::string* after = head.headers.find("retry-after")) response.headers.set("retry-after", *after);
   return response;
 }
@@ -305,7 +317,7 @@ awaitable<Gateway::Outcome> Gateway::forward(ReplicaLink& link, const http::Requ
   }
   metrics_.histogram("kvfleet_router_upstream_latency_seconds", "Time to the replica's whole answer", latency_buckets())
       .Observe(seconds_now() - started);
-  count_request(link.url, std::to_string(head.status));
+  count_request(link.url, std::to_string(head.status), &link);
   co_await w.send(std::move(response));
   co_return Outcome::done;
 }
@@ -320,6 +332,7 @@ awaitable<Verdict> Gateway::relay_stream(http::HttpClient& client, const http::R
   headers.set("content-type", type ? *type : "text/event-stream");
   headers.set("cache-control", "no-cache");
   headers.set("x-kvfleet-replica", link.url);
+  relay_rank_header(head, headers);
   if (!co_await w.begin_stream(head.status, headers)) {
     client.close();
     co_return Verdict::unknown;
@@ -353,12 +366,12 @@ awaitable<Verdict> Gateway::relay_stream(http::HttpClient& client, const http::R
     co_return Verdict::unknown;
   }
   if (broke) {
-    count_request(link.url, "upstream_error");
+    count_request(link.url, "upstream_error", &link);
     const std::string error = http::json_error_body("the replica failed mid-stream", "server_error", "", "upstream_error");
     const std::string event = http::sse_format(error) + "data: [DONE]\n\n";
     co_await w.write(event);
   } else {
-    count_request(link.url, std::to_string(head.status));
+    count_request(link.url, std::to_string(head.status), &link);
     metrics_.histogram("kvfleet_router_upstream_latency_seconds", "Time to the replica's whole answer", latency_buckets())
         .Observe(seconds_now() - started);
   }

@@ -6,6 +6,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <random>
 
+#include <boost/json.hpp>
+
 #include "kvfleet/http/sse.h"
 #include "router/gateway/gateway.h"
 
@@ -62,6 +64,7 @@ awaitable<void> Gateway::health_loop(std::shared_ptr<ReplicaLink> link) {
       add_replica_auth(req);
       const http::Response r = co_await client.request(req);
       ok = r.status == 200;
+      if (ok && !link->models_read) co_await read_max_model_len(*link);  // once: for the router's /v1/models
     } catch (const std::exception&) {
       ok = false;
     }
@@ -70,6 +73,31 @@ awaitable<void> Gateway::health_loop(std::shared_ptr<ReplicaLink> link) {
     record_health(*link, ok);
     co_await sleep_for(link->health_timer, config_.health_interval);
   }
+}
+
+// GET /v1/models on the health check's connection (kept alive): the replica's max_model_len. Asked until
+// it answers 200 once (a replica that does not say is not asked again); its failures are not health's.
+awaitable<void> Gateway::read_max_model_len(ReplicaLink& link) {
+  http::Request req;
+  req.method = "GET";
+  req.target = "/v1/models";
+  add_replica_auth(req);
+  std::optional<std::int64_t> len;
+  bool answered = false;
+  try {
+    const http::Response r = co_await link.health_client->request(req);
+    answered = r.status == 200;
+    boost::system::error_code ec;
+    const boost::json::value v = boost::json::parse(r.body, ec);
+    if (answered && !ec && v.is_object())
+      if (const auto* data = v.as_object().if_contains("data"); data && data->is_array() && !data->as_array().empty())
+        if (const auto* m = data->as_array()[0].if_object())
+          if (const auto* n = m->if_contains("max_model_len"); n && n->is_int64() && n->as_int64() > 0) len = n->as_int64();
+  } catch (const std::exception&) {
+  }
+  std::lock_guard lock(mutex_);
+  link.models_read = answered;
+  if (len) link.max_model_len = len;
 }
 
 void Gateway::add_replica_auth(http::Request& req) const {
@@ -106,7 +134,9 @@ awaitable<void> Gateway::events_loop(std::shared_ptr<ReplicaLink> link) {
       req.method = "GET";
       // load=1: the replica also reports its queue and KV usage (`load` events; older ones ignore it).
       // snapshot=1 from 0: the cache as it is rather than its whole history (older replicas replay).
-      req.target = "/v1/kv_events?since=" + std::to_string(since) + "&load=1" + (since == 0 ? "&snapshot=1" : "");
+      // per_rank=1: an expert-parallel replica sends each rank's own events (with dp_rank), so that each
+      // (replica, rank) is a target of its own; others ignore it.
+      req.target = "/v1/kv_events?since=" + std::to_string(since) + "&load=1&per_rank=1" + (since == 0 ? "&snapshot=1" : "");
       req.headers.set("accept", "text/event-stream");
       add_replica_auth(req);
       co_await client.send(req);
@@ -130,6 +160,7 @@ awaitable<void> Gateway::events_loop(std::shared_ptr<ReplicaLink> link) {
       index_.end_stream(link->slot, end.why);
       link->events_supported = !unsupported;
       link->load_reported = false;
+      for (RankTarget& t : link->ranks) t.load_reported = false;
     }
     if (end.worked) backoff = kMinBackoff;
     // Full jitter: uniform in [backoff / 2, backoff].
@@ -165,12 +196,18 @@ awaitable<Gateway::StreamEnd> Gateway::read_events(ReplicaLink& link, http::Http
       }
       if (message.type == KvEventMessage::Type::load) {
         std::lock_guard lock(mutex_);
-        link.load_reported = true;
-        link.reported_waiting = message.waiting;
-        link.reported_running = message.running;
-        link.reported_kv_usage = message.kv_usage;
-        link.load_at = now_tick();
+        note_load_locked(link, message);
         continue;
+      }
+      if (message.type == KvEventMessage::Type::config) {
+        std::lock_guard lock(mutex_);
+        if (link.removed) co_return end;
+        try {
+          set_ranks_locked(link, message);
+        } catch (const std::out_of_range& e) {
+          end.why = e.what();  // no slots for its ranks: it stays approximate, asked again with backoff
+          co_return end;
+        }
       }
       if (message.type == KvEventMessage::Type::unknown) continue;  // a newer replica's event
       for (const KvEventMessage& part : split_kv_event(std::move(message), kApplyBatch)) {
@@ -197,6 +234,37 @@ awaitable<Gateway::StreamEnd> Gateway::read_events(ReplicaLink& link, http::Http
   }
   end.why = "stream ended";
   co_return end;
+}
+
+// A rank's load (per_rank stream) goes to that rank; one without dp_rank, or for a rank the link does not
+// have, to the replica.
+void Gateway::note_load_locked(ReplicaLink& link, const KvEventMessage& m) {
+  const Tick now = now_tick();
+  if (m.dp_rank >= 0 && static_cast<std::size_t>(m.dp_rank) < link.ranks.size()) {
+    RankTarget& t = link.ranks[static_cast<std::size_t>(m.dp_rank)];
+    t.load_reported = true;
+    t.reported_waiting = m.waiting;
+    t.reported_running = m.running;
+    t.reported_kv_usage = m.kv_usage;
+    t.load_at = now;
+    return;
+  }
+  link.load_reported = true;
+  link.reported_waiting = m.waiting;
+  link.reported_running = m.running;
+  link.reported_kv_usage = m.kv_usage;
+  link.load_at = now;
+}
+
+// Ranks only from a per-rank stream (a union stream's dp_rank says where a block was first stored, not
+// who holds it). The same shape keeps the ranks' counters; a new one starts them over.
+void Gateway::set_ranks_locked(ReplicaLink& link, const KvEventMessage& config) {
+  const std::uint32_t n = config.per_rank ? config.dp_size : 1;
+  const std::vector<ReplicaId> slots = index_.set_ranks(link.slot, n);
+  if (slots.size() == link.ranks.size()) return;
+  link.ranks.assign(slots.size(), RankTarget{});
+  for (std::size_t k = 0; k < slots.size(); ++k) link.ranks[k].slot = slots[k];
+  link.most_ranks = std::max(link.most_ranks, static_cast<std::uint32_t>(slots.size()));
 }
 
 }  // namespace kvfleet::router

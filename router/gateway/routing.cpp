@@ -86,6 +86,51 @@ RoutePlan Gateway::plan(std::string_view path, const json::object& body, const h
   return plan;
 }
 
+void Gateway::targets_locked(const MatchResult& match, const std::vector<ReplicaId>& exclude, Tick now,
+                             std::vector<ReplicaState>& states, std::vector<Target>& targets) {
+  const Tick stale_after = static_cast<Tick>(config_.kv_events_timeout.count());
+  for (std::size_t i = 0; i < links_.size(); ++i) {
+    ReplicaLink& l = *links_[i];  // (the breaker's available() may move it to half-open)
+    ReplicaState s;
+    s.id = l.url;
+    s.healthy = l.healthy && std::find(exclude.begin(), exclude.end(), l.slot) == exclude.end() &&
+                l.breaker.available(now) && l.pd_pool != ReplicaPool::prefill;  // pd: D from the decode pool
+    s.draining = l.draining;
+    if (l.ranks.empty()) {
+      s.in_flight_requests = l.in_flight;
+      s.in_flight_tokens = l.in_flight_tokens;
+      s.matched_blocks = match.of(l.slot);
+      if (l.load_reported && now - l.load_at <= stale_after) {
+        s.load_reported = true;
+        s.reported_waiting = l.reported_waiting;
+        s.reported_running = l.reported_running;
+        s.kv_usage = l.reported_kv_usage;
+      }
+      states.push_back(std::move(s));
+      targets.push_back({i, -1});
+      continue;
+    }
+    // Each rank: the replica's health, the rank's own cache and load. "URL@RANK" (SGLang's dp-aware
+    // worker names) is the name rendezvous and consistent hashing key on, the same in every router.
+    for (std::size_t k = 0; k < l.ranks.size(); ++k) {
+      const RankTarget& t = l.ranks[k];
+      ReplicaState r = s;
+      r.id = l.url + "@" + std::to_string(k);
+      r.in_flight_requests = t.in_flight;
+      r.in_flight_tokens = t.in_flight_tokens;
+      r.matched_blocks = match.of(t.slot);
+      if (t.load_reported && now - t.load_at <= stale_after) {
+        r.load_reported = true;
+        r.reported_waiting = t.reported_waiting;
+        r.reported_running = t.reported_running;
+        r.kv_usage = t.reported_kv_usage;
+      }
+      states.push_back(std::move(r));
+      targets.push_back({i, static_cast<int>(k)});
+    }
+  }
+}
+
 std::shared_ptr<ReplicaLink> Gateway::route(RoutePlan& plan, const std::vector<ReplicaId>& exclude,
                                             CircuitBreaker::Ticket& ticket) {
   std::shared_ptr<ReplicaLink> chosen;
@@ -94,29 +139,15 @@ std::shared_ptr<ReplicaLink> Gateway::route(RoutePlan& plan, const std::vector<R
   const char* pd_reason = nullptr;
   const Tick now = now_tick();
   std::shared_ptr<Policy> policy;  // kept alive past the lock for its name
+  plan.dp_rank = -1;
   {
     std::lock_guard lock(mutex_);
     policy = policy_;
     const MatchResult match = index_.match(plan.hashes);
     std::vector<ReplicaState> states;
+    std::vector<Target> targets;
     states.reserve(links_.size());
-    for (const auto& l : links_) {
-      ReplicaState s;
-      s.id = l->url;
-      s.healthy = l->healthy && std::find(exclude.begin(), exclude.end(), l->slot) == exclude.end() &&
-                  l->breaker.available(now) && l->pd_pool != ReplicaPool::prefill;  // pd: D from the decode pool
-      s.draining = l->draining;
-      s.in_flight_requests = l->in_flight;
-      s.in_flight_tokens = l->in_flight_tokens;
-      s.matched_blocks = match.of(l->slot);
-      if (l->load_reported && now - l->load_at <= static_cast<Tick>(config_.kv_events_timeout.count())) {
-        s.load_reported = true;
-        s.reported_waiting = l->reported_waiting;
-        s.reported_running = l->reported_running;
-        s.kv_usage = l->reported_kv_usage;
-      }
-      states.push_back(std::move(s));
-    }
+    targets_locked(match, exclude, now, states, targets);
     RoutingRequest request;
     request.prompt_blocks = static_cast<std::uint32_t>(plan.hashes.size());
     request.prompt_tokens = plan.prompt_tokens;
@@ -124,13 +155,27 @@ std::shared_ptr<ReplicaLink> Gateway::route(RoutePlan& plan, const std::vector<R
     request.block_hashes = plan.hashes;
     decision = policy->choose(request, states);
     if (decision.ok()) {
-      chosen = links_[decision.replica];
-      matched = match.of(chosen->slot);
+      const Target target = targets[decision.replica];
+      chosen = links_[target.link];
+      ReplicaId slot = chosen->slot;
+      if (target.rank >= 0) {
+        RankTarget& t = chosen->ranks[static_cast<std::size_t>(target.rank)];
+        slot = t.slot;
+        t.in_flight += 1;
+        t.in_flight_tokens += plan.expected_tokens;
+        t.routed += 1;
+        plan.dp_rank = target.rank;
+        // Under the lock, so that a removal (which forgets the series under it) is final.
+        metrics_.counter("kvfleet_router_dp_rank_decisions_total", "Requests routed to each data-parallel rank",
+                         {{"replica", chosen->url}, {"dp_rank", std::to_string(target.rank)}})
+            .Increment();
+      }
+      matched = match.of(slot);
       chosen->in_flight += 1;
       chosen->in_flight_tokens += plan.expected_tokens;
       chosen->routed += 1;
       ticket = chosen->breaker.on_dispatch();
-      index_.on_routed(chosen->slot, plan.hashes, now);
+      index_.on_routed(slot, plan.hashes, now);
       pd_reason = choose_prefill_locked(plan, *chosen, matched, now);
     }
   }
@@ -153,6 +198,12 @@ void Gateway::release(ReplicaLink& link, const RoutePlan& plan, CircuitBreaker::
   std::lock_guard lock(mutex_);
   link.in_flight -= 1;
   link.in_flight_tokens -= plan.expected_tokens;
+  // The rank's share (its ranks may have been set anew since: a replica restarted with another shape).
+  if (plan.dp_rank >= 0 && static_cast<std::size_t>(plan.dp_rank) < link.ranks.size()) {
+    RankTarget& t = link.ranks[static_cast<std::size_t>(plan.dp_rank)];
+    if (t.in_flight > 0) t.in_flight -= 1;
+    t.in_flight_tokens -= std::min(t.in_flight_tokens, plan.expected_tokens);
+  }
   for (const auto& l : links_)  // pd mode: the prefill replica's share of the request ends too
     if (!plan.prefill_from.empty() && l->url == plan.prefill_from && l->in_flight > 0) l->in_flight -= 1;
   switch (verdict) {

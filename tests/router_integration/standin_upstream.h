@@ -1,7 +1,8 @@
 // A scripted stand-in replica on a loopback port, run by the test process itself, for what real
 // replicas cannot be made to do on cue: answer 503/429/500, or drop a kept-alive connection just as
 // a request arrives. It counts the connections that carried completions, which shows whether the
-// router reused them. GET /health always answers 200 (the router's active checks). GET /v1/kv_events
+// router reused them. GET /health always answers 200 (the router's active checks), and so does GET
+// /v1/models (with max_model_len 2048: the router reads it once). Neither counts as a completion. GET /v1/kv_events
 // answers a scripted SSE stream (kv_script), then holds the connection silent until the router closes it
 // (or closes at once with kv_close), recording each since= asked for.
 #pragma once
@@ -114,7 +115,8 @@ class StandinUpstream {
         co_await serve_kv_events(stream, request);
         co_return;
       }
-      const bool completion = request.target() != "/health";
+      const bool models = request.target() == "/v1/models";
+      const bool completion = request.target() != "/health" && !models;
       if (completion) {
         {
           std::lock_guard lock(mutex_);
@@ -147,7 +149,8 @@ class StandinUpstream {
       response.set(http::field::content_type, "application/json");
       if (completion && response.result_int() == 503) response.set(http::field::retry_after, "1");
       response.body() = completion && response.result_int() != 200 ? R"({"error":{"message":"standin"}})"
-                                                                     : R"({"ok":true})";
+                        : models ? R"({"object":"list","data":[{"id":"standin","max_model_len":2048}]})"
+                                 : R"({"ok":true})";
       response.keep_alive(request.keep_alive());
       response.prepare_payload();
       auto written = co_await http::async_write(stream, response, tuple);

@@ -216,6 +216,21 @@ TEST_CASE("a removed replica's labelled metric series are deleted") {
   CHECK(text.find(a.url()) != std::string::npos);
 }
 
+TEST_CASE("a request in flight when its replica is removed does not re-create the replica's series") {
+  StandinUpstream b;
+  b.set_kv_script(config_event(0, 2));
+  b.hang_ms = 1500;  // the request sits on b while b is removed
+  RouterProcess router({}, standin_flags({&b}, {}));
+  int status = 0;
+  std::thread client([&] { status = router.post("/v1/completions", kBody).status; });
+  REQUIRE(wait_until([&] { return b.in_flight > 0; }, std::chrono::seconds(10)));
+  REQUIRE(request(router.port(), "DELETE", "/admin/replicas?url=" + b.url(), "", "").status == 200);
+  client.join();
+  CHECK(status == 200);  // b's answer came back after the removal
+  const std::string text = router.get("/metrics").body;
+  CHECK(text.find(b.url()) == std::string::npos);  // before: kvfleet_router_requests_total{replica=b,...} again
+}
+
 TEST_CASE("a stream that breaks while the client reads slowly does not count against the replica") {
   StandinUpstream up;
   up.set_kv_script(config_event(0, 1));

@@ -150,3 +150,29 @@ TEST_CASE("caps: stop strings, stop_token_ids, logit_bias, prompts; cache_salt")
   CHECK(prompts(RequestLimits::max_prompts) == "none");
   CHECK(prompts(RequestLimits::max_prompts + 1) == "prompt");
 }
+
+TEST_CASE("data_parallel_rank (body, SGLang) and X-data-parallel-rank (header, vLLM); the header wins") {
+  auto r = parse_completion_request(parse_json_body(R"({"prompt":"x","data_parallel_rank":3})"));
+  REQUIRE(r.params.dp_rank);
+  CHECK(*r.params.dp_rank == 3);
+  CHECK_FALSE(parse_completion_request(parse_json_body(R"({"prompt":"x"})")).params.dp_rank);
+  CHECK(error_of_completion(R"({"prompt":"x","data_parallel_rank":-1})").param == "data_parallel_rank");
+  CHECK(error_of_completion(R"({"prompt":"x","data_parallel_rank":"1"})").param == "data_parallel_rank");
+  CHECK(error_of_completion(R"({"prompt":"x","data_parallel_rank":1.5})").param == "data_parallel_rank");
+  const std::string one = "1";
+  apply_dp_rank_header(&one, r.params);
+  CHECK(*r.params.dp_rank == 1);
+  apply_dp_rank_header(nullptr, r.params);  // no header: the body's (here the header's) stays
+  CHECK(*r.params.dp_rank == 1);
+  for (const std::string bad : {"", "-1", "x", "1x", " 1", "99999999999"}) {
+    CAPTURE(bad);
+    GenerateParams p;
+    try {
+      apply_dp_rank_header(&bad, p);
+      FAIL("no error");
+    } catch (const ApiError& e) {
+      CHECK(e.status == 400);
+      CHECK(e.param == "X-data-parallel-rank");
+    }
+  }
+}

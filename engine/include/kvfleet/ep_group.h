@@ -10,6 +10,9 @@
 // KV events (Contract 2): the group publishes one merged ring, the union over the ranks: `stored` when the
 // first rank stores a hash, `removed` when the last rank holding it drops it, each event carrying the
 // dp_rank that caused it (additive field). A router sees one replica. The snapshot is the union.
+// A second ring, kv_events_per_rank(), carries every rank's own stored/removed events with its dp_rank
+// (a rank's `cleared` becomes a `removed` of what it held), so that a router can keep one tree per rank
+// and route to (replica, rank) (`/v1/kv_events?per_rank=1`); its snapshot is each rank's cache.
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
@@ -42,8 +45,9 @@ class EpGroup {
     RequestId id = 0;
   };
   // pick() + Engine::submit on that rank (the same exceptions); the rank counts the request as load and
-  // its prompt as held until it finishes.
-  Submitted submit(GenerationRequest request, OutputCallback on_output);
+  // its prompt as held until it finishes. `dp_rank` >= 0 (the request's data_parallel_rank hint, from
+  // a router that follows the ranks' caches) is used instead of pick(); std::out_of_range when >= size().
+  Submitted submit(GenerationRequest request, OutputCallback on_output, int dp_rank = -1);
   void abort(const Submitted& s);
   void abort_all(const std::string& error);
 
@@ -51,6 +55,18 @@ class EpGroup {
   EngineStats stats() const;
   std::shared_ptr<KvEventRing> kv_events() const;
   KvSnapshot kv_snapshot() const;
+  std::shared_ptr<KvEventRing> kv_events_per_rank() const;
+  struct RankedSnapshot {
+    std::uint64_t seq = 0;  // of kv_events_per_rank()
+    struct Entry {
+      BlockHash hash;
+      BlockHash parent;
+      std::int32_t dp_rank;
+    };
+    std::vector<Entry> blocks;  // rank by rank, parents first within each
+  };
+  RankedSnapshot kv_snapshot_per_rank() const;
+  EngineStats rank_stats(int rank) const;  // one rank's own figures (its per-rank `load` event)
   std::int64_t unfinished(int rank) const;
 
  private:
