@@ -26,7 +26,7 @@ void PrefillService::BufferPool::give_back(std::unique_ptr<char[]> buffer) {
   if (buffer && spare.size() < kSpare) spare.push_back(std::move(buffer));
 }
 
-awaitable<bool> PrefillService::send_error(http::ResponseWriter& w, ErrorCode code, std::string message) {
+awaitable<bool> PrefillService::send_error(PullSink& w, ErrorCode code, std::string message) {
   ErrorFrame e{code, std::move(message)};
   const std::string bytes = encode(e);
   const bool written = co_await w.write(bytes);  // (not `if (co_await ...) co_await`: GCC 12)
@@ -38,7 +38,7 @@ awaitable<bool> PrefillService::send_error(http::ResponseWriter& w, ErrorCode co
 // (one XXH3 pass over those pieces) as the trailer; per_send_ frames (about 1 MiB) go out as one chunk in
 // one gathered write, so the kernel's copy reads the bytes the checksum pass just brought into L2. The
 // pull's copy of the lease holds the stream pin: nothing frees or reuses these blocks before it is done.
-awaitable<bool> PrefillService::send_from_cache(http::ResponseWriter& w, std::uint64_t id, const Lease& lease,
+awaitable<bool> PrefillService::send_from_cache(PullSink& w, std::uint64_t id, const Lease& lease,
                                                 std::uint32_t at, const Ready& ready, End& end) {
   const auto layers = static_cast<std::size_t>(layout_.num_layers);
   const std::size_t layer_bytes = layout_.block_bytes() / layers;
@@ -91,7 +91,7 @@ std::shared_ptr<PrefillService::Batches> PrefillService::start_read(boost::asio:
 }
 
 // Batches of about 8 MiB; the next batch is copied on the engine thread while this one is sent.
-awaitable<bool> PrefillService::send_copied(http::ResponseWriter& w, std::uint64_t id, const Lease& lease,
+awaitable<bool> PrefillService::send_copied(PullSink& w, std::uint64_t id, const Lease& lease,
                                             std::uint32_t at, const Ready& ready, End& end) {
   const auto total = static_cast<std::uint32_t>(ready.blocks.size());
   const auto ex = co_await boost::asio::this_coro::executor;

@@ -39,10 +39,14 @@
 #include "engine/pd/engine_call.h"
 #include "engine/pd/layout.h"
 #include "engine/pd/pd_config.h"
+#include "engine/pd/transport.h"
 #include "engine/pd/wire.h"
 #include "kvfleet/http/server.h"
 
 namespace kvfleet::pd {
+
+class UcxPullServer;
+class UcxWorker;
 
 class PrefillService {
  public:
@@ -54,6 +58,15 @@ class PrefillService {
   boost::asio::awaitable<void> handle_prefill(const http::Request& req, http::ResponseWriter& w);
   boost::asio::awaitable<void> handle_pull(const http::Request& req, http::ResponseWriter& w);
   boost::asio::awaitable<void> handle_release(const http::Request& req, http::ResponseWriter& w);
+
+  // The ucx transport (prefill_ucx.cpp): a UCP listener on host:port (0: a free port) whose pulls are
+  // answered by serve_pull, needing `key` when it is not empty. Throws std::runtime_error when UCX cannot
+  // listen; P then offers tcp alone. Call once, before serving.
+  void enable_ucx(std::shared_ptr<UcxWorker> worker, const std::string& host, std::uint16_t port, std::string key);
+  std::uint16_t ucx_port() const;  // 0 without ucx
+  // One pull's answer on any transport: block frames [from, from + count) then an end frame, or one error
+  // frame (lease_expired, bad_range) — the same bytes the HTTP pull's body carries.
+  boost::asio::awaitable<void> serve_pull(std::uint64_t id, std::uint32_t from, std::uint32_t count, PullSink& sink);
 
   std::size_t num_leases() const;
   std::uint64_t leases_expired() const;
@@ -78,6 +91,14 @@ class PrefillService {
   };
   // Extends the lease; false when it is gone (expired or released).
   bool touch(std::uint64_t id);
+  // The transports P answers a hello with: ucx when its listener runs, and tcp (the HTTP pull) always.
+  std::vector<std::string> offered_transports() const;
+  std::string offered_list() const;
+  // Writes the frames of blocks [first, last) of a checked lease into the sink (the pull's bytes are
+  // produced here, once, for every transport), each block once computed; frees the lease when the sink
+  // fails or all is delivered.
+  boost::asio::awaitable<void> serve_blocks(std::uint64_t id, const Lease& lease, std::uint32_t first, std::uint32_t last,
+                                            PullSink& sink);
   // Drops the lease, unpins its blocks and aborts its prefill if it still runs; false when it was gone.
   bool release(std::uint64_t id);
   void reap();
@@ -101,12 +122,12 @@ class PrefillService {
   // Sends block frames [at, at + ready.blocks.size()) of a pull; false when D is gone or the lease ended.
   // Host memory (CPU backend): each frame's header, its layers straight from the cache and its checksum
   // trailer gathered into one write, no copy. Otherwise (CUDA) engine-thread copies into batch buffers.
-  boost::asio::awaitable<bool> send_from_cache(http::ResponseWriter& w, std::uint64_t id, const Lease& lease,
+  boost::asio::awaitable<bool> send_from_cache(PullSink& w, std::uint64_t id, const Lease& lease,
                                                std::uint32_t at, const Ready& ready, End& end);
-  boost::asio::awaitable<bool> send_copied(http::ResponseWriter& w, std::uint64_t id, const Lease& lease,
+  boost::asio::awaitable<bool> send_copied(PullSink& w, std::uint64_t id, const Lease& lease,
                                            std::uint32_t at, const Ready& ready, End& end);
   // Ends a pull with an error frame; returns false (the pull failed).
-  boost::asio::awaitable<bool> send_error(http::ResponseWriter& w, ErrorCode code, std::string message);
+  boost::asio::awaitable<bool> send_error(PullSink& w, ErrorCode code, std::string message);
 
   // Blocks copied on the engine thread into the payloads of as many block frames back to back (headers and
   // checksums still to write).
@@ -142,6 +163,7 @@ class PrefillService {
   std::uint32_t per_send_ = 1;  // blocks per gathered write from the cache (about 1 MiB: still in L2 after
                                 // the checksum pass when the kernel copies it)
   std::shared_ptr<BufferPool> buffers_ = std::make_shared<BufferPool>();
+  std::unique_ptr<UcxPullServer> ucx_;  // reset first in the destructor: its handlers call serve_pull
 };
 
 }  // namespace kvfleet::pd
