@@ -213,6 +213,15 @@ int main(int argc, char** argv) {
   std::vector<double> pd_s, tcp_s, pd_cpu, tcp_cpu;
   std::size_t payload = 0, wire = 0;
   std::vector<char> cache(static_cast<std::size_t>(tokens / 16) * hello.layout.block_bytes());
+  {  // P computes the prompt once, untimed (P accepts as soon as the first block is computed and streams the
+     // rest as it is computed: timed pulls would include the compute); every repetition then reuses P's
+     // prefix cache, as the old code's did after its first.
+    const auto ok = http::http_request("127.0.0.1", p.port(), "POST", "/internal/prefill", pd::encode(hello), binary,
+                                       std::chrono::seconds(120));
+    const auto accept = std::get<pd::Accept>(pd::decode_one(ok.body));
+    std::size_t w = 0;
+    pull(p.port(), accept.transfer_id, hello.layout, hashes, static_cast<std::uint32_t>(pull_blocks), cache, w);
+  }
   for (int r = 0; r < reps; ++r) {
     const auto ok = http::http_request("127.0.0.1", p.port(), "POST", "/internal/prefill", pd::encode(hello), binary,
                                        std::chrono::seconds(120));

@@ -1,6 +1,7 @@
 #include "engine/pd/prefill_service.h"
 
 #include <algorithm>
+#include <boost/asio/steady_timer.hpp>
 
 #include "engine/pd/ucx_transport.h"
 #include "engine/pd/wire.h"
@@ -23,6 +24,7 @@ class HttpPullSink : public PullSink {
  public:
   explicit HttpPullSink(http::ResponseWriter& w) : w_(w) {}
   awaitable<bool> write(std::string_view piece) override { return w_.write(piece); }
+  awaitable<bool> write_pieces(std::span<const std::string_view> pieces) override { return w_.write_pieces(pieces); }
   awaitable<bool> finish() override { return w_.finish(); }
 
  private:
@@ -42,24 +44,8 @@ PrefillService::PrefillService(Engine& engine, KvLayout layout, PdConfig config)
     : engine_(engine), layout_(std::move(layout)), compat_(compat_hash(layout_)), config_(config) {
   per_read_ = static_cast<std::uint32_t>(std::clamp<std::size_t>((8u << 20) / layout_.block_bytes(), 1, 64));
   buffers_->bytes = per_read_ * block_frame_bytes(layout_.block_bytes());
+  per_send_ = static_cast<std::uint32_t>(std::clamp<std::size_t>((1u << 20) / layout_.block_bytes(), 1, 64));
   reaper_ = std::thread([this] { reap(); });
-}
-
-std::unique_ptr<char[]> PrefillService::BufferPool::take() {
-  {
-    std::lock_guard lock(mu);
-    if (!spare.empty()) {
-      auto b = std::move(spare.back());
-      spare.pop_back();
-      return b;
-    }
-  }
-  return std::make_unique_for_overwrite<char[]>(bytes);
-}
-
-void PrefillService::BufferPool::give_back(std::unique_ptr<char[]> buffer) {
-  std::lock_guard lock(mu);
-  if (buffer && spare.size() < kSpare) spare.push_back(std::move(buffer));
 }
 
 PrefillService::~PrefillService() {
@@ -94,15 +80,15 @@ bool PrefillService::touch(std::uint64_t id) {
 }
 
 bool PrefillService::release(std::uint64_t id) {
-  PinId pin = 0;
+  Lease gone;  // unpins as it goes out of scope (or after the write of a pull still sending from it)
   {
     std::lock_guard lock(mu_);
     const auto it = leases_.find(id);
     if (it == leases_.end()) return false;
-    pin = it->second.pin;
+    gone = std::move(it->second);
     leases_.erase(it);
   }
-  engine_.run_kv_task([pin](Scheduler& s, Backend&) { s.kv().unpin(pin); });
+  if (gone.prefill != 0) engine_.abort(gone.prefill);  // nobody will pull what it computes
   return true;
 }
 
@@ -112,16 +98,89 @@ void PrefillService::reap() {
   while (!stop_) {
     wake_.wait_for(lock, period);
     const auto now = Clock::now();
+    std::vector<Lease> ended;  // the engine frees their blocks at its next turn
     for (auto it = leases_.begin(); it != leases_.end();) {
       if (it->second.deadline > now) {
         ++it;
         continue;
       }
-      const PinId pin = it->second.pin;  // the engine frees the blocks at its next turn
-      engine_.run_kv_task([pin](Scheduler& s, Backend&) { s.kv().unpin(pin); });
+      ended.push_back(std::move(it->second));
       it = leases_.erase(it);
       ++expired_;
     }
+    lock.unlock();
+    for (const Lease& l : ended)
+      if (l.prefill != 0) engine_.abort(l.prefill);
+    ended.clear();
+    lock.lock();
+  }
+}
+
+void PrefillService::prefill_done(std::uint64_t id, const RequestOutput& out) {
+  auto hold = out.pin != 0 ? std::make_shared<EnginePin>(engine_, out.pin) : nullptr;  // unpins if the lease is gone
+  std::lock_guard lock(mu_);
+  const auto it = leases_.find(id);
+  if (it == leases_.end()) return;
+  it->second.prefill = 0;
+  it->second.done = out.pin;
+  it->second.done_hold = std::move(hold);
+  it->second.failed = out.pin == 0;
+}
+
+PrefillService::Ready PrefillService::locate(const Lease& lease, std::uint32_t at, std::uint32_t last, Scheduler& s,
+                                             Backend& b) const {
+  Ready r;
+  KvCacheManager& kv = s.kv();
+  const PinId pin = lease.pin;
+  const auto bs = static_cast<std::size_t>(layout_.block_size);
+  const std::span<const BlockId> done = kv.pinned_blocks(lease.done);
+  for (std::size_t have = kv.pinned_blocks(pin).size(); lease.first + have < last; ++have) {
+    const std::size_t i = lease.first + have;  // the next block to pin, in order
+    BlockId block = i < done.size() ? done[i] : kNoBlock;
+    if (block == kNoBlock) block = kv.cached_block(lease.hashes[have], std::span(*lease.tokens).subspan(i * bs, bs));
+    if (block == kNoBlock || !kv.add_to_pin(pin, block)) break;
+  }
+  const std::span<const BlockId> pinned = kv.pinned_blocks(pin);
+  if (lease.first + pinned.size() <= at) {
+    r.state = lease.failed ? Ready::State::failed : Ready::State::waiting;
+    return r;
+  }
+  r.state = Ready::State::ready;
+  r.blocks.assign(pinned.begin() + (at - lease.first), pinned.begin() + std::min<std::size_t>(pinned.size(), last - lease.first));
+  const std::int64_t layers = b.kv_cache_shape().num_layers;
+  for (const BlockId block : r.blocks)
+    for (std::int64_t l = 0; l < layers; ++l) {
+      const void* p = b.kv_host_bytes(l, block);
+      if (!p) {
+        r.layers.clear();
+        return r;
+      }
+      r.layers.push_back(static_cast<const char*>(p));
+    }
+  return r;
+}
+
+awaitable<PrefillService::Ready> PrefillService::wait_ready(std::uint64_t id, std::uint32_t at, std::uint32_t last,
+                                                            std::function<bool()> stop) {
+  boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor);
+  for (;;) {
+    if (stop && stop()) co_return Ready{Ready::State::waiting, {}, {}};
+    std::optional<Lease> lease;  // a copy without the holds: an engine-thread task must never drop the last
+    {                            // one (EnginePin's release queues a task)
+      std::lock_guard lock(mu_);
+      if (const auto it = leases_.find(id); it != leases_.end()) {
+        it->second.deadline = Clock::now() + it->second.ttl;
+        lease = it->second;
+        lease->hold.reset();
+        lease->done_hold.reset();
+      }
+    }
+    if (!lease) co_return Ready{Ready::State::gone, {}, {}};
+    auto find = [this, lease = std::move(*lease), at, last](Scheduler& s, Backend& b) { return locate(lease, at, last, s, b); };
+    Ready r = co_await on_engine_thread(engine_, std::move(find));  // (runs between steps: paced by them)
+    if (r.state != Ready::State::waiting) co_return r;
+    timer.expires_after(std::chrono::milliseconds(2));
+    co_await timer.async_wait(boost::asio::use_awaitable);
   }
 }
 
@@ -178,16 +237,6 @@ awaitable<void> PrefillService::handle_prefill(const http::Request& req, http::R
     co_return;
   }
   w.on_disconnect([this, rid] { engine_.abort(rid); });  // D left: stop computing for it
-  RequestOutput out;
-  while (auto o = co_await queue->pop()) {
-    out = std::move(*o);
-    if (out.finished) break;
-  }
-  w.on_disconnect([] {});
-  if (out.pin == 0) {
-    co_await w.send(http::json_error(503, "the prefill did not complete: " + out.error, "overloaded_error", {}, "prefill_failed"));
-    co_return;
-  }
   Accept a;
   a.layout = layout_;
   a.compat_hash = compat_;
@@ -198,33 +247,47 @@ awaitable<void> PrefillService::handle_prefill(const http::Request& req, http::R
   a.first_block = static_cast<std::uint32_t>(hello.held.size());
   a.num_blocks = static_cast<std::uint32_t>(hashes.size() - hello.held.size());
   a.hashes.assign(hashes.begin() + static_cast<std::ptrdiff_t>(a.first_block), hashes.end());
+  auto empty_pin = [](Scheduler& s, Backend&) { return s.kv().pin({}); };
+  const PinId stream_pin = co_await on_engine_thread(engine_, std::move(empty_pin));
   {
     std::lock_guard lock(mu_);
     a.transfer_id = next_id_++;
-    leases_[a.transfer_id] = {out.pin, a.first_block, a.num_blocks, a.hashes, std::chrono::milliseconds(a.lease_ms),
-                              Clock::now() + std::chrono::milliseconds(a.lease_ms)};
+    Lease& l = leases_[a.transfer_id];
+    l.hold = std::make_shared<EnginePin>(engine_, stream_pin);
+    l.pin = stream_pin;
+    l.first = a.first_block, l.count = a.num_blocks, l.hashes = a.hashes;
+    l.ttl = std::chrono::milliseconds(a.lease_ms), l.deadline = Clock::now() + l.ttl;
+    l.tokens = std::make_shared<const std::vector<TokenId>>(std::move(hello.tokens));
+    l.prefill = rid;
   }
-  if (w.client_gone() || !co_await w.send(frame_response(a))) release(a.transfer_id);
-}
-
-std::shared_ptr<PrefillService::Batches> PrefillService::start_read(boost::asio::any_io_executor ex, PinId pin,
-                                                                    std::uint32_t from, std::uint32_t count) {
-  auto out = std::make_shared<Batches>(std::move(ex));
-  const std::size_t stride = block_frame_bytes(layout_.block_bytes());
-  // Copies on the engine thread while the pin holds the blocks, straight into the payloads of a batch of
-  // block frames (one backend call: the CUDA backend stages it through pinned memory); the io thread
-  // writes the frames' headers and checksums. A lease that ended before this turn finds no pin: no bytes.
-  engine_.run_kv_task([out, pool = buffers_, pin, from, count, stride](Scheduler& s, Backend& b) {
-    Batch batch;
-    const auto blocks = s.kv().pinned_blocks(pin);
-    if (blocks.size() >= static_cast<std::size_t>(from) + count) {
-      batch.bytes = pool->take();  // count <= per_read_
-      batch.size = stride * count;
-      b.read_kv_blocks(blocks.subspan(from, count), batch.bytes.get() + kBlockPayloadOffset, stride);
-    }
-    out->push(std::move(batch));
-  });
-  return out;
+  // The accept goes out once the first wanted block is computed (D's pulls then wait for one engine step at
+  // a time, not for a queue), or once the prefill ended; meanwhile D leaving aborts the prefill.
+  std::optional<RequestOutput> out;
+  const std::function<bool()> ended = [&] {  // (a named std::function: GCC 12, see client.h)
+    while (auto o = queue->try_pop())
+      if (o->finished) out = std::move(*o);
+    return out.has_value() || w.client_gone();
+  };
+  co_await wait_ready(a.transfer_id, a.first_block, a.first_block + 1, ended);
+  w.on_disconnect([] {});
+  if (out && out->pin == 0) {
+    release(a.transfer_id);
+    co_await w.send(http::json_error(503, "the prefill did not complete: " + out->error, "overloaded_error", {}, "prefill_failed"));
+    co_return;
+  }
+  if (out) prefill_done(a.transfer_id, *out);
+  bool sent = !w.client_gone();
+  if (sent) sent = co_await w.send(frame_response(a));
+  if (!sent) {
+    release(a.transfer_id);
+    co_return;
+  }
+  while (!out) {  // follow the prefill to its end (the lease ending first aborts it)
+    auto o = co_await queue->pop();
+    if (!o) break;
+    if (o->finished) out = std::move(*o);
+  }
+  if (out) prefill_done(a.transfer_id, *out);
 }
 
 awaitable<void> PrefillService::handle_pull(const http::Request& req, http::ResponseWriter& w) {
@@ -233,7 +296,7 @@ awaitable<void> PrefillService::handle_pull(const http::Request& req, http::Resp
     co_await w.send(http::json_error(400, "give transfer, from and count (count > 0)", "invalid_request_error", {}, "bad_range"));
     co_return;
   }
-  Lease lease;
+  Lease lease;  // the pull's copy holds the stream pin until it is done, so the blocks it sends stay
   bool known = false;
   {
     std::lock_guard lock(mu_);
@@ -283,47 +346,29 @@ awaitable<void> PrefillService::serve_pull(std::uint64_t id, std::uint32_t from,
 awaitable<void> PrefillService::serve_blocks(std::uint64_t id, const Lease& lease, std::uint32_t first,
                                              std::uint32_t last, PullSink& w) {
   End end;
-  // Batches of about 8 MiB; the next batch is copied on the engine thread while this one is sent.
-  const std::uint32_t per_read = per_read_;
-  const auto ex = co_await boost::asio::this_coro::executor;
-  std::shared_ptr<Batches> pending;
-  if (touch(id)) pending = start_read(ex, lease.pin, first, std::min(per_read, last - first));
-  const std::size_t stride = block_frame_bytes(layout_.block_bytes());
-  for (std::uint32_t at = first; at < last;) {
-    const std::uint32_t n = std::min(per_read, last - at);
-    Batch batch;  // n block frames back to back, or empty when the lease ended first
-    if (pending) {
-      auto got = co_await pending->pop();
-      if (got) batch = std::move(*got);
+  bool ok = true;
+  const std::function<bool()> no_stop;
+  for (std::uint32_t at = first; ok && at < last;) {
+    const Ready ready = co_await wait_ready(id, at, last, no_stop);  // what is computed by now (mostly all)
+    if (ready.state == Ready::State::ready) {
+      if (ready.layers.empty()) {
+        ok = co_await send_copied(w, id, lease, at, ready, end);
+      } else {
+        ok = co_await send_from_cache(w, id, lease, at, ready, end);
+      }
+      at += static_cast<std::uint32_t>(ready.blocks.size());
+    } else if (ready.state == Ready::State::failed) {
+      ok = co_await send_error(w, ErrorCode::internal, "the prefill failed; its blocks are not there");
+    } else {
+      ok = co_await send_error(w, ErrorCode::lease_expired, "the transfer's lease expired; its blocks are freed");
     }
-    pending.reset();
-    if (at + n < last && touch(id)) pending = start_read(ex, lease.pin, at + n, std::min(per_read, last - at - n));
-    if (batch.size == 0) {
-      ErrorFrame e{ErrorCode::lease_expired, "the transfer's lease expired; its blocks are freed"};
-      const std::string bytes = encode(e);
-      co_await w.write(bytes);
-      co_await w.finish();
-      co_return;
-    }
-    for (std::uint32_t i = 0; i < n; ++i) {
-      char* frame = batch.bytes.get() + i * stride;
-      put_block_header(frame, at + i, lease.hashes[at + i - lease.first], 0, static_cast<std::uint16_t>(layout_.num_layers),
-                       layout_.block_bytes());
-      seal_frame(frame, stride);
-    }
-    const bool sent = co_await w.write(std::string_view(batch.bytes.get(), batch.size));  // one chunk, one write
-    buffers_->give_back(std::move(batch.bytes));
-    if (!sent) {
-      release(id);
-      co_return;
-    }
-    touch(id);
-    end.payload_bytes += batch.size;
-    end.num_blocks += n;
-    at += n;
+  }
+  if (!ok) {  // D gone, or the lease ended or the prefill failed (an error frame went out)
+    release(id);
+    co_return;
   }
   const std::string bytes = encode(end);
-  bool ok = co_await w.write(bytes);
+  ok = co_await w.write(bytes);
   if (ok) ok = co_await w.finish();
   if (!ok || last == lease.first + lease.count) release(id);  // everything delivered (or D gone)
 }

@@ -1,20 +1,25 @@
 // PrefillService: the prefill replica's (P's) side of KV transfer (Contract 3), served on P's HTTP port.
 //
 //   POST /internal/prefill            body: a hello frame. P checks the layout (409 on a mismatch, naming
-//                                     the fields), computes the prompt's blocks with a prefill_only engine
-//                                     request (its prefix cache reused), pins them under a lease and answers
-//                                     an accept frame. D leaving during the prefill aborts it.
+//                                     the fields), starts a prefill_only engine request over the wanted
+//                                     blocks (its prefix cache reused) and answers an accept frame as soon
+//                                     as the first wanted block is computed (or the prefill ended): D pulls
+//                                     while the rest of the prompt is still being computed. D leaving
+//                                     before the accept aborts the prefill; after it, the lease does.
 //   GET  /internal/prefill/blocks?transfer=ID&from=I&count=N
 //                                     a chunked stream of block frames then an end frame (an error frame
-//                                     instead when the lease ends mid-pull). Block bytes are copied on the
-//                                     engine thread while pinned, so a block freed later is never read.
-//                                     The pull that delivers the last block releases the transfer.
+//                                     instead when the lease ends or the prefill fails mid-pull). A block
+//                                     not computed yet is waited for (each engine step may complete more);
+//                                     each is sent once pinned, on a CPU replica straight from the cache
+//                                     memory (prefill_send.cpp). The pull that delivers the last block
+//                                     releases the transfer.
 //   POST /internal/prefill/release?transfer=ID   D is done (or gives up): the blocks are freed.
 //
-// Lease: every pull and every written block frame extends it by the lease time; a reaper thread frees the
-// blocks of transfers whose lease ran out (a D that died, stalled or never came back). A failed write
-// (D gone) frees them at once. HTTP errors are OpenAI-style error objects (codes: compat_mismatch,
-// unknown_transfer, lease_expired, bad_range, prefill_failed).
+// Lease: every pull, every written block frame and every wait for a block extends it by the lease time;
+// a reaper thread frees the blocks of transfers whose lease ran out (a D that died, stalled or never came
+// back) and aborts their prefill if it still runs. A failed write (D gone) frees them at once. HTTP errors
+// are OpenAI-style error objects (codes: compat_mismatch, unknown_transfer, lease_expired, bad_range,
+// prefill_failed).
 //
 // Threading: handlers run on HTTP io threads; leases_ is guarded by mu_; the engine is reached through
 // Engine::run_kv_task/submit/abort only.
@@ -24,6 +29,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -34,6 +40,7 @@
 #include "engine/pd/layout.h"
 #include "engine/pd/pd_config.h"
 #include "engine/pd/transport.h"
+#include "engine/pd/wire.h"
 #include "kvfleet/http/server.h"
 
 namespace kvfleet::pd {
@@ -67,11 +74,20 @@ class PrefillService {
  private:
   using Clock = std::chrono::steady_clock;
   struct Lease {
-    PinId pin = 0;
+    // The blocks sent so far and the ones ready to send, pinned in order from block `first` (the stream
+    // pin), shared with the pulls sending from them: a lease that ends (expiry, release) while a pull
+    // writes straight from the cache memory leaves the blocks pinned until that write is done.
+    std::shared_ptr<EnginePin> hold;
+    PinId pin = 0;  // hold's
     std::uint32_t first = 0, count = 0;
     std::vector<BlockHash> hashes;  // of blocks first .. first + count - 1
     std::chrono::milliseconds ttl{0};
     Clock::time_point deadline;
+    std::shared_ptr<const std::vector<TokenId>> tokens;  // the wanted blocks' (to find those computed so far)
+    RequestId prefill = 0;        // the prefill while it runs (aborted when the lease ends first)
+    PinId done = 0;               // once it finished: its pin of every block (held by `done_hold`)
+    std::shared_ptr<EnginePin> done_hold;
+    bool failed = false;          // it ended without its blocks
   };
   // Extends the lease; false when it is gone (expired or released).
   bool touch(std::uint64_t id);
@@ -79,20 +95,48 @@ class PrefillService {
   std::vector<std::string> offered_transports() const;
   std::string offered_list() const;
   // Writes the frames of blocks [first, last) of a checked lease into the sink (the pull's bytes are
-  // produced here, once, for every transport); frees the lease when the sink fails or all is delivered.
+  // produced here, once, for every transport), each block once computed; frees the lease when the sink
+  // fails or all is delivered.
   boost::asio::awaitable<void> serve_blocks(std::uint64_t id, const Lease& lease, std::uint32_t first, std::uint32_t last,
                                             PullSink& sink);
-  // Drops the lease and unpins its blocks; false when it was gone already.
+  // Drops the lease, unpins its blocks and aborts its prefill if it still runs; false when it was gone.
   bool release(std::uint64_t id);
   void reap();
-  // Blocks [from, from + count) of the pin copied on the engine thread into the payloads of as many block
-  // frames back to back (headers and checksums still to write); size 0 when the pin is gone.
+  // The prefill of a lease ended: its pin now holds every block (or it failed).
+  void prefill_done(std::uint64_t id, const RequestOutput& out);
+
+  // Blocks ready to send from `at` on, up to `last`: the stream pin grows, on the engine thread, by the
+  // blocks the prefill has computed so far (found in P's prefix cache, or in its pin once it finished).
+  struct Ready {
+    enum class State { ready, waiting, gone, failed } state = State::waiting;
+    std::vector<BlockId> blocks;      // blocks at .. at + blocks.size() - 1
+    std::vector<const char*> layers;  // their layers in host memory, block-major; empty: not host memory
+  };
+  Ready locate(const Lease& lease, std::uint32_t at, std::uint32_t last, Scheduler& s, Backend& b) const;
+  // Waits (polling between engine steps) until at least one block from `at` on is ready, the lease is gone
+  // or the prefill failed; the lease is extended meanwhile (D is waiting for these blocks).
+  // `stop`, when given, ends the wait early (state waiting) once it returns true.
+  boost::asio::awaitable<Ready> wait_ready(std::uint64_t id, std::uint32_t at, std::uint32_t last,
+                                           std::function<bool()> stop);
+
+  // Sends block frames [at, at + ready.blocks.size()) of a pull; false when D is gone or the lease ended.
+  // Host memory (CPU backend): each frame's header, its layers straight from the cache and its checksum
+  // trailer gathered into one write, no copy. Otherwise (CUDA) engine-thread copies into batch buffers.
+  boost::asio::awaitable<bool> send_from_cache(PullSink& w, std::uint64_t id, const Lease& lease,
+                                               std::uint32_t at, const Ready& ready, End& end);
+  boost::asio::awaitable<bool> send_copied(PullSink& w, std::uint64_t id, const Lease& lease,
+                                           std::uint32_t at, const Ready& ready, End& end);
+  // Ends a pull with an error frame; returns false (the pull failed).
+  boost::asio::awaitable<bool> send_error(PullSink& w, ErrorCode code, std::string message);
+
+  // Blocks copied on the engine thread into the payloads of as many block frames back to back (headers and
+  // checksums still to write).
   struct Batch {
     std::unique_ptr<char[]> bytes;
     std::size_t size = 0;
   };
   using Batches = http::AsyncQueue<Batch>;
-  std::shared_ptr<Batches> start_read(boost::asio::any_io_executor ex, PinId pin, std::uint32_t from, std::uint32_t count);
+  std::shared_ptr<Batches> start_read(boost::asio::any_io_executor ex, std::vector<BlockId> blocks);
   // Batch buffers (per_read_ frames each) are kept for the next pull: fresh memory costs a page fault
   // per 4 KiB, which the transfer profile showed. Shared with engine-thread tasks, so it outlives them.
   struct BufferPool {
@@ -116,6 +160,8 @@ class PrefillService {
   std::uint64_t expired_ = 0;
   std::thread reaper_;
   std::uint32_t per_read_ = 1;  // blocks per engine-thread read (about 8 MiB)
+  std::uint32_t per_send_ = 1;  // blocks per gathered write from the cache (about 1 MiB: still in L2 after
+                                // the checksum pass when the kernel copies it)
   std::shared_ptr<BufferPool> buffers_ = std::make_shared<BufferPool>();
   std::unique_ptr<UcxPullServer> ucx_;  // reset first in the destructor: its handlers call serve_pull
 };

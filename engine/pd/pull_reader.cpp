@@ -1,6 +1,10 @@
 #include "engine/pd/pull_reader.h"
 
 #include <boost/json.hpp>
+#include <algorithm>
+#include <mutex>
+#include <tuple>
+#include <utility>
 
 namespace kvfleet::pd {
 using boost::asio::awaitable;
@@ -16,6 +20,40 @@ std::string error_code_of(const std::string& body) {
 }
 
 namespace {
+
+// Spare receive buffers of finished pulls (at most kSpare of them, kSpareBytes in all), largest last.
+class SpareBuffers {
+ public:
+  static SpareBuffers& instance() {
+    static SpareBuffers pool;
+    return pool;
+  }
+  // A spare of at least `bytes`, or an empty one.
+  std::pair<std::unique_ptr<char[]>, std::size_t> take(std::size_t bytes) {
+    std::lock_guard lock(mu_);
+    for (auto it = spare_.begin(); it != spare_.end(); ++it)
+      if (it->second >= bytes) {
+        auto out = std::move(*it);
+        spare_.erase(it);
+        held_ -= out.second;
+        return out;
+      }
+    return {nullptr, 0};
+  }
+  void give(std::unique_ptr<char[]> buffer, std::size_t bytes) {
+    std::lock_guard lock(mu_);
+    if (!buffer || spare_.size() >= kSpare || held_ + bytes > kSpareBytes) return;  // freed
+    held_ += bytes;
+    const auto at = std::find_if(spare_.begin(), spare_.end(), [&](const auto& b) { return b.second >= bytes; });
+    spare_.emplace(at, std::move(buffer), bytes);
+  }
+
+ private:
+  static constexpr std::size_t kSpare = 8, kSpareBytes = std::size_t{256} << 20;
+  std::mutex mu_;
+  std::vector<std::pair<std::unique_ptr<char[]>, std::size_t>> spare_;
+  std::size_t held_ = 0;
+};
 
 // Room after the pull's block frames for its end frame (or an error frame instead).
 constexpr std::size_t kTailBytes = 16 * 1024;
@@ -53,6 +91,8 @@ class HttpBodySource : public ByteSource {
 
 }  // namespace
 
+ReceivedPull::~ReceivedPull() { SpareBuffers::instance().give(std::move(bytes), capacity); }
+
 awaitable<std::shared_ptr<ReceivedPull>> read_pull(http::HttpClient& c, const KvLayout& layout,
                                                    std::span<const BlockHash> hashes, std::uint32_t from,
                                                    std::uint32_t count, std::chrono::steady_clock::time_point deadline,
@@ -76,6 +116,10 @@ awaitable<std::shared_ptr<ReceivedPull>> read_pull_frames(ByteSource& c, const K
   const std::size_t max_payload = kBlockFieldsBytes + layout.block_bytes() + kTailBytes;
   std::shared_ptr<ReceivedPull> pull = reuse ? std::move(reuse) : std::make_shared<ReceivedPull>();
   if (pull->capacity < capacity) {
+    SpareBuffers::instance().give(std::move(pull->bytes), pull->capacity);
+    std::tie(pull->bytes, pull->capacity) = SpareBuffers::instance().take(capacity);
+  }
+  if (!pull->bytes) {
     pull->bytes = std::make_unique_for_overwrite<char[]>(capacity);
     pull->capacity = capacity;
   }

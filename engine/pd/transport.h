@@ -20,6 +20,10 @@ class PullSink {
  public:
   virtual ~PullSink() = default;
   virtual boost::asio::awaitable<bool> write(std::string_view piece) = 0;
+  // One piece gathered from several, in order (P sends a block frame as its header, its layers straight
+  // from the KV cache and its trailer). The default joins them into one buffer (a copy) and writes that;
+  // the HTTP sink overrides it with one gathered write (writev), no copy.
+  virtual boost::asio::awaitable<bool> write_pieces(std::span<const std::string_view> pieces);
   virtual boost::asio::awaitable<bool> finish() = 0;  // the pull's answer is complete
 };
 

@@ -1,5 +1,6 @@
 #include "engine/pd/wire.h"
 
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack (frame_checksum)
 #include <xxhash.h>
 
 #include <cstring>
@@ -249,6 +250,13 @@ void put_block_header(char* frame, std::uint32_t index, BlockHash hash, std::uin
 void seal_frame(char* frame, std::size_t total) {
   const std::uint64_t sum = XXH3_64bits(frame, total - kFrameTrailerBytes);
   std::memcpy(frame + total - kFrameTrailerBytes, &sum, sizeof sum);
+}
+
+std::uint64_t frame_checksum(std::span<const std::string_view> pieces) {
+  XXH3_state_t state;  // (on the stack: XXH3_createState would allocate per frame)
+  XXH3_64bits_reset(&state);
+  for (const std::string_view p : pieces) XXH3_64bits_update(&state, p.data(), p.size());
+  return XXH3_64bits_digest(&state);
 }
 
 std::string encode_block(std::uint32_t index, BlockHash hash, std::uint16_t layer_begin, std::uint16_t layer_end,

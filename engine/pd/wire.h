@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -106,6 +107,10 @@ void put_block_header(char* frame, std::uint32_t index, BlockHash hash, std::uin
                       std::uint16_t layer_end, std::size_t payload_bytes);
 // Writes the checksum trailer of the frame of `total` bytes at `frame` (header and payload in place).
 void seal_frame(char* frame, std::size_t total);
+// The checksum of a frame whose header and payload lie in pieces, in order (P sends a block frame as its
+// header, the block's layers straight from the KV cache and the trailer: one XXH3 pass, no copy). Equal to
+// what seal_frame writes for the same bytes laid out back to back.
+std::uint64_t frame_checksum(std::span<const std::string_view> pieces);
 
 // A frame checked in place: the checksum holds; `payload` points into the caller's bytes.
 struct FrameView {

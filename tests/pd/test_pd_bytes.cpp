@@ -6,6 +6,7 @@
 #include <cstring>
 #include <future>
 
+#include "engine/pd/wire.h"
 #include "engine/server/replica.h"
 #include "kvfleet/backend.h"
 #include "pd/pd_test_util.h"
@@ -17,14 +18,16 @@ using namespace kvfleet::test;
 
 namespace {
 
-std::unique_ptr<server::Replica> start_replica(const std::string& model, const std::string& role) {
+std::unique_ptr<server::Replica> start_replica(const std::string& model, const std::string& role, int num_blocks = 64,
+                                              int step_tokens = 2048) {
   server::ReplicaConfig c;
   c.model = model;
   c.port = 0;
   c.role = role;
   c.engine.backend.kind = "cpu";
   c.engine.backend.threads = 1;
-  c.engine.num_blocks = 64;
+  c.engine.num_blocks = num_blocks;
+  c.engine.scheduler.max_num_batched_tokens = step_tokens;
   auto r = std::make_unique<server::Replica>(c);
   r->start();
   return r;
@@ -109,4 +112,46 @@ TEST_CASE("strided block reads and writes (KV straight into and out of wire fram
   std::string out(framed.size(), '#');
   backend->read_kv_blocks(blocks, out.data(), stride);
   CHECK(out == framed);  // the gaps between blocks are left alone
+}
+
+TEST_CASE("P accepts while its prefill still runs and a pull waits for the blocks not computed yet") {
+  TempDir dir;
+  make_tiny_qwen(dir / "tiny-qwen");
+  const std::string model = (dir / "tiny-qwen").string();
+  auto p = start_replica(model, "prefill", 160, 16);  // chunked prefill, one block per engine step
+  auto m = start_replica(model, "mixed", 160);
+  const std::vector<int> ids = prompt_ids(12, 961);  // 60 blocks ship
+  pd::Hello hello;
+  hello.layout = {"tiny-qwen", "qwen2", DType::bf16, DType::f32, 2, 2, 16, 16, block_hash_root("tiny-qwen")};
+  hello.compat_hash = pd::compat_hash(hello.layout);
+  hello.tokens.assign(ids.begin(), ids.begin() + 960);
+  const http::Headers binary{{"Content-Type", "application/octet-stream"}};
+  const auto ok = http::http_request("127.0.0.1", p->port(), "POST", "/internal/prefill", pd::encode(hello), binary);
+  REQUIRE(ok.status == 200);
+  CHECK(kv_state(p->port()).at("running").as_int64() == 1);  // the accept came before the prefill's end
+  const auto accept = std::get<pd::Accept>(pd::decode_one(ok.body));
+  REQUIRE(accept.num_blocks == 60);
+  const auto pulled = http::http_request("127.0.0.1", p->port(), "GET",
+                                         "/internal/prefill/blocks?transfer=" + std::to_string(accept.transfer_id) +
+                                             "&from=0&count=60");
+  REQUIRE(pulled.status == 200);
+  pd::FrameDecoder frames;
+  frames.feed(pulled.body);
+  std::vector<std::string> received;
+  while (auto f = frames.next()) {
+    if (auto* b = std::get_if<pd::BlockFrame>(&*f)) {
+      CHECK(b->index == received.size());
+      received.push_back(b->payload);
+    } else {
+      CHECK(std::holds_alternative<pd::End>(*f));
+    }
+  }
+  REQUIRE(received.size() == 60);
+  post(m->port(), "/v1/completions", completion_body(ids, -1, 1));  // M computes the same prompt itself
+  const auto computed = block_bytes(m->engine(), accept.hashes, hello.tokens);
+  for (std::size_t i = 0; i < received.size(); ++i) {
+    CAPTURE(i);
+    CHECK(received[i] == computed[i]);
+  }
+  check_no_leak(p->port());  // the last pull released the transfer
 }

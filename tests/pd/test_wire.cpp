@@ -243,3 +243,17 @@ TEST_CASE("block frames laid out in place are what encode writes, and read back 
   REQUIRE(v);
   CHECK_THROWS_AS(parse_block(v->payload), WireError);
 }
+
+TEST_CASE("a frame's checksum over pieces (P sends the layers from the cache) is the one seal_frame writes") {
+  const std::string body = payload(4 * 64, 7);
+  const std::string whole = encode_block(3, 77, 0, 4, body);
+  char head[kBlockPayloadOffset];
+  put_block_header(head, 3, 77, 0, 4, body.size());
+  CHECK(std::string_view(head, sizeof head) == std::string_view(whole).substr(0, kBlockPayloadOffset));
+  for (std::size_t split : {std::size_t{1}, std::size_t{64}, std::size_t{100}, body.size()}) {
+    std::vector<std::string_view> pieces{std::string_view(head, sizeof head)};
+    for (std::size_t at = 0; at < body.size(); at += split) pieces.push_back(std::string_view(body).substr(at, split));
+    const std::uint64_t sum = frame_checksum(pieces);
+    CHECK(std::memcmp(&sum, whole.data() + whole.size() - kFrameTrailerBytes, sizeof sum) == 0);
+  }
+}

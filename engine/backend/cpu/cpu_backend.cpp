@@ -57,6 +57,9 @@ class CpuBackend final : public Backend {
   void write_kv_bytes(std::int64_t layer, std::int64_t block, const void* host) override {
     std::memcpy(block_bytes(layer, block), host, kv_block_bytes());
   }
+  const void* kv_host_bytes(std::int64_t layer, std::int64_t block) const override {
+    return cache_.data() + static_cast<std::size_t>(layer * shape_.num_blocks + block) * kv_block_bytes();
+  }
 
   void embedding(DeviceWeight table, std::int64_t dim, const std::int32_t* ids, std::int64_t n, float* out) override {
     cpu::embedding(ref(table), dim, ids, n, out);

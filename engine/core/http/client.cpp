@@ -14,6 +14,8 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 #include <algorithm>
+#include <cctype>
+#include <cstring>
 #include <vector>
 
 #include "bounded_parser.h"
@@ -76,6 +78,84 @@ struct HttpClient::Impl {
     stream.close();
   }
 
+  // read_some_into decodes a chunked body itself (Beast's parser would copy every byte out of `buffer`):
+  // chunk data is read from the socket straight into the caller's memory (KV transfer's bulk bodies).
+  struct Chunks {
+    bool active = false;      // read_some_into took this body over (read_some had not begun it)
+    bool done = false;        // the last chunk and the trailer section are read
+    bool crlf = false;        // the CRLF that ends a chunk's data comes next
+    bool trailer = false;     // after the last chunk "0": the trailer section comes next
+    uint64_t left = 0;        // data bytes of the current chunk still to come
+    size_t extension_bytes = 0;
+  };
+  // One step over what `buffer` holds when no chunk data is due: need_more when a line is incomplete.
+  error_code chunk_step() {
+    const std::string_view u = unread();
+    if (chunks.crlf) {
+      if (u.size() < 2) return bhttp::error::need_more;
+      if (!u.starts_with("\r\n")) return bhttp::error::bad_chunk;
+      buffer.consume(2);
+      chunks.crlf = false;
+      return {};
+    }
+    if (chunks.trailer) {  // fields are discarded; only their size is bounded
+      const size_t end = u.starts_with("\r\n") ? 0 : u.substr(0, config.trailer_limit + 4).find("\r\n\r\n");
+      if (end == std::string_view::npos && u.size() <= config.trailer_limit + 4) return bhttp::error::need_more;
+      if (end == std::string_view::npos || end > config.trailer_limit) return ParseError::trailer_too_large;
+      buffer.consume(end == 0 ? 2 : end + 4);
+      chunks.done = true;
+      return {};
+    }
+    const size_t line_allowance = config.chunk_extension_limit + 64, eol = u.substr(0, line_allowance + 2).find("\r\n");
+    if (eol == std::string_view::npos || eol > line_allowance)
+      return u.size() > line_allowance ? error_code(ParseError::chunk_line_too_long) : error_code(bhttp::error::need_more);
+    uint64_t size = 0;
+    size_t digits = 0;
+    for (; digits < eol && std::isxdigit(static_cast<unsigned char>(u[digits])); ++digits) {
+      if (digits == 15) return bhttp::error::bad_chunk;  // over 2^60 bytes
+      const char c = u[digits];
+      size = size * 16 + static_cast<uint64_t>(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+    }
+    const std::string_view rest = u.substr(digits, eol - digits);
+    if (digits == 0 || (!rest.empty() && rest[0] != ';' && rest[0] != ' ' && rest[0] != '\t')) return bhttp::error::bad_chunk;
+    chunks.extension_bytes += rest.size();
+    if (chunks.extension_bytes > config.chunk_extension_limit) return ParseError::chunk_extensions_too_long;
+    buffer.consume(eol + 2);
+    chunks.left = size;
+    chunks.trailer = size == 0;
+    return {};
+  }
+  // Body bytes of a chunked body read_some_into took over: buffered ones first, then straight from the socket.
+  asio::awaitable<size_t> read_chunked_into(std::span<char> out) {
+    while (!chunks.done) {
+      if (chunks.left == 0) {
+        const error_code ec = chunk_step();
+        if (ec && ec != bhttp::error::need_more) fail(ec);
+        if (!ec) continue;
+        stream.expires_after(config.io_timeout);  // a small read: the data after the line goes to `out` next
+        auto [read_ec, n] = co_await stream.async_read_some(buffer.prepare(1024), tuple_awaitable);
+        buffer.commit(n);
+        if (read_ec) fail(read_ec == asio::error::eof ? error_code(bhttp::error::partial_message) : read_ec);
+        continue;
+      }
+      const size_t want = static_cast<size_t>(std::min<uint64_t>(chunks.left, out.size()));
+      size_t n = std::min(want, buffer.size());
+      if (n > 0) {
+        std::memcpy(out.data(), buffer.data().data(), n);
+        buffer.consume(n);
+      } else {
+        stream.expires_after(config.io_timeout);
+        auto [ec, got] = co_await stream.async_read_some(asio::buffer(out.data(), want), tuple_awaitable);
+        if (ec) fail(ec == asio::error::eof ? error_code(bhttp::error::partial_message) : ec);
+        n = got;
+      }
+      chunks.left -= n;
+      chunks.crlf = chunks.left == 0;
+      co_return n;
+    }
+    co_return 0;
+  }
+
   HttpClientConfig config;
   beast::tcp_stream stream;
   beast::flat_buffer buffer;
@@ -83,6 +163,8 @@ struct HttpClient::Impl {
   std::vector<char> piece;
   std::string host_header;
   bool head_request = false;  // a HEAD response has no body whatever its headers say
+  bool beast_body = false;    // read_some began this body: Beast's parser reads it to the end
+  Chunks chunks;
 };
 
 HttpClient::HttpClient(asio::any_io_executor executor) : HttpClient(std::move(executor), HttpClientConfig()) {}
@@ -135,6 +217,8 @@ asio::awaitable<void> HttpClient::send(const Request& request) {
 asio::awaitable<ResponseHead> HttpClient::read_head() {
   Impl& s = *impl_;
   auto* parser = &s.reader.start(std::nullopt);  // read_body() applies body_limit; read_some() none
+  s.beast_body = false;
+  s.chunks = {};
   if (s.head_request) parser->skip(true);
   for (;;) {
     error_code ec = s.step();
@@ -164,6 +248,8 @@ asio::awaitable<ResponseHead> HttpClient::read_head() {
 asio::awaitable<std::optional<std::string>> HttpClient::read_some() {
   Impl& s = *impl_;
   if (!s.reader.active()) throw std::logic_error("HttpClient::read_some before read_head");
+  if (s.chunks.active) throw std::logic_error("HttpClient::read_some after read_some_into took the body over");
+  s.beast_body = true;
   auto& parser = s.reader.parser();
   while (!parser.is_done()) {
     auto& body = parser.get().body();
@@ -192,6 +278,11 @@ asio::awaitable<size_t> HttpClient::read_some_into(std::span<char> out) {
   if (!s.reader.active()) throw std::logic_error("HttpClient::read_some_into before read_head");
   if (out.empty()) throw std::invalid_argument("HttpClient::read_some_into an empty buffer");
   auto& parser = s.reader.parser();
+  if (!s.beast_body && parser.is_header_done() && !parser.is_done() && parser.chunked()) s.chunks.active = true;
+  if (s.chunks.active) {
+    const size_t n = co_await s.read_chunked_into(out);  // (named: GCC 12)
+    co_return n;
+  }
   while (!parser.is_done()) {
     auto& body = parser.get().body();
     body.data = out.data();
@@ -238,8 +329,8 @@ bool HttpClient::is_open() const { return impl_->stream.socket().is_open(); }
 
 bool HttpClient::reusable() const {
   const Impl& s = *impl_;
-  return s.stream.socket().is_open() && s.reader.active() && s.reader.parser().is_done() &&
-         s.reader.parser().get().keep_alive() && s.buffer.size() == 0;
+  const bool body_read = s.reader.active() && (s.chunks.active ? s.chunks.done : s.reader.parser().is_done());
+  return s.stream.socket().is_open() && body_read && s.reader.parser().get().keep_alive() && s.buffer.size() == 0;
 }
 
 asio::any_io_executor HttpClient::executor() const { return impl_->stream.get_executor(); }

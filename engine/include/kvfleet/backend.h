@@ -76,6 +76,10 @@ class Backend {
   }
   virtual void read_kv_bytes(std::int64_t layer, std::int64_t block, void* host) = 0;
   virtual void write_kv_bytes(std::int64_t layer, std::int64_t block, const void* host) = 0;
+  // Where one block of one layer lies in host memory (kv_block_bytes() bytes, as read_kv_bytes copies
+  // them), or nullptr when the cache is not host memory (CUDA). KV transfer sends from there without a
+  // copy; the caller keeps the block pinned while it reads and must not write it.
+  virtual const void* kv_host_bytes(std::int64_t /*layer*/, std::int64_t /*block*/) const { return nullptr; }
   // Several whole blocks (every layer) to or from host memory laid out [block][layer] (K then V each), the
   // unit of KV transfer; block i's bytes start at host + i * stride (0: packed, back to back), so they can
   // land straight in wire frames. These defaults loop over read/write_kv_bytes; the CUDA backend stages

@@ -44,7 +44,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 
 #include "kvfleet/http/message.h"
 
@@ -84,6 +86,10 @@ class ResponseWriter {
   // each sent as one chunk and flushed, then finish().
   virtual boost::asio::awaitable<bool> begin_stream(int status, Headers headers) = 0;
   virtual boost::asio::awaitable<bool> write(std::string_view piece) = 0;
+  // One chunk gathered from several pieces (one writev, no copy into one buffer): KV transfer sends a
+  // block frame's header, the block's layers straight from the cache and its trailer this way. The
+  // default writes them one by one.
+  virtual boost::asio::awaitable<bool> write_pieces(std::span<const std::string_view> pieces);
   virtual boost::asio::awaitable<bool> finish() = 0;
 
   // True once the client disconnected (seen by a failed write or by EOF on the socket while the
