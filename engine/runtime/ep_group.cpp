@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 #include <unordered_map>
 
 #include "engine/comm/tcp_store.h"
@@ -60,15 +61,21 @@ struct EpGroup::State {
   std::uint64_t next_request = 1;
   std::unordered_map<std::uint64_t, std::shared_ptr<Inflight>> requests;
 
+  std::string failure() {
+    std::lock_guard lock(mu);
+    return failed;
+  }
   // A rank is gone: every request in flight ends now with `why` (none can step again).
   void fail(const std::string& why) {
     std::vector<std::shared_ptr<Inflight>> all;
+    bool first = false;
     {
       std::lock_guard lock(mu);
-      if (failed.empty()) failed = why;
+      first = failed.empty();
+      if (first) failed = why;
       for (auto& [k, r] : requests) all.push_back(r);
     }
-    std::fprintf(stderr, "kvfleet: %s\n", why.c_str());
+    if (first) std::fprintf(stderr, "kvfleet: the expert-parallel group broke: %s\n", why.c_str());
     RequestOutput o;
     o.finished = true;
     o.finish_reason = FinishReason::aborted;
@@ -195,8 +202,15 @@ EpGroup::EpGroup(const Model& model, const EngineConfig& config, const GlooOptio
   if (gloo.rank != 0) throw std::invalid_argument("the front of an expert-parallel group is rank 0");
   if (gloo.size > 1 && !model.config().moe.enabled()) throw std::invalid_argument("--ep-size needs a mixture-of-experts model");
   comms_.push_back(make_gloo_communicator(gloo));
+  comms_.push_back(std::make_unique<ep::WatchedCommunicator>(*comms_[0], [s = std::weak_ptr<State>(state_)](const std::string& why) {
+    auto st = s.lock();
+    if (!st) return;
+    for (int i = 0; i < 100 && st->failure().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const std::string named = st->failure();
+    st->fail(named.empty() ? why : named);
+  }));
   EngineConfig ec = config;
-  ec.ep = comms_[0].get();
+  ec.ep = comms_[1].get();
   state_->served_name = ec.served_model_name.empty() ? model.name() : ec.served_model_name;
   state_->block_size = ec.block_size;
   engines_.push_back(std::make_unique<Engine>(model, ec));
@@ -248,10 +262,7 @@ void EpGroup::set_tokenizer(const Tokenizer* tokenizer) {
   for (auto& e : engines_) e->set_tokenizer(tokenizer);
 }
 
-std::string EpGroup::failure() const {
-  std::lock_guard lock(state_->mu);
-  return state_->failed;
-}
+std::string EpGroup::failure() const { return state_->failure(); }
 
 int EpGroup::pick(std::span<const TokenId> prompt, const std::string& cache_salt) const {
   const auto chain = state_->chain_of(prompt, cache_salt);
