@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "engine/comm/tcp_store.h"
+#include "engine/runtime/ep_paced_comm.h"
 #include "engine/runtime/ep_remote_rank.h"
 #include "kvfleet/communicator.h"
 
@@ -202,13 +203,16 @@ EpGroup::EpGroup(const Model& model, const EngineConfig& config, const GlooOptio
   if (gloo.rank != 0) throw std::invalid_argument("the front of an expert-parallel group is rank 0");
   if (gloo.size > 1 && !model.config().moe.enabled()) throw std::invalid_argument("--ep-size needs a mixture-of-experts model");
   comms_.push_back(make_gloo_communicator(gloo));
-  comms_.push_back(std::make_unique<ep::WatchedCommunicator>(*comms_[0], [s = std::weak_ptr<State>(state_)](const std::string& why) {
+  auto front = std::make_unique<ep::FrontCommunicator>(*comms_[0], [s = std::weak_ptr<State>(state_)](const std::string& why) {
     auto st = s.lock();
     if (!st) return;
+    // A dead peer resets Gloo's connections and its channel together; the channel's verdict names it.
     for (int i = 0; i < 100 && st->failure().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     const std::string named = st->failure();
     st->fail(named.empty() ? why : named);
-  }));
+  });
+  ep::FrontCommunicator* paced = front.get();
+  comms_.push_back(std::move(front));
   EngineConfig ec = config;
   ec.ep = comms_[1].get();
   state_->served_name = ec.served_model_name.empty() ? model.name() : ec.served_model_name;
@@ -218,18 +222,27 @@ EpGroup::EpGroup(const Model& model, const EngineConfig& config, const GlooOptio
   const auto [host, port] = comm::parse_host_port(gloo.master);
   comm::TcpStoreClient store(host, port, gloo.timeout);
   const auto& own = engines_[0]->kv_events();
-  for (int r = 1; r < gloo.size; ++r) {
-    std::vector<char> where;
-    try {
-      where = store.get(ep::channel_key(r));
-    } catch (const std::exception& e) {
-      throw std::runtime_error("expert-parallel rank " + std::to_string(r) + " did not publish its request channel: " + e.what());
+  std::vector<ep::RemoteRank*> remotes;
+  try {
+    for (int r = 1; r < gloo.size; ++r) {
+      std::vector<char> where;
+      try {
+        where = store.get(ep::channel_key(r));
+      } catch (const std::exception& e) {
+        throw std::runtime_error("expert-parallel rank " + std::to_string(r) + " did not publish its request channel: " + e.what());
+      }
+      const auto [rhost, rport] = comm::parse_host_port(std::string(where.begin(), where.end()));
+      const int fd = ep::connect_tcp(rhost, rport, gloo.timeout);
+      auto ring = std::make_shared<KvEventRing>(KvCacheConfig{}.event_ring_capacity, own->block_size(), own->root());
+      auto remote = std::make_unique<ep::RemoteRank>(r, gloo.size, fd, std::move(ring), gloo.timeout);
+      remotes.push_back(remote.get());
+      ranks_.push_back(std::move(remote));
     }
-    const auto [rhost, rport] = comm::parse_host_port(std::string(where.begin(), where.end()));
-    const int fd = ep::connect_tcp(rhost, rport, gloo.timeout);
-    auto ring = std::make_shared<KvEventRing>(KvCacheConfig{}.event_ring_capacity, own->block_size(), own->root());
-    ranks_.push_back(std::make_unique<ep::RemoteRank>(r, gloo.size, fd, std::move(ring), gloo.timeout));
+  } catch (const std::exception& e) {
+    paced->shutdown(e.what());  // this rank's engine stops waiting for the others' votes
+    throw;
   }
+  paced->attach(remotes);
   start_merging();
   for (auto& rank : ranks_) rank->on_failure([s = std::weak_ptr<State>(state_)](const std::string& why) {
     if (auto st = s.lock()) st->fail(why);

@@ -27,6 +27,11 @@ void RemoteRank::on_failure(std::function<void(const std::string&)> handler) {
   if (!failed.empty() && handler) handler(failed);
 }
 
+void RemoteRank::on_ring(std::function<void()> handler) {
+  std::lock_guard lock(mu_);
+  on_ring_ = std::move(handler);
+}
+
 RequestId RemoteRank::submit(GenerationRequest request, OutputCallback on_output) {
   RequestId id = 0;
   std::future<Ack> ack;
@@ -95,6 +100,13 @@ void RemoteRank::on_message(Message& m) {
     const std::string_view type = m.at("type").as_string();
     const auto kind = type == "stored" ? KvEvent::Type::stored : type == "removed" ? KvEvent::Type::removed : KvEvent::Type::cleared;
     ring_->publish(kind, std::move(hashes), m.at("p").to_number<BlockHash>());
+  } else if (t == "ring") {
+    std::function<void()> ring;
+    {
+      std::lock_guard lock(mu_);
+      ring = on_ring_;
+    }
+    if (ring) ring();
   } else if (t == "stats") {
     EngineStats s = stats_from_json(m.at("s").as_object());
     std::lock_guard lock(mu_);

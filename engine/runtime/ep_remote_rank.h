@@ -11,44 +11,9 @@
 #include <unordered_map>
 
 #include "engine/runtime/ep_channel.h"
-#include "kvfleet/communicator.h"
 #include "kvfleet/ep_group.h"
 
 namespace kvfleet::ep {
-
-// Rank 0's communicator in a group of processes: Gloo's, and a failed collective fails the group at once
-// (not only the engine's own requests). It first gives the channels a moment to say which rank is gone,
-// since a dead peer resets Gloo's connections and the channel's together and the channel names it.
-class WatchedCommunicator final : public Communicator {
-  template <class F>
-  auto watch(F&& f) {
-    try {
-      return f();
-    } catch (const CommunicatorError& e) {
-      broken_(e.what());
-      throw;
-    }
-  }
- public:
-  WatchedCommunicator(Communicator& inner, std::function<void(const std::string&)> broken)
-      : inner_(inner), broken_(std::move(broken)) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  std::vector<std::uint8_t> all_to_all_v(const void* send, const std::vector<std::size_t>& send_bytes,
-                                         std::vector<std::size_t>& recv_bytes) override {
-    return watch([&] { return inner_.all_to_all_v(send, send_bytes, recv_bytes); });
-  }
-  void all_gather(const void* send, std::size_t bytes, void* recv) override {
-    watch([&] { inner_.all_gather(send, bytes, recv); });
-  }
-  void barrier() override {
-    watch([&] { inner_.barrier(); });
-  }
-
- private:
-  Communicator& inner_;
-  std::function<void(const std::string&)> broken_;
-};
 
 inline std::string channel_key(int rank) { return "kvfleet/ep/channel/" + std::to_string(rank); }
 
@@ -65,6 +30,10 @@ class RemoteRank final : public EpRank {
   EngineStats stats() const override;
   std::shared_ptr<KvEventRing> kv_events() const override { return ring_; }
   void on_failure(std::function<void(const std::string&)> handler) override;
+  // Lockstep without polling (ep_paced_comm.h): rank 0 sends a vote ticket before each of its votes;
+  // `handler` runs (reader thread) when this rank rings, i.e. has news for the group.
+  void send_vote() { channel_->send(Message{{"t", "vote"}}); }
+  void on_ring(std::function<void()> handler);
 
  private:
   struct Ack {
@@ -83,6 +52,7 @@ class RemoteRank final : public EpRank {
   EngineStats stats_;
   std::string failure_;
   std::function<void(const std::string&)> on_failure_;
+  std::function<void()> on_ring_;
   RequestId next_id_ = 1;
   std::unique_ptr<Channel> channel_;  // last: its threads stop before the rest goes
 };

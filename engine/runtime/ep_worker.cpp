@@ -1,7 +1,8 @@
 // EpWorker (kvfleet/ep_worker.h): a remote rank's side of the request channel. The channel's reader thread
 // submits and aborts on the engine; the engine thread's output callbacks queue frames; a pump thread sends
 // the KV events the engine publishes (woken by the ring's listener) and the engine's stats every
-// kStatsPeriod, which is also the heartbeat rank 0 watches.
+// kStatsPeriod, which is also the heartbeat rank 0 watches. The engine votes through a
+// WorkerCommunicator (ep_paced_comm.h): on rank 0's tickets, so an idle group sleeps.
 #include "kvfleet/ep_worker.h"
 
 #include <unistd.h>
@@ -15,6 +16,7 @@
 
 #include "engine/comm/tcp_store.h"
 #include "engine/runtime/ep_channel.h"
+#include "engine/runtime/ep_paced_comm.h"
 #include "engine/runtime/ep_remote_rank.h"
 #include "engine/runtime/ep_wire.h"
 #include "kvfleet/kv_cache_manager.h"
@@ -28,7 +30,8 @@ constexpr std::chrono::milliseconds kStatsPeriod{200};
 }
 
 struct EpWorker::Impl {
-  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<Communicator> gloo;
+  std::unique_ptr<ep::WorkerCommunicator> comm;  // over gloo: votes on rank 0's tickets
   std::unique_ptr<Engine> engine;
   std::unique_ptr<ep::Channel> channel;
   std::shared_ptr<void> kv_listener;
@@ -52,6 +55,7 @@ struct EpWorker::Impl {
 
   void on_message(Message& m) {
     const std::string_view t = m.at("t").as_string();
+    if (t == "vote") return comm->ticket();
     if (t == "submit") return submit(m.at("id").to_number<RequestId>(), m.at("req").as_object());
     if (t == "abort") {
       RequestId rid = 0;
@@ -141,7 +145,8 @@ EpWorker::EpWorker(const Model& model, const Tokenizer* tokenizer, const EngineC
     int fd;
     ~CloseListener() { ::close(fd); }
   } close_listener{listen_fd};
-  m.comm = make_gloo_communicator(gloo);
+  m.gloo = make_gloo_communicator(gloo);
+  m.comm = std::make_unique<ep::WorkerCommunicator>(*m.gloo);
   EngineConfig ec = config;
   ec.ep = m.comm.get();
   m.engine = std::make_unique<Engine>(model, ec);
@@ -152,7 +157,11 @@ EpWorker::EpWorker(const Model& model, const Tokenizer* tokenizer, const EngineC
   const int fd = ep::accept_tcp(listen_fd, gloo.timeout);
   m.channel = std::make_unique<ep::Channel>(
       fd, gloo.timeout, [&m](Message& msg) { m.on_message(msg); },
-      [&m](const std::string& why) { m.end("rank 0 is gone: " + why); });
+      [&m](const std::string& why) {
+        m.comm->shutdown("expert-parallel rank 0 is gone: " + why);
+        m.end("rank 0 is gone: " + why);
+      });
+  m.comm->attach(m.channel.get());
   m.kv_listener = m.engine->kv_events()->subscribe([&m] {
     {
       std::lock_guard lock(m.mu);
@@ -169,9 +178,12 @@ EpWorker::~EpWorker() {
   m.end("stopped");
   if (m.pump.joinable()) m.pump.join();
   m.kv_listener.reset();
+  if (m.comm) m.comm->attach(nullptr);
   m.channel.reset();  // rank 0 learns at once that this rank is gone
-  m.engine.reset();   // its stop vote (or a failed collective) ends the group's loops
+  if (m.comm) m.comm->shutdown("this rank is stopping");
+  m.engine.reset();  // its vote fails at once: the loop ends
   m.comm.reset();
+  m.gloo.reset();
 }
 
 bool EpWorker::wait(std::chrono::milliseconds timeout) {
