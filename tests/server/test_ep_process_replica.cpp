@@ -2,7 +2,11 @@
 // rank 0 serving HTTP, the others reached through the request channel. Real processes on loopback.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <fstream>
 #include <future>
+#include <sstream>
 #include <set>
 #include <thread>
 
@@ -94,6 +98,20 @@ int open_stream(std::uint16_t port, const std::string& body) {
   return fd;
 }
 
+// CPU time (user + system) a process used so far, in clock ticks.
+long cpu_ticks(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  std::istringstream rest(text.substr(text.rfind(')') + 2));
+  std::string field;
+  long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stol(field);
+    if (i == 15) stime = std::stol(field);
+  }
+  return utime + stime;
+}
+
 double metric_of(const std::string& text, const std::string& line_start) {
   const auto at = text.find("\n" + line_start + " ");
   return at == std::string::npos ? -1.0 : std::stod(text.substr(at + line_start.size() + 2));
@@ -163,10 +181,13 @@ TEST_CASE("kvfleet-replica --ep-rank: rank 0 exiting ends the other ranks") {
   test::EpProcessGroup group(4, {"--ep-timeout-ms", "2000"});
   CHECK(group.get("/health").status == 200);
   group.rank(0).signal(SIGKILL);
-  for (int r = 1; r < 4; ++r) CHECK(group.rank(r).wait(std::chrono::seconds(8)) == 1);
+  for (int r = 1; r < 4; ++r) {
+    CAPTURE(r);
+    CHECK(group.rank(r).wait(std::chrono::seconds(15)) == 1);
+  }
 }
 
-TEST_CASE("kvfleet-replica --ep-rank: a client that hangs up cancels on the rank running it; each rank's cache admits") {
+TEST_CASE("kvfleet-replica --ep-rank: a hang-up cancels on the rank running it; each rank's cache admits; idle ranks sleep") {
   test::EpProcessGroup group(2, {"--num-kv-blocks", "16", "--ep-timeout-ms", "10000"});
   // The second stream starts while the first runs: it goes to the other (less loaded) rank.
   const int a = open_stream(group.port(), json::serialize(request_body("first long one", 0, true, 200)));
@@ -197,4 +218,13 @@ TEST_CASE("kvfleet-replica --ep-rank: a client that hangs up cancels on the rank
   }
   CHECK(ranks == std::set<int>{0, 1});
   CHECK(group.get("/health").status == 200);
+  // Idle, the ranks sleep (no vote every few milliseconds): under 50 ms of CPU each in a second, and the
+  // next request still gets its answer.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const long before0 = cpu_ticks(group.rank(0).pid()), before1 = cpu_ticks(group.rank(1).pid());
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const long ticks_per_50ms = ::sysconf(_SC_CLK_TCK) / 20;
+  CHECK(cpu_ticks(group.rank(0).pid()) - before0 <= ticks_per_50ms);
+  CHECK(cpu_ticks(group.rank(1).pid()) - before1 <= ticks_per_50ms);
+  CHECK(group.post(json::serialize(request_body("awake?", 0, false, 3))).status == 200);
 }
