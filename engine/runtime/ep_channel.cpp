@@ -144,10 +144,11 @@ void Channel::read_loop() {
   char chunk[65536];
   for (;;) {
     if (closed()) return;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(last + timeout_ - Clock::now());
-    if (left.count() <= 0)
+    const auto left = last + timeout_ - Clock::now();
+    if (left <= Clock::duration::zero())
       return end("it sent nothing for " + std::to_string(timeout_.count()) + " ms (stopped or unreachable)");
-    if (!wait_fd(fd_, POLLIN, static_cast<int>(std::min<std::int64_t>(left.count(), 100)))) continue;
+    const auto wait_ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+    if (!wait_fd(fd_, POLLIN, static_cast<int>(std::min<std::int64_t>(wait_ms, 100)))) continue;
     const ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n == 0) return end("its connection closed (the process exited)");
