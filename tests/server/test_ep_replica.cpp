@@ -50,10 +50,25 @@ TEST_CASE("kvfleet-replica --ep-size 2 and 4: the single replica's answers; pref
   CHECK(test::run_command(test::bin_dir() + "/kvfleet-replica --model /nonexistent --ep-size 0 2>&1").status != 0);
 }
 
-TEST_CASE("ep_size: a YAML key and a flag; needs role mixed and a mixture-of-experts model") {
+TEST_CASE("ep_size, ep_rank, ep_master, ep_bind, ep_timeout_ms: YAML keys and flags; needs role mixed and a MoE model") {
   server::ReplicaConfig c;
-  server::apply_replica_yaml("model: m\nep_size: 4\n", "r.yaml", c);
+  server::apply_replica_yaml("model: m\nep_size: 4\nep_rank: 2\nep_master: 10.0.0.1:29500\nep_bind: 10.0.0.3\n"
+                             "ep_timeout_ms: 1500\n", "r.yaml", c);
   CHECK(c.ep_size == 4);
+  CHECK(c.ep_rank == 2);
+  CHECK(c.ep_master == "10.0.0.1:29500");
+  CHECK(c.ep_bind == "10.0.0.3");
+  CHECK(c.ep_timeout.count() == 1500);
+  const auto parse = [](std::vector<const char*> argv) {
+    argv.insert(argv.begin(), "kvfleet-replica");
+    return server::parse_replica_args(static_cast<int>(argv.size()), argv.data(), nullptr);
+  };
+  CHECK(parse({"--model", "m", "--ep-size", "2", "--ep-rank", "1", "--ep-master", "h:1"}).ep_processes());
+  CHECK_THROWS_WITH_AS(parse({"--model", "m", "--ep-size", "2", "--ep-rank", "1"}), "--ep-rank needs --ep-master HOST:PORT",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse({"--model", "m", "--ep-size", "2", "--ep-rank", "2", "--ep-master", "h:1"}),
+                       "--ep-rank 2 must be below --ep-size 2", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse({"--model", "m", "--ep-master", "h:1"}), "--ep-master needs --ep-rank", std::invalid_argument);
   const std::string replica = test::bin_dir() + "/kvfleet-replica --port 0 --backend cpu --cpu-threads 1 ";
   test::TempDir dir;
   make_tiny_mixtral(dir / "m");
