@@ -40,6 +40,7 @@ struct EpWorker::Impl {
   mutable std::mutex mu;
   std::condition_variable cv;
   bool ended = false, kv_news = false;
+  bool engine_alive = true;  // the reader may call into the engine (false once the destructor began)
   std::string why;
   std::unordered_map<RequestId, RequestId> engine_id;  // rank 0's id -> this engine's
 
@@ -56,18 +57,16 @@ struct EpWorker::Impl {
   void on_message(Message& m) {
     const std::string_view t = m.at("t").as_string();
     if (t == "vote") return comm->ticket();
-    if (t == "submit") return submit(m.at("id").to_number<RequestId>(), m.at("req").as_object());
+
+    std::lock_guard lock(mu);  // the engine stays while this runs (the destructor takes mu to end it)
+    if (!engine_alive) return;
     if (t == "abort") {
-      RequestId rid = 0;
-      {
-        std::lock_guard lock(mu);
-        const auto it = engine_id.find(m.at("id").to_number<RequestId>());
-        if (it == engine_id.end()) return;  // finished already
-        rid = it->second;
-      }
-      return engine->abort(rid);
+      const auto it = engine_id.find(m.at("id").to_number<RequestId>());
+      if (it != engine_id.end()) engine->abort(it->second);  // else finished already
+      return;
     }
     if (t == "abort_all") return engine->abort_all(std::string(m.at("error").as_string()));
+    if (t == "submit") return submit(m.at("id").to_number<RequestId>(), m.at("req").as_object());
     throw std::invalid_argument("unknown message type '" + std::string(t) + "'");
   }
 
@@ -75,13 +74,12 @@ struct EpWorker::Impl {
     Message ack{{"t", "ack"}, {"id", id}};
     try {
       auto on_output = [this, id](const RequestOutput& o) {
-        if (o.finished) {
-          std::lock_guard lock(mu);
-          engine_id.erase(id);
-        }
-        channel->send(Message{{"t", "out"}, {"id", id}, {"o", ep::to_json(o)}});
+        Message out{{"t", "out"}, {"id", id}, {"o", ep::to_json(o)}};
+        std::lock_guard lock(mu);
+        if (o.finished) engine_id.erase(id);
+        if (channel) channel->send(std::move(out));
       };
-      std::lock_guard lock(mu);  // the mapping exists before the first output can look for it
+      // (Caller holds mu: the mapping exists before the first output can look for it.)
       engine_id[id] = engine->submit(ep::request_from_json(body), std::move(on_output));
     } catch (const std::invalid_argument& e) {
       ack["error"] = e.what();
@@ -178,10 +176,21 @@ EpWorker::~EpWorker() {
   m.end("stopped");
   if (m.pump.joinable()) m.pump.join();
   m.kv_listener.reset();
-  if (m.comm) m.comm->attach(nullptr);
-  m.channel.reset();  // rank 0 learns at once that this rank is gone
-  if (m.comm) m.comm->shutdown("this rank is stopping");
-  m.engine.reset();  // its vote fails at once: the loop ends
+  if (m.comm) {
+    m.comm->attach(nullptr);
+    m.comm->shutdown("expert-parallel rank " + std::to_string(m.comm->rank()) + " is stopping");  // votes fail at once
+  }
+  {
+    std::lock_guard lock(m.mu);
+    m.engine_alive = false;  // the channel's reader leaves the engine alone from here
+  }
+  m.engine.reset();  // joins its thread: no output callback runs after this
+  std::unique_ptr<ep::Channel> channel;
+  {
+    std::lock_guard lock(m.mu);
+    channel = std::move(m.channel);
+  }
+  channel.reset();  // rank 0 learns that this rank is gone
   m.comm.reset();
   m.gloo.reset();
 }
