@@ -182,6 +182,23 @@ TEST_CASE("kvfleet-replica --ep-rank: a rank killed mid-run ends every request w
   CHECK(group.rank(0).wait(std::chrono::seconds(10)) == 0);
 }
 
+TEST_CASE("kvfleet-replica --ep-rank: a rank that stops answering (SIGSTOP) fails the group within the timeout") {
+  test::EpProcessGroup group(2, {"--ep-timeout-ms", "1500"});
+  auto stream = std::async(std::launch::async, [&] {
+    return group.post(json::serialize(request_body("a long story", 0, true, 2000)));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  group.rank(1).signal(SIGSTOP);
+  const auto stopped = Clock::now();
+  const auto s = stream.get();
+  CHECK(Clock::now() - stopped < std::chrono::seconds(6));  // 1.5 s, a second for the channel's verdict, slack
+  CHECK(s.status == 200);
+  CHECK(s.body.find("{\"error\":{\"message\":\"expert-parallel rank") != std::string::npos);
+  CHECK(s.body.ends_with("data: [DONE]\n\n"));
+  CHECK(group.get("/health").status == 503);
+  group.rank(1).signal(SIGKILL);
+}
+
 TEST_CASE("kvfleet-replica --ep-rank: rank 0 exiting ends the other ranks") {
   test::EpProcessGroup group(4, {"--ep-timeout-ms", "2000"});
   CHECK(group.get("/health").status == 200);
