@@ -220,7 +220,7 @@ EpGroup::EpGroup(const Model& model, const EngineConfig& config, const GlooOptio
   engines_.push_back(std::make_unique<Engine>(model, ec));
   ranks_.push_back(std::make_unique<LocalRank>(*engines_.back()));
   const auto [host, port] = comm::parse_host_port(gloo.master);
-  comm::TcpStoreClient store(host, port, gloo.timeout);
+  comm::TcpStoreClient store(host, port, gloo.join());
   const auto& own = engines_[0]->kv_events();
   std::vector<ep::RemoteRank*> remotes;
   try {
@@ -232,7 +232,7 @@ EpGroup::EpGroup(const Model& model, const EngineConfig& config, const GlooOptio
         throw std::runtime_error("expert-parallel rank " + std::to_string(r) + " did not publish its request channel: " + e.what());
       }
       const auto [rhost, rport] = comm::parse_host_port(std::string(where.begin(), where.end()));
-      const int fd = ep::connect_tcp(rhost, rport, gloo.timeout);
+      const int fd = ep::connect_tcp(rhost, rport, gloo.join());
       auto ring = std::make_shared<KvEventRing>(KvCacheConfig{}.event_ring_capacity, own->block_size(), own->root());
       auto remote = std::make_unique<ep::RemoteRank>(r, gloo.size, fd, std::move(ring), gloo.timeout);
       remotes.push_back(remote.get());

@@ -150,9 +150,9 @@ EpWorker::EpWorker(const Model& model, const Tokenizer* tokenizer, const EngineC
   m.engine = std::make_unique<Engine>(model, ec);
   m.engine->set_tokenizer(tokenizer);
   const std::string where = address + ":" + std::to_string(port);
-  comm::TcpStoreClient store(master_host, master_port, gloo.timeout);
+  comm::TcpStoreClient store(master_host, master_port, gloo.join());
   store.set(ep::channel_key(gloo.rank), std::vector<char>(where.begin(), where.end()));
-  const int fd = ep::accept_tcp(listen_fd, gloo.timeout);
+  const int fd = ep::accept_tcp(listen_fd, gloo.join());
   m.channel = std::make_unique<ep::Channel>(
       fd, gloo.timeout, [&m](Message& msg) { m.on_message(msg); },
       [&m](const std::string& why) {

@@ -45,6 +45,7 @@ void apply_replica_yaml(const std::string& text, const std::string& source, Repl
     else if (key == "ep_master") c.ep_master = scalar<std::string>(v, source, key);
     else if (key == "ep_bind") c.ep_bind = scalar<std::string>(v, source, key);
     else if (key == "ep_timeout_ms") c.ep_timeout = ms();
+    else if (key == "ep_join_timeout_ms") c.ep_join_timeout = ms();
     else if (key == "http_threads") c.http_threads = scalar<int>(v, source, key);
     else if (key == "backend") c.engine.backend.kind = scalar<std::string>(v, source, key);
     else if (key == "cpu_threads") c.engine.backend.threads = scalar<unsigned>(v, source, key);
@@ -106,8 +107,10 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   flags.add_option("--ep-master", c.ep_master, "With --ep-rank: HOST:PORT where rank 0 runs the rendezvous store");
   flags.add_option("--ep-bind", c.ep_bind, "With --ep-rank: this rank's address for the collectives and the request "
                                            "channel (default: 127.0.0.1 for a loopback master, else the host name's)");
-  std::int64_t ep_timeout_ms = c.ep_timeout.count();
-  flags.add_option("--ep-timeout-ms", ep_timeout_ms, "With --ep-rank: a rank silent for this long (or not joining) fails the group")
+  std::int64_t ep_timeout_ms = c.ep_timeout.count(), ep_join_ms = c.ep_join_timeout.count();
+  flags.add_option("--ep-timeout-ms", ep_timeout_ms, "With --ep-rank: a rank silent for this long fails the group")
+      ->check(CLI::PositiveNumber);
+  flags.add_option("--ep-join-timeout-ms", ep_join_ms, "With --ep-rank: how long the ranks may take to form the group")
       ->check(CLI::PositiveNumber);
   flags.add_option("--backend", c.engine.backend.kind, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   flags.add_option("--cpu-threads", c.engine.backend.threads, "CPU backend threads (0: all cores)");
@@ -161,6 +164,7 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   c.pd.io_timeout = std::chrono::milliseconds(pd_io_ms);
   c.pd.transfer_timeout = std::chrono::milliseconds(pd_transfer_ms);
   c.ep_timeout = std::chrono::milliseconds(ep_timeout_ms);
+  c.ep_join_timeout = std::chrono::milliseconds(ep_join_ms);
   check_ep(c);
   if (c.model.empty()) throw std::invalid_argument("--model (or 'model' in the config file) is required");
   return c;

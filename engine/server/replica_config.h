@@ -41,7 +41,8 @@ struct ReplicaConfig {
   // rendezvous store; ep_bind: this rank's address for the collectives and the request channel.
   int ep_rank = -1;
   std::string ep_master, ep_bind;
-  std::chrono::milliseconds ep_timeout{30'000};
+  std::chrono::milliseconds ep_timeout{30'000};        // a silent rank fails the group after this
+  std::chrono::milliseconds ep_join_timeout{300'000};  // forming the group (ranks may start minutes apart)
   bool ep_processes() const { return ep_rank >= 0; }
 };
 
@@ -53,6 +54,7 @@ inline GlooOptions ep_gloo_options(const ReplicaConfig& c) {
   g.master = c.ep_master;
   g.bind_host = c.ep_bind;
   g.timeout = c.ep_timeout;
+  g.join_timeout = c.ep_join_timeout;
   return g;
 }
 

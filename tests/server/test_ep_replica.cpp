@@ -53,12 +53,14 @@ TEST_CASE("kvfleet-replica --ep-size 2 and 4: the single replica's answers; pref
 TEST_CASE("ep_size, ep_rank, ep_master, ep_bind, ep_timeout_ms: YAML keys and flags; needs role mixed and a MoE model") {
   server::ReplicaConfig c;
   server::apply_replica_yaml("model: m\nep_size: 4\nep_rank: 2\nep_master: 10.0.0.1:29500\nep_bind: 10.0.0.3\n"
-                             "ep_timeout_ms: 1500\n", "r.yaml", c);
+                             "ep_timeout_ms: 1500\nep_join_timeout_ms: 90000\n", "r.yaml", c);
   CHECK(c.ep_size == 4);
   CHECK(c.ep_rank == 2);
   CHECK(c.ep_master == "10.0.0.1:29500");
   CHECK(c.ep_bind == "10.0.0.3");
   CHECK(c.ep_timeout.count() == 1500);
+  CHECK(c.ep_join_timeout.count() == 90000);
+  CHECK(server::ep_gloo_options(c).join().count() == 90000);
   const auto parse = [](std::vector<const char*> argv) {
     argv.insert(argv.begin(), "kvfleet-replica");
     return server::parse_replica_args(static_cast<int>(argv.size()), argv.data(), nullptr);
