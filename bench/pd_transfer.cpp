@@ -1,7 +1,8 @@
 // bench_pd_transfer: KV transfer throughput over TCP (engine/pd: a prefill replica's block stream, read
 // and checked frame by frame by the decode replica's own code) next to a plain loopback TCP copy of the same
 // bytes in the same run (issue 17's goal: at least 0.7 of it).
-//   build/bin/bench_pd_transfer [--tokens 1024] [--reps 5] [--pull-blocks 32]
+//   build/bin/bench_pd_transfer [--tokens 1024] [--reps 5] [--pull-blocks 32] [--transport tcp|ucx]
+// (--transport ucx: the pulls go over the ucx KV transport, pd_transfer_ucx.h; the plain copy stays TCP.)
 // The prefill itself is outside the timing: each repetition's handshake first, then the timed pull of
 // every block (P copies them on its engine thread into frames and checksums them; this side reads them with
 // pd::read_pull, which checks checksum, index, hash, layers and size, and copies every payload once into a
@@ -28,6 +29,7 @@
 #include "engine/server/replica.h"
 #include "kvfleet/http/client.h"
 #include "kvfleet/make_model.h"
+#include "pd_transfer_ucx.h"
 
 using namespace kvfleet;
 using Clock = std::chrono::steady_clock;
@@ -156,11 +158,17 @@ std::size_t pull(std::uint16_t port, std::uint64_t transfer, const pd::KvLayout&
 int main(int argc, char** argv) {
   int tokens = 1024, reps = 5, pull_blocks = 32;
   bool profile = false;
+  std::string transport = "tcp";
   for (int i = 1; i < argc; ++i) profile = profile || std::strcmp(argv[i], "--profile") == 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--tokens") == 0) tokens = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--reps") == 0) reps = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--pull-blocks") == 0) pull_blocks = std::max(1, std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--transport") == 0) transport = argv[i + 1];
+  }
+  if (transport != "tcp" && transport != "ucx") {
+    std::fprintf(stderr, "bench_pd_transfer: --transport tcp|ucx\n");
+    return 2;
   }
   tokens = tokens / 16 * 16;
   const auto dir = std::filesystem::temp_directory_path() / ("kvfleet-pd-bench-" + std::to_string(::getpid()));
@@ -181,12 +189,24 @@ int main(int argc, char** argv) {
   c.engine.backend.kind = "cpu";
   c.engine.num_blocks = tokens / 16 + 8;
   c.engine.scheduler.max_num_batched_tokens = tokens;
+  if (transport == "ucx") c.pd.transports = {"ucx", "tcp"};
   server::Replica p(c);
   p.start();
+  std::unique_ptr<pd::UcxPullClient> ucx;
+  if (transport == "ucx") {
+    std::string why;
+    auto worker = pd::UcxWorker::create(why);
+    if (!worker) {
+      std::fprintf(stderr, "bench_pd_transfer: no UCX: %s\n", why.c_str());
+      return 1;
+    }
+    ucx = std::make_unique<pd::UcxPullClient>(std::move(worker));
+  }
 
   pd::Hello hello;
   hello.layout = {"bench-model", "llama", DType::f32, DType::f32, 8, 8, 64, 16, block_hash_root("bench-model")};
   hello.compat_hash = pd::compat_hash(hello.layout);
+  if (ucx) hello.transports = {"ucx", "tcp"};
   for (int i = 0; i < tokens; ++i) hello.tokens.push_back(100 + (i * 7919) % 5000);
   const auto hashes = block_hashes(hello.layout.root, hello.tokens, 16);
   const http::Headers binary{{"Content-Type", "application/octet-stream"}};
@@ -200,7 +220,13 @@ int main(int argc, char** argv) {
     const auto start = Clock::now();
     const double cpu0 = cpu_seconds();
     const auto ticks0 = profile ? thread_ticks() : std::map<std::string, long>{};
-    payload = pull(p.port(), accept.transfer_id, hello.layout, hashes, static_cast<std::uint32_t>(pull_blocks), cache, wire);
+    if (ucx && accept.transport != "ucx") {
+      std::fprintf(stderr, "bench_pd_transfer: P did not pick ucx\n");
+      return 1;
+    }
+    payload = ucx ? bench::pull_ucx(*ucx, accept.transport_port, accept.transfer_id, hello.layout, hashes,
+                                    static_cast<std::uint32_t>(pull_blocks), cache, wire)
+                  : pull(p.port(), accept.transfer_id, hello.layout, hashes, static_cast<std::uint32_t>(pull_blocks), cache, wire);
     pd_s.push_back(seconds_since(start));
     pd_cpu.push_back(cpu_seconds() - cpu0);
     if (profile) {
@@ -219,10 +245,10 @@ int main(int argc, char** argv) {
   }
   const double pd_gbs = static_cast<double>(payload) / median(pd_s) / 1e9;
   const double tcp_gbs = static_cast<double>(wire) / median(tcp_s) / 1e9;
-  std::printf("{\"tokens\": %d, \"blocks\": %zu, \"payload_bytes\": %zu, \"reps\": %d, \"pull_blocks\": %d, "
+  std::printf("{\"transport\": \"%s\", \"tokens\": %d, \"blocks\": %zu, \"payload_bytes\": %zu, \"reps\": %d, \"pull_blocks\": %d, "
               "\"pd_pull_gbps\": %.3f, \"tcp_copy_gbps\": %.3f, \"ratio\": %.3f, \"pd_cpu_s_per_gb\": %.3f, "
               "\"tcp_cpu_s_per_gb\": %.3f}\n",
-              tokens, hashes.size(), payload, reps, pull_blocks, pd_gbs, tcp_gbs, pd_gbs / tcp_gbs,
+              transport.c_str(), tokens, hashes.size(), payload, reps, pull_blocks, pd_gbs, tcp_gbs, pd_gbs / tcp_gbs,
               median(pd_cpu) / (static_cast<double>(payload) / 1e9), median(tcp_cpu) / (static_cast<double>(wire) / 1e9));
   std::filesystem::remove_all(dir);
   return 0;

@@ -3,6 +3,7 @@
 #include <boost/beast/core/error.hpp>
 #include <boost/system/system_error.hpp>
 #include <chrono>
+#include <cstdio>
 
 #include "engine/pd/pull_reader.h"
 #include "kvfleet/http/client.h"
@@ -49,6 +50,7 @@ struct DecodeFetcher::Plan {
   std::uint16_t port = 0;
   Clock::time_point deadline;
   http::HttpClient* active = nullptr;  // what the client's disconnect closes
+  UcxEndpoint* ucx_active = nullptr;   // (the UCX endpoint of the pulls, when they go over ucx)
   bool client_gone = false;
 };
 
@@ -85,10 +87,11 @@ awaitable<FetchResult> DecodeFetcher::fetch(std::span<const TokenId> prompt, std
     client.on_disconnect([&plan] {
       plan.client_gone = true;
       if (plan.active) plan.active->close();
+      if (plan.ucx_active) plan.ucx_active->close();
     });
     co_await transfer(plan, result, client);
-  } catch (const PdFailure& e) {
-    result.fallback = e.reason, result.detail = e.what();
+  } catch (const PdFailure& e) {  // (a UCX wait the client's leaving cut short fails as peer_closed)
+    result.fallback = plan.client_gone ? "client_gone" : e.reason, result.detail = e.what();
   } catch (const WireError& e) {
     result.fallback = wire_reason(e), result.detail = e.what();
   } catch (const boost::system::system_error& e) {
@@ -98,6 +101,7 @@ awaitable<FetchResult> DecodeFetcher::fetch(std::span<const TokenId> prompt, std
   }
   client.on_disconnect([] {});
   plan.active = nullptr;
+  plan.ucx_active = nullptr;
   if (plan.client_gone && result.fallback.empty()) result.fallback = "client_gone";
   if (metrics_) {
     metrics_->bytes(static_cast<double>(result.bytes));
@@ -152,6 +156,7 @@ awaitable<void> DecodeFetcher::transfer(Plan& plan, FetchResult& result, http::R
   hello.tokens = plan.tokens;
   hello.held.assign(plan.hashes.begin(), plan.hashes.begin() + plan.held);
   hello.lease_ms = static_cast<std::uint32_t>(config_.lease.count());
+  hello.transports = offered_transports();
   http::Request req;
   req.method = "POST";
   req.target = "/internal/prefill";
@@ -168,8 +173,10 @@ awaitable<void> DecodeFetcher::transfer(Plan& plan, FetchResult& result, http::R
   auto* accept = std::get_if<Accept>(&f);
   if (!accept) throw PdFailure("malformed", "P's answer is not an accept frame");
   const std::vector<BlockHash> rest(plan.hashes.begin() + plan.held, plan.hashes.end());
-  if (accept->layout != layout_ || accept->compat_hash != hello.compat_hash || accept->transport != "tcp")
+  if (accept->layout != layout_ || accept->compat_hash != hello.compat_hash)
     throw PdFailure("handshake", "P's layout differs: " + describe_mismatch(layout_, accept->layout));
+  if (pick_transport({accept->transport}, hello.transports).empty() || (accept->transport == "ucx" && accept->transport_port == 0))
+    throw PdFailure("handshake", "P picked transport '" + accept->transport + "', which D did not offer");
   if (accept->first_block != plan.held || accept->hashes != rest)
     throw PdFailure("handshake", "P offers other blocks than asked for");
   const std::uint64_t id = accept->transfer_id;
@@ -191,19 +198,41 @@ awaitable<void> DecodeFetcher::transfer(Plan& plan, FetchResult& result, http::R
     result.bytes += std::uint64_t{done} * layout_.block_bytes();
     return done == asked;
   };
+  // ucx: an endpoint to P's UCP listener (pooled); a failed connect downgrades to tcp (its own metric).
+  std::shared_ptr<UcxEndpoint> ucx;
+  const std::string ucx_host = accept->transport_host.empty() ? plan.host : accept->transport_host;
+  if (accept->transport == "ucx" && ucx_) {
+    std::string why;
+    try {
+      ucx = co_await ucx_->acquire(ucx_host, accept->transport_port, Clock::now() + config_.connect_timeout);
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    if (!ucx) {
+      if (metrics_) metrics_->transport_fallback("connect");
+      std::fprintf(stderr, "kvfleet-replica: KV transfer pulls over tcp instead of ucx: %s\n", why.c_str());
+    }
+  }
+  plan.ucx_active = ucx.get();
   std::exception_ptr failure;
   try {
-    co_await pull.connect(plan.host, plan.port);
+    if (plan.client_gone) throw PdFailure("client_gone", "the client left during the UCX connect");
+    if (!ucx) co_await pull.connect(plan.host, plan.port);
     for (std::uint32_t at = plan.held; at < total;) {
       const std::uint32_t n = std::min(config_.pull_blocks, total - at);
-      http::Request get;
-      get.method = "GET";
-      get.target = "/internal/prefill/blocks?transfer=" + std::to_string(id) + "&from=" + std::to_string(at) +
-                   "&count=" + std::to_string(n);
-      authorize(get, config_.peer_api_key);
-      co_await pull.send(get);
       std::shared_ptr<ReceivedPull>& buffer = buffers[turn++ % 2];
-      buffer = co_await read_pull(pull, layout_, plan.hashes, at, n, plan.deadline, std::move(buffer));
+      if (ucx) {
+        buffer = co_await pull_ucx(*ucx, id, at, n, plan, std::move(buffer));
+      } else {
+        http::Request get;
+        get.method = "GET";
+        get.target = "/internal/prefill/blocks?transfer=" + std::to_string(id) + "&from=" + std::to_string(at) +
+                     "&count=" + std::to_string(n);
+        authorize(get, config_.peer_api_key);
+        co_await pull.send(get);
+        buffer = co_await read_pull(pull, layout_, plan.hashes, at, n, plan.deadline, std::move(buffer));
+      }
+      if (metrics_) metrics_->pull(ucx ? "ucx" : "tcp");
       if (importing) {
         const std::uint32_t done = co_await engine_result(std::exchange(importing, nullptr));
         if (!imported(done, importing_n)) throw PdFailure("cache_full", "no free KV block to import into");
@@ -220,8 +249,11 @@ awaitable<void> DecodeFetcher::transfer(Plan& plan, FetchResult& result, http::R
     failure = std::current_exception();
   }
   plan.active = nullptr;
+  plan.ucx_active = nullptr;
+  if (ucx && !failure) ucx_->give_back(ucx_host, accept->transport_port, std::move(ucx));  // clean: the next pull's
   if (failure) {  // (no co_await inside a handler)
     pull.close();
+    if (ucx) ucx->close();  // mid-pull: the stream's position is unknown
     try {
       if (importing) imported(co_await engine_result(std::exchange(importing, nullptr)), importing_n);  // verified: they stay
     } catch (const std::exception&) {  // the engine is stopping; the pin's release still runs after the import
@@ -229,6 +261,26 @@ awaitable<void> DecodeFetcher::transfer(Plan& plan, FetchResult& result, http::R
     co_await send_release(plan.host, plan.port, id, config_.peer_api_key);  // the client leaving too: P may free at once
     std::rethrow_exception(failure);
   }
+}
+
+void DecodeFetcher::enable_ucx(std::shared_ptr<UcxWorker> worker) { ucx_ = std::make_unique<UcxPullClient>(std::move(worker)); }
+
+std::vector<std::string> DecodeFetcher::offered_transports() const {
+  std::vector<std::string> out;
+  for (const auto& t : config_.transports)
+    if (t != "ucx" || ucx_) out.push_back(t);
+  if (out.empty()) out.push_back("tcp");  // P always serves the HTTP pull
+  return out;
+}
+
+awaitable<std::shared_ptr<ReceivedPull>> DecodeFetcher::pull_ucx(UcxEndpoint& ep, std::uint64_t id, std::uint32_t at,
+                                                                std::uint32_t n, const Plan& plan,
+                                                                std::shared_ptr<ReceivedPull> reuse) {
+  UcxPullRequest req;
+  req.transfer = id, req.from = at, req.count = n, req.key = config_.peer_api_key;
+  co_await send_pull_request(ep, req, Clock::now() + config_.io_timeout);
+  UcxPullSource source(ep, config_.io_timeout);
+  co_return co_await read_pull_frames(source, layout_, plan.hashes, at, n, plan.deadline, std::move(reuse));
 }
 
 std::shared_ptr<http::AsyncQueue<std::uint32_t>> DecodeFetcher::start_import(boost::asio::any_io_executor ex, const Plan& plan,

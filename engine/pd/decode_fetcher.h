@@ -24,6 +24,7 @@
 #include "engine/pd/pd_config.h"
 #include "engine/pd/pd_metrics.h"
 #include "engine/pd/pull_reader.h"
+#include "engine/pd/ucx_transport.h"
 #include "engine/pd/wire.h"
 #include "kvfleet/http/server.h"
 
@@ -47,6 +48,9 @@ class DecodeFetcher {
 
   boost::asio::awaitable<FetchResult> fetch(std::span<const TokenId> prompt, std::string prefill_url,
                                             http::ResponseWriter& client);
+  // The ucx transport: pulls go over UCP endpoints of `worker`, pooled per P, when config.transports
+  // lists ucx and P picks it; a failed UCX connect pulls over tcp instead. Call once, before fetching.
+  void enable_ucx(std::shared_ptr<UcxWorker> worker);
 
  private:
   struct Plan;
@@ -55,10 +59,18 @@ class DecodeFetcher {
   std::shared_ptr<http::AsyncQueue<std::uint32_t>> start_import(boost::asio::any_io_executor ex, const Plan& plan,
                                                                 std::shared_ptr<ReceivedPull> pull);
 
+  // One pull over UCX: the request, then the same frame reading and checking as the HTTP pull's.
+  boost::asio::awaitable<std::shared_ptr<ReceivedPull>> pull_ucx(UcxEndpoint& ep, std::uint64_t id, std::uint32_t at,
+                                                                 std::uint32_t n, const Plan& plan,
+                                                                 std::shared_ptr<ReceivedPull> reuse);
+  // What the hello offers: config.transports less ucx when it is not enabled.
+  std::vector<std::string> offered_transports() const;
+
   Engine& engine_;
   const KvLayout layout_;
   const PdConfig config_;
   PdMetrics* metrics_;
+  std::unique_ptr<UcxPullClient> ucx_;
 };
 
 }  // namespace kvfleet::pd

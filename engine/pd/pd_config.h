@@ -3,6 +3,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace kvfleet::pd {
 
@@ -16,6 +18,11 @@ struct PdConfig {
   // D: the whole transfer, handshake (P's prefill included) to the last block.
   std::chrono::milliseconds transfer_timeout{60'000};
   std::uint32_t pull_blocks = 32;  // D: blocks asked for per pull (bounds D's buffer)
+  // Both sides: the KV transports this replica speaks. D lists them in its hello in this order of
+  // preference; P starts a UCP listener when "ucx" is here and picks the first of D's that it offers (tcp,
+  // the HTTP pull, it always offers). UCX is opt-in: the default is tcp alone.
+  std::vector<std::string> transports{"tcp"};
+  std::uint16_t ucx_port = 0;  // P: its UCP listener's port (0: any free port; the accept names it)
   // D: the Bearer key sent to P's /internal/* endpoints (the replica sets it from its internal_api_key, else
   // its api_key: a fleet shares its keys). Empty: none sent.
   std::string peer_api_key;

@@ -5,6 +5,9 @@
 //   kvfleet_pd_fallbacks_total{reason}  transfers given up on; the rest of the prompt was prefilled locally.
 //     reason: connect, handshake, checksum, malformed, timeout, peer_closed, lease_expired, client_gone,
 //     cache_full, error
+//   kvfleet_pd_transport_fallbacks_total{reason}  transfers that agreed on ucx but pulled over tcp instead
+//     (reason: connect); a transport downgrade, not a local prefill
+//   kvfleet_pd_pulls_total{transport}   pulls answered, by the transport that carried them (tcp, ucx)
 // Thread-safe (prometheus-cpp metrics).
 #pragma once
 
@@ -27,6 +30,13 @@ class PdMetrics {
   void transfer(double seconds) {
     transfers_.Increment();
     seconds_.Observe(seconds);
+  }
+  void transport_fallback(const std::string& reason) {
+    registry_.counter("kvfleet_pd_transport_fallbacks_total", "KV transfers that pulled over tcp instead of ucx, by reason",
+                      {{"reason", reason}}).Increment();
+  }
+  void pull(const std::string& transport) {
+    registry_.counter("kvfleet_pd_pulls_total", "KV pulls received, by transport", {{"transport", transport}}).Increment();
   }
   void fallback(const std::string& reason) {
     registry_.counter("kvfleet_pd_fallbacks_total", "KV transfers given up on (local prefill instead), by reason",

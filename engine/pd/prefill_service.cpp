@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/pd/ucx_transport.h"
 #include "engine/pd/wire.h"
 #include "kvfleet/http/json_error.h"
 
@@ -16,6 +17,17 @@ std::optional<std::uint64_t> query_number(const http::Request& req, std::string_
     return std::nullopt;
   return std::stoull(*v);
 }
+
+// The HTTP transport's sink: the pull's frames are the chunks of the response body.
+class HttpPullSink : public PullSink {
+ public:
+  explicit HttpPullSink(http::ResponseWriter& w) : w_(w) {}
+  awaitable<bool> write(std::string_view piece) override { return w_.write(piece); }
+  awaitable<bool> finish() override { return w_.finish(); }
+
+ private:
+  http::ResponseWriter& w_;
+};
 
 http::Response frame_response(const Frame& f) {
   http::Response r;
@@ -51,6 +63,7 @@ void PrefillService::BufferPool::give_back(std::unique_ptr<char[]> buffer) {
 }
 
 PrefillService::~PrefillService() {
+  ucx_.reset();  // no pull is served after this
   std::vector<std::uint64_t> ids;
   {
     std::lock_guard lock(mu_);
@@ -136,8 +149,8 @@ awaitable<void> PrefillService::handle_prefill(const http::Request& req, http::R
     status = 409, code = "compat_mismatch";
     problem = "KV layouts differ: " + describe_mismatch(layout_, hello.layout);
     if (hello.layout == layout_) problem = "compatibility hashes differ";
-  } else if (std::find(hello.transports.begin(), hello.transports.end(), "tcp") == hello.transports.end()) {
-    status = 409, code = "no_common_transport", problem = "no common transport (this replica offers tcp)";
+  } else if (pick_transport(hello.transports, offered_transports()).empty()) {
+    status = 409, code = "no_common_transport", problem = "no common transport (this replica offers " + offered_list() + ")";
   } else if (hello.tokens.empty() || hello.tokens.size() % bs != 0) {
     problem = "tokens must be whole blocks of " + std::to_string(bs);
   } else if (hello.held.size() >= hashes.size() || !std::equal(hello.held.begin(), hello.held.end(), hashes.begin())) {
@@ -178,6 +191,8 @@ awaitable<void> PrefillService::handle_prefill(const http::Request& req, http::R
   Accept a;
   a.layout = layout_;
   a.compat_hash = compat_;
+  a.transport = pick_transport(hello.transports, offered_transports());
+  if (a.transport == "ucx") a.transport_port = ucx_->port();
   a.lease_ms = static_cast<std::uint32_t>(
       hello.lease_ms > 0 ? std::min<std::int64_t>(hello.lease_ms, config_.lease.count()) : config_.lease.count());
   a.first_block = static_cast<std::uint32_t>(hello.held.size());
@@ -240,13 +255,39 @@ awaitable<void> PrefillService::handle_pull(const http::Request& req, http::Resp
     co_return;
   }
   w.on_disconnect([this, id = *id] { release(id); });  // D is gone: nobody will pull the rest
-  const auto first = static_cast<std::uint32_t>(*from), last = static_cast<std::uint32_t>(*from + *count);
+  HttpPullSink sink(w);
+  co_await serve_blocks(*id, lease, static_cast<std::uint32_t>(*from), static_cast<std::uint32_t>(*from + *count), sink);
+}
+
+awaitable<void> PrefillService::serve_pull(std::uint64_t id, std::uint32_t from, std::uint32_t count, PullSink& sink) {
+  Lease lease;
+  bool known = false;
+  {
+    std::lock_guard lock(mu_);
+    if (const auto it = leases_.find(id); it != leases_.end()) lease = it->second, known = true;
+  }
+  std::optional<ErrorFrame> refused;
+  if (!known) refused = ErrorFrame{ErrorCode::lease_expired, "no such transfer (its lease expired, or it was released)"};
+  else if (count == 0 || from < lease.first || std::uint64_t{from} + count > std::uint64_t{lease.first} + lease.count)
+    refused = ErrorFrame{ErrorCode::bad_range, "blocks outside the transfer's range"};
+  if (refused) {
+    const std::string bytes = encode(*refused);
+    const bool written = co_await sink.write(bytes);  // (named: GCC 12 miscompiles a co_await in an if)
+    if (written) co_await sink.finish();
+    co_return;
+  }
+  touch(id);
+  co_await serve_blocks(id, lease, from, from + count, sink);
+}
+
+awaitable<void> PrefillService::serve_blocks(std::uint64_t id, const Lease& lease, std::uint32_t first,
+                                             std::uint32_t last, PullSink& w) {
   End end;
   // Batches of about 8 MiB; the next batch is copied on the engine thread while this one is sent.
   const std::uint32_t per_read = per_read_;
   const auto ex = co_await boost::asio::this_coro::executor;
   std::shared_ptr<Batches> pending;
-  if (touch(*id)) pending = start_read(ex, lease.pin, first, std::min(per_read, last - first));
+  if (touch(id)) pending = start_read(ex, lease.pin, first, std::min(per_read, last - first));
   const std::size_t stride = block_frame_bytes(layout_.block_bytes());
   for (std::uint32_t at = first; at < last;) {
     const std::uint32_t n = std::min(per_read, last - at);
@@ -256,7 +297,7 @@ awaitable<void> PrefillService::handle_pull(const http::Request& req, http::Resp
       if (got) batch = std::move(*got);
     }
     pending.reset();
-    if (at + n < last && touch(*id)) pending = start_read(ex, lease.pin, at + n, std::min(per_read, last - at - n));
+    if (at + n < last && touch(id)) pending = start_read(ex, lease.pin, at + n, std::min(per_read, last - at - n));
     if (batch.size == 0) {
       ErrorFrame e{ErrorCode::lease_expired, "the transfer's lease expired; its blocks are freed"};
       const std::string bytes = encode(e);
@@ -273,10 +314,10 @@ awaitable<void> PrefillService::handle_pull(const http::Request& req, http::Resp
     const bool sent = co_await w.write(std::string_view(batch.bytes.get(), batch.size));  // one chunk, one write
     buffers_->give_back(std::move(batch.bytes));
     if (!sent) {
-      release(*id);
+      release(id);
       co_return;
     }
-    touch(*id);
+    touch(id);
     end.payload_bytes += batch.size;
     end.num_blocks += n;
     at += n;
@@ -284,7 +325,7 @@ awaitable<void> PrefillService::handle_pull(const http::Request& req, http::Resp
   const std::string bytes = encode(end);
   bool ok = co_await w.write(bytes);
   if (ok) ok = co_await w.finish();
-  if (!ok || last == lease.first + lease.count) release(*id);  // everything delivered (or D gone)
+  if (!ok || last == lease.first + lease.count) release(id);  // everything delivered (or D gone)
 }
 
 awaitable<void> PrefillService::handle_release(const http::Request& req, http::ResponseWriter& w) {

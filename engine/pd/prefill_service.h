@@ -33,9 +33,13 @@
 #include "engine/pd/engine_call.h"
 #include "engine/pd/layout.h"
 #include "engine/pd/pd_config.h"
+#include "engine/pd/transport.h"
 #include "kvfleet/http/server.h"
 
 namespace kvfleet::pd {
+
+class UcxPullServer;
+class UcxWorker;
 
 class PrefillService {
  public:
@@ -47,6 +51,15 @@ class PrefillService {
   boost::asio::awaitable<void> handle_prefill(const http::Request& req, http::ResponseWriter& w);
   boost::asio::awaitable<void> handle_pull(const http::Request& req, http::ResponseWriter& w);
   boost::asio::awaitable<void> handle_release(const http::Request& req, http::ResponseWriter& w);
+
+  // The ucx transport (prefill_ucx.cpp): a UCP listener on host:port (0: a free port) whose pulls are
+  // answered by serve_pull, needing `key` when it is not empty. Throws std::runtime_error when UCX cannot
+  // listen; P then offers tcp alone. Call once, before serving.
+  void enable_ucx(std::shared_ptr<UcxWorker> worker, const std::string& host, std::uint16_t port, std::string key);
+  std::uint16_t ucx_port() const;  // 0 without ucx
+  // One pull's answer on any transport: block frames [from, from + count) then an end frame, or one error
+  // frame (lease_expired, bad_range) — the same bytes the HTTP pull's body carries.
+  boost::asio::awaitable<void> serve_pull(std::uint64_t id, std::uint32_t from, std::uint32_t count, PullSink& sink);
 
   std::size_t num_leases() const;
   std::uint64_t leases_expired() const;
@@ -62,6 +75,13 @@ class PrefillService {
   };
   // Extends the lease; false when it is gone (expired or released).
   bool touch(std::uint64_t id);
+  // The transports P answers a hello with: ucx when its listener runs, and tcp (the HTTP pull) always.
+  std::vector<std::string> offered_transports() const;
+  std::string offered_list() const;
+  // Writes the frames of blocks [first, last) of a checked lease into the sink (the pull's bytes are
+  // produced here, once, for every transport); frees the lease when the sink fails or all is delivered.
+  boost::asio::awaitable<void> serve_blocks(std::uint64_t id, const Lease& lease, std::uint32_t first, std::uint32_t last,
+                                            PullSink& sink);
   // Drops the lease and unpins its blocks; false when it was gone already.
   bool release(std::uint64_t id);
   void reap();
@@ -97,6 +117,7 @@ class PrefillService {
   std::thread reaper_;
   std::uint32_t per_read_ = 1;  // blocks per engine-thread read (about 8 MiB)
   std::shared_ptr<BufferPool> buffers_ = std::make_shared<BufferPool>();
+  std::unique_ptr<UcxPullServer> ucx_;  // reset first in the destructor: its handlers call serve_pull
 };
 
 }  // namespace kvfleet::pd

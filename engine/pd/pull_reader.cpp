@@ -41,6 +41,16 @@ bool check_other(const FrameView& v, std::size_t got, std::uint32_t count) {
   return true;
 }
 
+// The HTTP body of a pull as a ByteSource (HttpClient::read_some_into: 0 after the last chunk).
+class HttpBodySource : public ByteSource {
+ public:
+  explicit HttpBodySource(http::HttpClient& c) : c_(c) {}
+  awaitable<std::size_t> read_some_into(std::span<char> into) override { return c_.read_some_into(into); }
+
+ private:
+  http::HttpClient& c_;
+};
+
 }  // namespace
 
 awaitable<std::shared_ptr<ReceivedPull>> read_pull(http::HttpClient& c, const KvLayout& layout,
@@ -53,6 +63,15 @@ awaitable<std::shared_ptr<ReceivedPull>> read_pull(http::HttpClient& c, const Kv
     const std::string code = error_code_of(body);
     throw PdFailure(code == "lease_expired" ? "lease_expired" : "error", "pull answered " + std::to_string(head.status) + ": " + body);
   }
+  HttpBodySource body(c);
+  co_return co_await read_pull_frames(body, layout, hashes, from, count, deadline, std::move(reuse));
+}
+
+awaitable<std::shared_ptr<ReceivedPull>> read_pull_frames(ByteSource& c, const KvLayout& layout,
+                                                          std::span<const BlockHash> hashes, std::uint32_t from,
+                                                          std::uint32_t count,
+                                                          std::chrono::steady_clock::time_point deadline,
+                                                          std::shared_ptr<ReceivedPull> reuse) {
   const std::size_t capacity = std::size_t{count} * block_frame_bytes(layout.block_bytes()) + kTailBytes;
   const std::size_t max_payload = kBlockFieldsBytes + layout.block_bytes() + kTailBytes;
   std::shared_ptr<ReceivedPull> pull = reuse ? std::move(reuse) : std::make_shared<ReceivedPull>();

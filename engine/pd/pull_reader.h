@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/pd/layout.h"
+#include "engine/pd/transport.h"
 #include "engine/pd/wire.h"
 #include "kvfleet/http/client.h"
 
@@ -41,6 +42,14 @@ boost::asio::awaitable<std::shared_ptr<ReceivedPull>> read_pull(http::HttpClient
                                                                 std::uint32_t count,
                                                                 std::chrono::steady_clock::time_point deadline,
                                                                 std::shared_ptr<ReceivedPull> reuse = nullptr);
+
+// The same reading and checking of one pull's frames from any transport (the HTTP body above, or a UCX
+// stream): what read_pull does after the response head. Throws as read_pull.
+boost::asio::awaitable<std::shared_ptr<ReceivedPull>> read_pull_frames(ByteSource& in, const KvLayout& layout,
+                                                                       std::span<const BlockHash> hashes,
+                                                                       std::uint32_t from, std::uint32_t count,
+                                                                       std::chrono::steady_clock::time_point deadline,
+                                                                       std::shared_ptr<ReceivedPull> reuse = nullptr);
 
 // The error object's code of a non-200 answer from P ("" when there is none).
 std::string error_code_of(const std::string& body);

@@ -85,6 +85,7 @@ class Reader {
     l.root = num<BlockHash>();
     return l;
   }
+  bool at_end() const { return at_ == in_.size(); }
   void done() const {
     if (at_ != in_.size()) throw WireError(WireError::Kind::malformed, "trailing bytes in a frame payload");
   }
@@ -132,6 +133,10 @@ std::string payload_of(const Accept& a) {
   w.num(a.first_block);
   w.num(a.num_blocks);
   w.list(a.hashes);
+  if (a.transport_port != 0) {  // optional trailer (ucx): old accepts stay byte-identical
+    w.str(a.transport_host);
+    w.num(a.transport_port);
+  }
   return std::move(w.bytes());
 }
 
@@ -164,6 +169,10 @@ Frame parse(FrameType type, std::string_view payload) {
       a.first_block = r.num<std::uint32_t>();
       a.num_blocks = r.num<std::uint32_t>();
       a.hashes = r.list<BlockHash>();
+      if (!r.at_end()) {
+        a.transport_host = r.str();
+        a.transport_port = r.num<std::uint16_t>();
+      }
       out = std::move(a);
       break;
     }

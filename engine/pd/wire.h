@@ -6,7 +6,8 @@
 //                   transports D speaks, the prompt tokens of the full blocks D wants, the hashes of the
 //                   leading blocks D already holds (not sent again), the lease D asks for
 //   accept  P -> D  the answer: P's layout and hash, the transport chosen, transfer id, lease, the block
-//                   range P will serve [first_block, first_block + num_blocks) and their hashes
+//                   range P will serve [first_block, first_block + num_blocks) and their hashes, then
+//                   (optional, ucx) the host and port to pull from
 //   block   P -> D  one block: index, hash, layer range [layer_begin, layer_end), payload of those layers
 //                   in Contract 5's layout (per layer K then V, [kv_heads][block_size][head_dim], kv dtype)
 //   end     P -> D  closes a pull: blocks and payload bytes sent in it
@@ -51,6 +52,11 @@ struct Accept {
   std::uint32_t first_block = 0;
   std::uint32_t num_blocks = 0;
   std::vector<BlockHash> hashes;  // of blocks first_block .. first_block + num_blocks - 1
+  // Where D pulls with `transport` when it is not P's HTTP port (ucx: P's UCP listener). Empty host:
+  // the host D reached P at. Encoded after the hashes only when transport_port != 0 (additive: an
+  // accept without them decodes as before).
+  std::string transport_host;
+  std::uint16_t transport_port = 0;
 };
 
 struct BlockFrame {

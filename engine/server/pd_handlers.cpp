@@ -6,10 +6,12 @@
 //                   local prefill, never a failed request. A prefill replica ignores the header.
 //   every role:     GET /internal/kv_state, the engine-thread integrity check and the pin/lease counts.
 #include <boost/json.hpp>
+#include <algorithm>
 #include <cstdio>
 
 #include "engine/pd/decode_fetcher.h"
 #include "engine/pd/prefill_service.h"
+#include "engine/pd/ucx_worker.h"
 #include "engine/server/replica.h"
 #include "kvfleet/http/json_error.h"
 
@@ -23,6 +25,29 @@ void Replica::start_pd() {
   if (config_.role != "decode") pd_prefill_ = std::make_unique<pd::PrefillService>(*engine_, layout, config_.pd);
   config_.pd.peer_api_key = config_.internal_api_key.empty() ? config_.api_key : config_.internal_api_key;
   if (config_.role != "prefill") pd_fetch_ = std::make_unique<pd::DecodeFetcher>(*engine_, layout, config_.pd, pd_metrics_.get());
+  start_pd_ucx();
+}
+
+// The ucx transport, when pd_transports lists it: one UCP worker for both sides. When UCX cannot start
+// (or P cannot listen), the replica says so and speaks tcp alone; it never fails to start for it.
+void Replica::start_pd_ucx() {
+  const auto& ts = config_.pd.transports;
+  if (std::find(ts.begin(), ts.end(), "ucx") == ts.end()) return;
+  std::string why;
+  std::shared_ptr<pd::UcxWorker> worker = pd::UcxWorker::create(why);
+  if (!worker) {
+    std::fprintf(stderr, "kvfleet-replica: no UCX KV transport (%s); tcp only\n", why.c_str());
+    return;
+  }
+  if (pd_prefill_) {
+    try {
+      pd_prefill_->enable_ucx(worker, config_.host, config_.pd.ucx_port, config_.pd.peer_api_key);
+      std::fprintf(stderr, "kvfleet-replica: KV transfers over UCX on %s:%u\n", config_.host.c_str(), pd_prefill_->ucx_port());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kvfleet-replica: no UCX listener (%s); P offers tcp only\n", e.what());
+    }
+  }
+  if (pd_fetch_) pd_fetch_->enable_ucx(worker);
 }
 
 void Replica::add_pd_routes(http::HttpRouter& r) {

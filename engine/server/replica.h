@@ -69,6 +69,7 @@ class Replica {
   // GET /internal/kv_state (integrity check, pins, leases) that the fault tests read.
   void start_pd();
   void add_pd_routes(http::HttpRouter& r);
+  void start_pd_ucx();
   Awaitable kv_state(const http::Request& req, http::ResponseWriter& w);
   boost::asio::awaitable<std::vector<pd::FetchResult>> pd_prefetch(const http::Request& req,
                                                                    const std::vector<std::vector<TokenId>>& prompts,

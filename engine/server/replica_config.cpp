@@ -6,6 +6,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "engine/pd/transport.h"
 #include "kvfleet/files.h"
 #include "kvfleet/yaml_settings.h"
 
@@ -24,6 +25,17 @@ void check_ep(const ReplicaConfig& c) {
   if (!c.ep_processes() && !c.ep_master.empty()) throw std::invalid_argument("--ep-master needs --ep-rank");
   if (c.ep_processes() && c.ep_rank >= c.ep_size)
     throw std::invalid_argument("--ep-rank " + std::to_string(c.ep_rank) + " must be below --ep-size " + std::to_string(c.ep_size));
+}
+
+// "ucx,tcp" in order of preference; a build without UCX refuses ucx by name.
+std::vector<std::string> transports_of(const std::string& list, const std::string& where, const std::string& key) {
+  try {
+    return pd::parse_transports(list, pd::built_transports());
+  } catch (const std::invalid_argument& e) {
+    if (key.empty()) throw std::invalid_argument(where + ": " + e.what());
+    bad(where, key, e.what());
+  }
+  return {};
 }
 
 }  // namespace
@@ -72,6 +84,8 @@ void apply_replica_yaml(const std::string& text, const std::string& source, Repl
     else if (key == "pd_io_timeout_ms") c.pd.io_timeout = ms();
     else if (key == "pd_transfer_timeout_ms") c.pd.transfer_timeout = ms();
     else if (key == "pd_pull_blocks") c.pd.pull_blocks = scalar<std::uint32_t>(v, source, key);
+    else if (key == "pd_transports") c.pd.transports = transports_of(scalar<std::string>(v, source, key), source, key);
+    else if (key == "pd_ucx_port") c.pd.ucx_port = scalar<std::uint16_t>(v, source, key);
     else bad(source, key, "is not a known setting");
   }
   check_role(c.role, source);
@@ -148,6 +162,10 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   flags.add_option("--pd-io-timeout-ms", pd_io_ms, "Decode role: each read from a prefill replica")->check(CLI::PositiveNumber);
   flags.add_option("--pd-transfer-timeout-ms", pd_transfer_ms, "Decode role: a whole KV transfer")->check(CLI::PositiveNumber);
   flags.add_option("--pd-pull-blocks", c.pd.pull_blocks, "Decode role: KV blocks per pull")->check(CLI::PositiveNumber);
+  std::string transports;
+  flags.add_option("--pd-transports", transports,
+                   "KV transports this replica speaks, in order of preference (ucx,tcp; default tcp)");
+  flags.add_option("--pd-ucx-port", c.pd.ucx_port, "Prefill role: the UCX listener's port (0: any free port)");
   try {
     flags.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -163,6 +181,7 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   c.pd.connect_timeout = std::chrono::milliseconds(pd_connect_ms);
   c.pd.io_timeout = std::chrono::milliseconds(pd_io_ms);
   c.pd.transfer_timeout = std::chrono::milliseconds(pd_transfer_ms);
+  if (!transports.empty()) c.pd.transports = transports_of(transports, "--pd-transports", "");
   c.ep_timeout = std::chrono::milliseconds(ep_timeout_ms);
   c.ep_join_timeout = std::chrono::milliseconds(ep_join_ms);
   check_ep(c);

@@ -6,6 +6,8 @@
 
 #include <boost/json.hpp>
 #include <chrono>
+#include <cstdlib>
+#include <string_view>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,6 +17,22 @@
 namespace kvfleet::test {
 
 namespace json = boost::json;
+
+// The KV transport the process tests run over: KVFLEET_TEST_PD_TRANSPORT=ucx (ctest's pd_ucx) or tcp
+// (the default). Every P and D of those tests gets pd_transport_flags(); a ucx run also asserts that its
+// pulls went over ucx (pulls_total_on).
+inline bool ucx_run() {
+  const char* t = std::getenv("KVFLEET_TEST_PD_TRANSPORT");
+  return t && std::string_view(t) == "ucx";
+}
+inline std::vector<std::string> with_transport(std::vector<std::string> flags) {
+  flags.push_back("--pd-transports");
+  flags.push_back(ucx_run() ? "ucx,tcp" : "tcp");
+  return flags;
+}
+inline std::string pulls_on(const std::string& transport) {
+  return "kvfleet_pd_pulls_total{transport=\"" + transport + "\"}";
+}
 
 // Token ids of a prompt: `n` tokens from a stream that `seed` picks (same seed: same prefix).
 inline std::vector<int> prompt_ids(int seed, int n, int from = 0) {

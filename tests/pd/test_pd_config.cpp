@@ -36,3 +36,23 @@ TEST_CASE("role and pd settings from YAML and flags") {
   CHECK_THROWS_AS(parse({"--pd-lease-ms", "0"}), std::invalid_argument);
   CHECK_THROWS_WITH(apply_replica_yaml("pd_lease_ms: soon\n", "r.yaml", c), "r.yaml: 'pd_lease_ms' has a bad value 'soon'");
 }
+
+TEST_CASE("pd_transports and pd_ucx_port: YAML and flags, tcp by default, bad names refused by name") {
+  CHECK(parse({}).pd.transports == std::vector<std::string>{"tcp"});
+  const ReplicaConfig example = parse({"--config", std::string(KVFLEET_SOURCE_DIR) + "/examples/replica.yaml"});
+  CHECK(example.pd.transports == std::vector<std::string>{"tcp"});  // the example documents the keys
+  CHECK(example.pd.ucx_port == 0);
+  ReplicaConfig c;
+  apply_replica_yaml("pd_transports: tcp\npd_ucx_port: 4711\n", "r.yaml", c);
+  CHECK(c.pd.transports == std::vector<std::string>{"tcp"});
+  CHECK(c.pd.ucx_port == 4711);
+  CHECK_THROWS_WITH(apply_replica_yaml("pd_transports: tcp,rdma\n", "r.yaml", c),
+                    doctest::Contains("unknown KV transport 'rdma'"));
+  CHECK_THROWS_WITH(parse({"--pd-transports", "tcp,rdma"}), doctest::Contains("--pd-transports: unknown KV transport 'rdma'"));
+#if KVFLEET_UCX
+  CHECK(parse({"--pd-transports", "ucx,tcp"}).pd.transports == std::vector<std::string>{"ucx", "tcp"});
+  CHECK(parse({"--pd-ucx-port", "5000"}).pd.ucx_port == 5000);
+#else
+  CHECK_THROWS_WITH(parse({"--pd-transports", "ucx,tcp"}), doctest::Contains("not in this build"));
+#endif
+}

@@ -2,7 +2,8 @@
 // replica D told to fetch from a prefill replica P answers exactly what a mixed replica M answers, and
 // every failure (a corrupted frame, a stalled or dying P, a mismatched model or block size, an expired
 // lease, P killed, D's client hanging up) still gives a correct, complete answer, with nothing leaked on
-// either side (checked with the engine's integrity check through /internal/kv_state).
+// either side (checked with the engine's integrity check through /internal/kv_state). The same cases run
+// over each transport: ctest's pd (tcp) and pd_ucx (KVFLEET_TEST_PD_TRANSPORT=ucx, pd_test_util.h).
 #include <doctest/doctest.h>
 
 #include <signal.h>
@@ -28,7 +29,8 @@ std::string fallbacks(const std::string& reason) { return "kvfleet_pd_fallbacks_
 
 TEST_CASE("pd mode answers token for token like mixed mode: greedy, seeded, shared prefixes, partial hits, short prompts") {
   // Two blocks per pull: the longer prompts take several pulls of one lease.
-  ReplicaProcess p({"--role", "prefill"}), d({"--role", "decode", "--pd-pull-blocks", "2"}), m({"--role", "mixed"});
+  ReplicaProcess p(with_transport({"--role", "prefill"}));
+  ReplicaProcess d(with_transport({"--role", "decode", "--pd-pull-blocks", "2"})), m(with_transport({"--role", "mixed"}));
   const std::vector<int> base = prompt_ids(1, 48);
   const std::vector<std::vector<int>> prompts{
       prompt_ids(2, 5),                      // shorter than a block: nothing to ship
@@ -67,16 +69,19 @@ TEST_CASE("pd mode answers token for token like mixed mode: greedy, seeded, shar
   CHECK(answer_of(post(d.port(), "/v1/chat/completions", chat, p.base_url())) ==
         answer_of(post(m.port(), "/v1/chat/completions", chat)));
   CHECK(metric_value(d.port(), "kvfleet_pd_transfers_total") == 7);
+  // Every pull went over the transport of this run (ucx: none downgraded to tcp).
+  CHECK(metric_value(d.port(), pulls_on(ucx_run() ? "ucx" : "tcp")) >= 7);
+  CHECK(metric_value(d.port(), pulls_on(ucx_run() ? "tcp" : "ucx")) == 0);
   check_no_leak(p.port());
   check_no_leak(d.port());
 }
 
 TEST_CASE("faults mid-transfer: corrupted frame, stalled P, P dying, expired lease, client hang-up") {
-  ReplicaProcess p({"--role", "prefill", "--pd-lease-ms", "1000"});
-  ReplicaProcess d1({"--role", "decode", "--pd-io-timeout-ms", "500"});
-  ReplicaProcess d2({"--role", "decode", "--pd-io-timeout-ms", "5000"});
-  ReplicaProcess m({"--role", "mixed"});
-  FaultyPrefillProxy proxy(p.port());
+  ReplicaProcess p(with_transport({"--role", "prefill", "--pd-lease-ms", "1000"}));
+  ReplicaProcess d1(with_transport({"--role", "decode", "--pd-io-timeout-ms", "500"}));
+  ReplicaProcess d2(with_transport({"--role", "decode", "--pd-io-timeout-ms", "5000"}));
+  ReplicaProcess m(with_transport({"--role", "mixed"}));
+  FaultyPrefillProxy proxy(p.port(), ucx_run());
   struct Case {
     Fault fault;
     const char* reason;
@@ -118,9 +123,9 @@ TEST_CASE("faults mid-transfer: corrupted frame, stalled P, P dying, expired lea
 }
 
 TEST_CASE("mismatched block size or model: the handshake refuses, D prefills locally") {
-  ReplicaProcess p32({"--role", "prefill", "--block-size", "32"});
-  ReplicaProcess other({"--role", "prefill", "--served-model-name", "other-model"});
-  ReplicaProcess d({"--role", "decode"}), m({"--role", "mixed"});
+  ReplicaProcess p32(with_transport({"--role", "prefill", "--block-size", "32"}));
+  ReplicaProcess other(with_transport({"--role", "prefill", "--served-model-name", "other-model"}));
+  ReplicaProcess d(with_transport({"--role", "decode"})), m(with_transport({"--role", "mixed"}));
   int seed = 200;
   for (ReplicaProcess* p : {&p32, &other}) {
     const std::string body = completion_body(prompt_ids(++seed, 80), 9);
@@ -139,7 +144,8 @@ TEST_CASE("mismatched block size or model: the handshake refuses, D prefills loc
 }
 
 TEST_CASE("P killed while D fetches from it: the answer is still correct, D leaks nothing") {
-  ReplicaProcess p({"--role", "prefill"}), d({"--role", "decode"}), m({"--role", "mixed"});
+  ReplicaProcess p(with_transport({"--role", "prefill"}));
+  ReplicaProcess d(with_transport({"--role", "decode"})), m(with_transport({"--role", "mixed"}));
   const std::string body = completion_body(prompt_ids(300, 800), -1, 4);
   const std::string want = answer_of(post(m.port(), "/v1/completions", body));
   auto got = std::async(std::launch::async, [&] { return post(d.port(), "/v1/completions", body, p.base_url()); });
@@ -153,7 +159,7 @@ TEST_CASE("P killed while D fetches from it: the answer is still correct, D leak
 }
 
 TEST_CASE("P's endpoints: bad frames, wrong roles and layouts get error objects; an unclaimed lease expires") {
-  ReplicaProcess p({"--role", "prefill", "--pd-lease-ms", "1500"}), d({"--role", "decode"});
+  ReplicaProcess p(with_transport({"--role", "prefill", "--pd-lease-ms", "1500"})), d(with_transport({"--role", "decode"}));
   auto err = [](const http::Response& r) { return json::parse(r.body).at("error").at("code"); };
   const auto garbage = post(p.port(), "/internal/prefill", "not a frame");
   CHECK(garbage.status == 400);
@@ -192,10 +198,10 @@ TEST_CASE("P's endpoints: bad frames, wrong roles and layouts get error objects;
 }
 
 TEST_CASE("internal keys: P's transfer endpoints need the internal key, and D sends its own") {
-  ReplicaProcess p({"--role", "prefill", "--internal-api-key", "fleet-secret"});
-  ReplicaProcess d({"--role", "decode", "--internal-api-key", "fleet-secret"});
-  ReplicaProcess stranger({"--role", "decode", "--internal-api-key", "not-the-key"});
-  ReplicaProcess m({"--role", "mixed"});
+  ReplicaProcess p(with_transport({"--role", "prefill", "--internal-api-key", "fleet-secret"}));
+  ReplicaProcess d(with_transport({"--role", "decode", "--internal-api-key", "fleet-secret"}));
+  ReplicaProcess stranger(with_transport({"--role", "decode", "--internal-api-key", "not-the-key"}));
+  ReplicaProcess m(with_transport({"--role", "mixed"}));
   // Without the key (or with another), /internal/* answers 401 with an error object.
   const auto bare = post(p.port(), "/internal/prefill", "not a frame");
   CHECK(bare.status == 401);

@@ -1,0 +1,82 @@
+// UcxWorker: one UCP context and worker (UCX's stream API) driven by one thread of its own, and
+// UcxEndpoint: one UCP stream endpoint whose sends and receives are awaitable from any Asio executor.
+//
+// Threading: a UCP worker is not thread-safe (UCS_THREAD_MODE_SINGLE, the fast mode), so every UCP call
+// runs on the worker's thread: callers post() tasks, which the thread runs between ucp_worker_progress
+// calls; it sleeps in epoll on ucp_worker_get_efd when idle and ucp_worker_signal wakes it (the one UCP
+// call that is safe from any thread). Completions come back to the awaiting coroutine through an
+// AsyncQueue on its executor. Nothing here ever blocks an engine or io thread.
+//
+// Deadlines: every send and receive has one; when it passes, the endpoint is closed by force, which
+// makes UCX complete the pending operation with an error, so the awaiting coroutine always resumes
+// after UCX is done with its buffer (a buffer is never freed under a pending operation).
+//
+// In a build without UCX (KVFLEET_UCX unset) create() returns nullptr with the reason.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace kvfleet::pd {
+
+struct UcxEpState;
+class UcxWorker;
+
+class UcxEndpoint {
+ public:
+  using Clock = std::chrono::steady_clock;
+  UcxEndpoint(std::shared_ptr<UcxWorker> worker, std::shared_ptr<UcxEpState> state);
+  ~UcxEndpoint();  // closes the UCP endpoint (on the worker thread)
+  UcxEndpoint(const UcxEndpoint&) = delete;
+  UcxEndpoint& operator=(const UcxEndpoint&) = delete;
+
+  // Sends `bytes` (kept alive by the caller until this returns). Throws PdFailure: "timeout" when the
+  // deadline passed, "peer_closed" when the endpoint failed or was closed.
+  boost::asio::awaitable<void> send(std::string_view bytes, Clock::time_point deadline);
+  // Receives exactly `n` bytes into `into`. Throws as send().
+  boost::asio::awaitable<void> recv(char* into, std::size_t n, Clock::time_point deadline);
+  // Any thread: closes by force; pending and later operations fail.
+  void close();
+  // True once an operation failed or close() was called: the endpoint must not be reused.
+  bool broken() const;
+
+ private:
+  enum class Op { send, recv };
+  boost::asio::awaitable<void> run(Op op, char* buffer, std::size_t n, Clock::time_point deadline);
+
+  std::shared_ptr<UcxWorker> worker_;
+  std::shared_ptr<UcxEpState> state_;
+};
+
+class UcxWorker : public std::enable_shared_from_this<UcxWorker> {
+ public:
+  // nullptr (and `error` set) when UCX is not built in or cannot start here.
+  static std::shared_ptr<UcxWorker> create(std::string& error);
+  ~UcxWorker();  // closes every endpoint and listener, then stops the thread
+
+  // A client endpoint to host:port (the UCP sockaddr connection manager). Returns at once: the
+  // connection is established while the first operations are queued behind it; a refused or
+  // unreachable peer makes them fail.
+  std::shared_ptr<UcxEndpoint> connect(const std::string& host, std::uint16_t port);
+  // Listens on host:port (0: any free port) and returns the port. Every connection request becomes an
+  // endpoint handed to on_accept, called on the worker thread (it must only hand the endpoint on).
+  // Throws std::runtime_error when UCX cannot listen there.
+  std::uint16_t listen(const std::string& host, std::uint16_t port,
+                       std::function<void(std::shared_ptr<UcxEndpoint>)> on_accept);
+  // Runs task on the worker thread (between progress calls).
+  void post(std::function<void()> task);
+
+  struct Impl;
+
+ private:
+  friend class UcxEndpoint;  // its operations run on impl_'s thread
+  UcxWorker() = default;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvfleet::pd

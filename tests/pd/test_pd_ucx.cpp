@@ -1,0 +1,217 @@
+// The ucx KV transport (engine/pd/ucx_*): UCP endpoints in process (the READY exchange, a large piece
+// byte for byte, a refused connect, a deadline), the negotiation between real replica processes (each
+// side with or without ucx), and a refused UCX connect ending in a tcp pull with the right answer. The
+// fault and identical-output cases of test_pd_processes.cpp run over ucx as ctest's pd_ucx.
+#include <doctest/doctest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+#include <cstring>
+#include <future>
+
+#include "engine/pd/pull_reader.h"
+#include "engine/pd/transport.h"
+#include "engine/pd/ucx_transport.h"
+#include "pd/faulty_prefill_proxy.h"
+#include "pd/pd_test_util.h"
+#include "server/replica_fixture.h"
+
+using namespace kvfleet;
+using namespace kvfleet::test;
+using Clock = std::chrono::steady_clock;
+
+TEST_CASE("transport names: parsing, the build's list, P's pick in D's order") {
+  const std::vector<std::string> both{"ucx", "tcp"};
+  CHECK(pd::parse_transports("ucx,tcp", both) == both);
+  CHECK(pd::parse_transports("tcp", both) == std::vector<std::string>{"tcp"});
+  CHECK_THROWS_WITH_AS(pd::parse_transports("tcp,rdma", both), doctest::Contains("unknown KV transport 'rdma'"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(pd::parse_transports("tcp,tcp", both), doctest::Contains("given twice"), std::invalid_argument);
+  CHECK_THROWS_AS(pd::parse_transports("", both), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(pd::parse_transports("ucx", {"tcp"}), doctest::Contains("not in this build"), std::invalid_argument);
+  CHECK(pd::pick_transport({"ucx", "tcp"}, {"tcp"}) == "tcp");
+  CHECK(pd::pick_transport({"ucx", "tcp"}, {"ucx", "tcp"}) == "ucx");
+  CHECK(pd::pick_transport({"tcp", "ucx"}, {"ucx", "tcp"}) == "tcp");
+  CHECK(pd::pick_transport({"ucx"}, {"tcp"}).empty());
+#if KVFLEET_UCX
+  CHECK(pd::built_transports() == both);
+#endif
+}
+
+TEST_CASE("accept frames carry the UCX port after the hashes; an accept without it decodes as before") {
+  pd::Accept a;
+  a.layout = {"m", "llama", DType::f32, DType::f32, 2, 2, 16, 16, 7};
+  a.transfer_id = 9;
+  a.hashes = {1, 2, 3};
+  const std::string plain = pd::encode(a);
+  a.transport = "ucx", a.transport_port = 40123;
+  const auto got = std::get<pd::Accept>(pd::decode_one(pd::encode(a)));
+  CHECK(got.transport == "ucx");
+  CHECK(got.transport_port == 40123);
+  CHECK(got.transport_host.empty());
+  CHECK(got.hashes == a.hashes);
+  CHECK(std::get<pd::Accept>(pd::decode_one(plain)).transport_port == 0);
+}
+
+#if KVFLEET_UCX
+
+namespace {
+
+// Runs a coroutine to its end on a fresh io_context with one thread (the test's own).
+template <typename F>
+auto run_coro(boost::asio::io_context& io, F f) {
+  auto fut = boost::asio::co_spawn(io, f(), boost::asio::use_future);
+  io.restart();
+  io.run();
+  return fut.get();
+}
+
+}  // namespace
+
+TEST_CASE("UCX endpoints: READY exchange, a 24 MiB answer byte for byte, a refused connect, a deadline") {
+  std::string why;
+  auto worker = pd::UcxWorker::create(why);
+  REQUIRE_MESSAGE(worker, why);
+  std::string big(24u << 20, '\0');
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 2654435761u) >> 13);
+  std::atomic<int> requests{0};
+  // A server that answers every pull request with `big` in 8 MiB pieces, or stalls when count == 0.
+  auto handler = [&](const pd::UcxPullRequest& req, pd::PullSink& sink) -> boost::asio::awaitable<void> {
+    ++requests;
+    CHECK(req.key == "k");
+    if (req.count == 0) {
+      boost::asio::steady_timer t(co_await boost::asio::this_coro::executor);
+      t.expires_after(std::chrono::milliseconds(1500));
+      co_await t.async_wait(boost::asio::use_awaitable);
+      co_return;
+    }
+    for (std::size_t at = 0; at < big.size(); at += 8u << 20) co_await sink.write(std::string_view(big).substr(at, 8u << 20));
+    co_await sink.finish();
+  };
+  pd::UcxPullServer server(worker, "127.0.0.1", 0, std::chrono::milliseconds(5000), handler);
+  REQUIRE(server.port() != 0);
+  pd::UcxPullClient client(worker);
+  boost::asio::io_context io;
+
+  // Two pulls on one pooled endpoint, each byte-identical.
+  const auto got = run_coro(io, [&]() -> boost::asio::awaitable<std::vector<std::string>> {
+    std::vector<std::string> out;
+    for (int i = 0; i < 2; ++i) {
+      auto ep = co_await client.acquire("127.0.0.1", server.port(), Clock::now() + std::chrono::seconds(5));
+      pd::UcxPullRequest req;
+      req.transfer = 1, req.from = 0, req.count = 1, req.key = "k";
+      co_await pd::send_pull_request(*ep, req, Clock::now() + std::chrono::seconds(5));
+      pd::UcxPullSource source(*ep, std::chrono::milliseconds(5000));
+      std::string all(big.size() + 16, '\0');
+      std::size_t filled = 0;
+      for (;;) {
+        const std::size_t n = co_await source.read_some_into(std::span<char>(all.data() + filled, all.size() - filled));
+        if (n == 0) break;
+        filled += n;
+      }
+      all.resize(filled);
+      out.push_back(std::move(all));
+      client.give_back("127.0.0.1", server.port(), std::move(ep));
+    }
+    co_return out;
+  });
+  REQUIRE(got.size() == 2);
+  CHECK(got[0] == big);
+  CHECK(got[1] == big);
+  CHECK(requests == 2);
+
+  // Nobody listening: acquire fails as a connect failure, well before its deadline.
+  const auto start = Clock::now();
+  const std::string refused = run_coro(io, [&]() -> boost::asio::awaitable<std::string> {
+    std::string reason;
+    try {
+      co_await client.acquire("127.0.0.1", 1, Clock::now() + std::chrono::seconds(3));
+    } catch (const pd::PdFailure& e) {
+      reason = e.reason;
+    }
+    co_return reason;
+  });
+  CHECK(refused == "connect");
+  CHECK(Clock::now() - start < std::chrono::milliseconds(2900));
+
+  // A stalled answer: the receive gives up at its deadline (timeout) and the endpoint is not reused.
+  const auto stalled_at = Clock::now();
+  const std::string stalled = run_coro(io, [&]() -> boost::asio::awaitable<std::string> {
+    auto ep = co_await client.acquire("127.0.0.1", server.port(), Clock::now() + std::chrono::seconds(5));
+    pd::UcxPullRequest req;
+    req.key = "k";  // count 0: the handler stalls
+    co_await pd::send_pull_request(*ep, req, Clock::now() + std::chrono::seconds(5));
+    pd::UcxPullSource source(*ep, std::chrono::milliseconds(300));
+    char buf[64];
+    std::string reason;
+    try {
+      co_await source.read_some_into(buf);
+    } catch (const pd::PdFailure& e) {
+      reason = e.reason;
+    }
+    CHECK(ep->broken());
+    co_return reason;
+  });
+  CHECK(stalled == "timeout");
+  const auto waited = Clock::now() - stalled_at;
+  CHECK(waited >= std::chrono::milliseconds(300));
+  CHECK(waited < std::chrono::milliseconds(1400));
+}
+
+TEST_CASE("negotiation: ucx when both sides speak it, tcp when either lacks it; answers identical") {
+  ReplicaProcess p_ucx({"--role", "prefill", "--pd-transports", "ucx,tcp"});
+  ReplicaProcess p_tcp({"--role", "prefill", "--pd-transports", "tcp"});
+  ReplicaProcess d_ucx({"--role", "decode", "--pd-transports", "ucx,tcp"});
+  ReplicaProcess d_tcp({"--role", "decode"});  // the default: tcp
+  ReplicaProcess m({"--role", "mixed"});
+  struct Case {
+    ReplicaProcess* p;
+    ReplicaProcess* d;
+    const char* transport;
+  };
+  int seed = 600;
+  for (const Case& c : {Case{&p_ucx, &d_ucx, "ucx"}, Case{&p_tcp, &d_ucx, "tcp"}, Case{&p_ucx, &d_tcp, "tcp"}}) {
+    CAPTURE(c.transport);
+    const double before = metric_value(c.d->port(), pulls_on(c.transport));
+    const std::string body = completion_body(prompt_ids(++seed, 90), 4);
+    CHECK(answer_of(post(c.d->port(), "/v1/completions", body, c.p->base_url())) == answer_of(post(m.port(), "/v1/completions", body)));
+    CHECK(metric_value(c.d->port(), pulls_on(c.transport)) == before + 1);  // 5 blocks: one pull
+    check_no_leak(c.p->port());
+    check_no_leak(c.d->port());
+  }
+  CHECK(metric_value(d_ucx.port(), "kvfleet_pd_transfers_total") == 2);
+  // Concurrent transfers from one D to one P: each borrows its own endpoint from the pool.
+  std::vector<std::string> bodies, want;
+  for (int i = 0; i < 4; ++i) {
+    bodies.push_back(completion_body(prompt_ids(++seed, 70 + 16 * i), i));
+    want.push_back(answer_of(post(m.port(), "/v1/completions", bodies.back())));
+  }
+  std::vector<std::future<http::Response>> got;
+  for (const auto& b : bodies)
+    got.push_back(std::async(std::launch::async, [&, b] { return post(d_ucx.port(), "/v1/completions", b, p_ucx.base_url()); }));
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(answer_of(got[i].get()) == want[i]);
+  CHECK(metric_value(d_ucx.port(), "kvfleet_pd_transfers_total") == 6);
+  CHECK(metric_value(d_ucx.port(), pulls_on("ucx")) == 5);  // the first case's one, then one each
+  CHECK(metric_value(d_ucx.port(), "kvfleet_pd_transport_fallbacks_total{reason=\"connect\"}") == 0);
+  check_no_leak(p_ucx.port());
+  check_no_leak(d_ucx.port());
+}
+
+TEST_CASE("UCX connect refused: the pulls go over tcp, the answer is right, the downgrade is counted") {
+  ReplicaProcess p({"--role", "prefill", "--pd-transports", "ucx,tcp"});
+  ReplicaProcess d({"--role", "decode", "--pd-transports", "ucx,tcp", "--pd-connect-timeout-ms", "1000"});
+  ReplicaProcess m({"--role", "mixed"});
+  FaultyPrefillProxy proxy(p.port(), true);
+  proxy.ucx_port_override = 1;  // the accept sends D to a port where nothing listens
+  const std::string body = completion_body(prompt_ids(700, 120), 5);
+  CHECK(answer_of(post(d.port(), "/v1/completions", body, proxy.url())) == answer_of(post(m.port(), "/v1/completions", body)));
+  CHECK(metric_value(d.port(), "kvfleet_pd_transport_fallbacks_total{reason=\"connect\"}") == 1);
+  CHECK(metric_value(d.port(), pulls_on("tcp")) == 1);
+  CHECK(metric_value(d.port(), pulls_on("ucx")) == 0);
+  CHECK(metric_value(d.port(), "kvfleet_pd_transfers_total") == 1);  // not a local prefill
+  CHECK(d.get("/metrics").body.find("kvfleet_pd_fallbacks_total{") == std::string::npos);
+  check_no_leak(p.port());
+  check_no_leak(d.port());
+}
+
+#endif
