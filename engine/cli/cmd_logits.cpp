@@ -29,7 +29,7 @@ void register_logits(CLI::App& app) {
     std::vector<float> logits;
     if (a->ep.over_processes()) {  // one rank per process: every rank computes, rank 0 prints
       if (!model.config().moe.enabled()) throw std::invalid_argument("--ep-rank needs a mixture-of-experts model");
-      const auto comm = connect_ep_rank(a->ep_size, a->ep);
+      const auto comm = connect_ep_rank(a->ep_size, a->ep, a->backend);
       logits = all_position_logits_rank(model, a->backend, ids, *comm);
       comm->barrier();  // rank 0 keeps the rendezvous up until every rank is done
       if (a->ep.rank != 0) return;

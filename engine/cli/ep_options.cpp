@@ -11,19 +11,28 @@ void add_ep_process_options(CLI::App& cmd, EpProcessOptions& o) {
   cmd.add_option("--ep-timeout-ms", o.timeout_ms, "With --ep-rank: a peer that does not answer a collective "
                                                   "(or join) within this fails the group")
       ->check(CLI::PositiveNumber);
+  cmd.add_option("--ep-comm", o.comm, "With --ep-rank: gloo (CPU collectives over TCP, host staging), nccl (GPU "
+                                      "ranks, device memory) or auto (nccl for a CUDA rank when built with NCCL)")
+      ->check(CLI::IsMember({"gloo", "nccl", "auto"}));
 }
 
-std::unique_ptr<Communicator> connect_ep_rank(int ep_size, const EpProcessOptions& o) {
+std::unique_ptr<Communicator> connect_ep_rank(int ep_size, const EpProcessOptions& o, BackendOptions& backend) {
   if (o.master.empty()) throw std::invalid_argument("--ep-rank needs --ep-master HOST:PORT");
   if (o.rank >= ep_size)
     throw std::invalid_argument("--ep-rank " + std::to_string(o.rank) + " must be below --ep-size " + std::to_string(ep_size));
-  GlooOptions g;
-  g.rank = o.rank;
-  g.size = ep_size;
-  g.master = o.master;
-  g.bind_host = o.bind;
-  g.timeout = std::chrono::milliseconds(o.timeout_ms);
-  return make_gloo_communicator(g);
+  EpCommOptions c;
+  c.kind = o.comm;
+  c.rank = o.rank;
+  c.size = ep_size;
+  c.master = o.master;
+  c.bind_host = o.bind;
+  c.backend_kind = backend.kind;
+  c.timeout = std::chrono::milliseconds(o.timeout_ms);
+  if (resolve_ep_comm(c) == "nccl") {
+    c.device = nccl_default_device(o.rank);
+    if (c.device >= 0) backend.device = c.device;  // the backend computes on the GPU NCCL exchanges from
+  }
+  return make_ep_communicator(c);
 }
 
 }  // namespace kvfleet::cli

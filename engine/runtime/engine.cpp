@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -40,8 +41,13 @@ struct Engine::Active {
   std::int32_t cached_tokens = 0;
   Clock::time_point submitted;
   double queue_time_s = 0.0;
-  std::vector<float> pending_logits;  // raw logits of the token being sampled, when logprobs are wanted
-  PenaltyState penalty_state;         // counts of prompt and output tokens, when penalties are on
+  // With logprobs: the raw logits' alternatives and log Z for the token being sampled, and the raw values
+  // of the logits that bias and penalties change (no copy of the row).
+  RequestOutput::Logprobs pending_lp;
+  double pending_log_z = 0.0;
+  std::vector<std::pair<TokenId, float>> raw_logits;
+  PenaltyState penalty_state;  // counts of prompt and output tokens, when penalties are on
+  RequestOutput out;           // emit_token's output, reused token after token (no allocation per token)
 };
 
 namespace {
@@ -75,10 +81,14 @@ void mask_unshowable(std::span<float> row, std::size_t showable) {
   for (std::size_t i = showable; i < row.size(); ++i) row[i] = -std::numeric_limits<float>::infinity();
 }
 
+// NaN or +inf anywhere in the row, on the bits (an integer reduction the compiler vectorises).
 bool all_finite_or_masked(std::span<const float> row) {
-  for (float l : row)
-    if (std::isnan(l) || l == std::numeric_limits<float>::infinity()) return false;
-  return true;
+  std::uint32_t bad = 0;
+  for (float l : row) {
+    const std::uint32_t u = std::bit_cast<std::uint32_t>(l);
+    bad |= static_cast<std::uint32_t>((u & 0x7fffffffu) > 0x7f800000u) | static_cast<std::uint32_t>(u == 0x7f800000u);
+  }
+  return bad == 0;
 }
 
 }  // namespace
@@ -112,9 +122,15 @@ struct Engine::Impl {
   bool leave_news = false;  // leave was set and the idle group has not been told yet
   std::atomic<RequestId> next_id{1};
 
-  // Engine thread only.
-  std::unordered_map<SeqId, Active> active;
-  std::unordered_map<RequestId, SeqId> seq_of;
+  // Engine thread only. One id per request: the scheduler's SeqId is the RequestId submit() returned.
+  std::unordered_map<RequestId, Active> active;
+  // A step's buffers, reused step after step.
+  SchedulerOutput scheduled;
+  ForwardBatch batch;
+  std::vector<TokenId> sampled;
+  std::vector<std::pair<SeqId, std::string>> failed;
+  std::vector<SampleJob> jobs;
+  std::vector<std::string> errors;
   bool group_idle = false;  // expert parallelism: the last vote found no work on any rank
   int idle_poll_ms = 1;     // expert parallelism without ring(): the idle group's vote interval
   std::string ep_failed;    // expert parallelism: the group broke (a collective failed); why
@@ -331,7 +347,7 @@ void Engine::loop() {
     }
     for (auto& s : subs) admit(s);
     for (const auto& a : aborts)
-      if (auto it = m.seq_of.find(a.id); it != m.seq_of.end()) fail(it->second, a.error);
+      fail(a.id, a.error);
     if (abort_everything) fail_all(*abort_everything);
     for (auto& task : tasks) task(sched, *m.backend);
     if (ring_group) config_.ep->ring();
@@ -376,11 +392,16 @@ void Engine::loop() {
 
 void Engine::admit(Submission& s) {
   Impl& m = *impl_;
-  Active a{s.id, std::move(s.request), std::move(s.callback), {}, false, 0, s.at, 0.0, {}, {}};
+  Active a;
+  a.id = s.id;
+  a.request = std::move(s.request);
+  a.callback = std::move(s.callback);
+  a.submitted = s.at;
   try {
     SequenceParams p;
     p.prompt = a.request.prompt;
     p.priority = a.request.priority;
+    p.id = s.id;  // one id: the scheduler keys the sequence by the request's id
     p.sampling_id = s.id;
     if (!a.request.cache_salt.empty()) p.hash_root = block_hash_root(config_.served_model_name, a.request.cache_salt);
     StopRules rules;
@@ -392,9 +413,8 @@ void Engine::admit(Submission& s) {
     // capacity as a context limit too.
     rules.max_model_len = std::min<std::int64_t>(max_model_len_, std::int64_t{config_.num_blocks} * config_.block_size);
     a.stops = StopChecker(std::move(rules), m.tokenizer, a.request.detokenize, a.request.skip_special_tokens);
-    const SeqId seq = m.scheduler->add(std::move(p));
-    m.seq_of[a.id] = seq;
-    m.active.emplace(seq, std::move(a));
+    m.scheduler->add(std::move(p));
+    m.active.emplace(s.id, std::move(a));
   } catch (const std::exception& e) {
     count_finished(FinishReason::aborted);
     emit_final(a, FinishReason::aborted, {}, e.what());
@@ -406,13 +426,34 @@ TokenId Engine::sample_row(Active& a, const Sequence& seq, std::span<float> row,
   const Tokenizer* tok = impl_->tokenizer;
   mask_unshowable(row, tok ? std::min(vocab, tok->vocab_size()) : vocab);
   if (!all_finite_or_masked(row)) throw std::runtime_error("the model produced NaN or infinite logits");
-  if (a.request.logprobs >= 0) a.pending_logits.assign(row.begin(), row.end());
-  for (const auto& [t, bias] : a.request.logit_bias) row[static_cast<std::size_t>(t)] += bias;
+  const bool logprobs = a.request.logprobs >= 0;
+  if (logprobs) {  // from the raw logits, before bias and penalties change them
+    a.pending_log_z = log_normalizer(row);
+    top_alternatives(row, a.request.logprobs, a.pending_log_z, scratch, a.pending_lp.top);
+    a.raw_logits.clear();
+  }
+  for (const auto& [t, bias] : a.request.logit_bias) {
+    if (logprobs) a.raw_logits.emplace_back(t, row[static_cast<std::size_t>(t)]);
+    row[static_cast<std::size_t>(t)] += bias;
+  }
   if (a.request.penalties.active()) {
     a.penalty_state.observe(seq.prompt(), seq.outputs());
+    if (logprobs)
+      for (TokenId t : a.penalty_state.ids())
+        if (t >= 0 && static_cast<std::size_t>(t) < vocab) a.raw_logits.emplace_back(t, row[static_cast<std::size_t>(t)]);
     a.penalty_state.apply(row, a.request.penalties);
   }
-  return sample(row, a.request.sampling, static_cast<std::uint64_t>(seq.num_output_tokens()), scratch);
+  const TokenId chosen = sample(row, a.request.sampling, static_cast<std::uint64_t>(seq.num_output_tokens()), scratch);
+  if (logprobs) {
+    float raw = row[static_cast<std::size_t>(chosen)];
+    for (const auto& [t, l] : a.raw_logits)  // the first entry of an id holds its raw value
+      if (t == chosen) {
+        raw = l;
+        break;
+      }
+    a.pending_lp.logprob = static_cast<float>(raw - a.pending_log_z);
+  }
+  return chosen;
 }
 
 // Expert parallelism: every rank votes (has work, stopping) each turn; all stop together, idle together, or
@@ -454,7 +495,8 @@ bool Engine::ep_turn(bool stopping) {
 void Engine::sample_rows(std::vector<SampleJob>& jobs, std::span<float> logits, std::size_t vocab,
                          std::vector<TokenId>& sampled, std::vector<std::pair<SeqId, std::string>>& failed) {
   Impl& m = *impl_;
-  std::vector<std::string> errors(jobs.size());
+  std::vector<std::string>& errors = m.errors;
+  errors.assign(jobs.size(), std::string());
   const auto n = static_cast<std::int64_t>(jobs.size());
   auto run = [&](std::int64_t begin, std::int64_t end, SamplerScratch& scratch) {
     for (std::int64_t i = begin; i < end; ++i) {
@@ -487,7 +529,8 @@ void Engine::step() {
   Impl& m = *impl_;
   Scheduler& sched = *m.scheduler;
   const auto t_start = Clock::now();
-  const SchedulerOutput out = sched.schedule();
+  sched.schedule(m.scheduled);
+  const SchedulerOutput& out = m.scheduled;
   if (out.empty()) {  // nothing fits this instant; submit() rejects what could never fit
     if (config_.ep) {  // still this rank's turn in the group's step
       m.runner->forward(ForwardBatch{});
@@ -501,7 +544,8 @@ void Engine::step() {
   std::span<float> logits;
   const auto t_forward = Clock::now();
   try {
-    logits = m.runner->forward_view(out.to_forward_batch());
+    out.to_forward_batch(m.batch);
+    logits = m.runner->forward_view(m.batch);
   } catch (const CommunicatorError&) {
     throw;  // the group is broken: the loop fails everything
   } catch (const std::exception& e) {
@@ -513,9 +557,12 @@ void Engine::step() {
   }
   const double forward_s = std::chrono::duration<double>(Clock::now() - t_forward).count();
   const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);
-  std::vector<TokenId> sampled;
-  std::vector<std::pair<SeqId, std::string>> failed;  // rows that could not be sampled
-  std::vector<SampleJob> jobs;
+  std::vector<TokenId>& sampled = m.sampled;
+  std::vector<std::pair<SeqId, std::string>>& failed = m.failed;  // rows that could not be sampled
+  std::vector<SampleJob>& jobs = m.jobs;
+  sampled.clear();
+  failed.clear();
+  jobs.clear();
   std::uint64_t prompt_tokens = 0;
   std::size_t row = 0, prefill_only = 0;
   for (const ScheduledChunk& c : out.chunks) {
@@ -581,28 +628,31 @@ void Engine::emit_token(SeqId id, TokenId token) {
   const Sequence* seq = m.scheduler->get(id);
   auto it = m.active.find(id);
   Active& a = it->second;
-  const StopResult r = a.stops.check(token, seq->num_output_tokens(), seq->num_tokens());
-  RequestOutput o;
+  StopResult r = a.stops.check(token, seq->num_output_tokens(), seq->num_tokens());
+  RequestOutput& o = a.out;  // every field set again: its buffers are reused
   o.id = a.id;
-  o.new_tokens = {token};
-  o.text = std::move(r.text);
+  o.new_tokens.assign(1, token);
+  o.text.swap(r.text);
   o.finished = r.reason != FinishReason::none;
   if (o.finished) o.text += a.stops.flush();
   o.finish_reason = r.reason;
-  o.stop_string = r.stop_string;
+  o.stop_string.swap(r.stop_string);
   o.num_prompt_tokens = seq->num_prompt_tokens;
   o.num_cached_tokens = a.cached_tokens;
+  o.error.clear();
   o.queue_time_s = a.queue_time_s;
+  o.pin = 0;
   if (a.request.logprobs >= 0) {
-    RequestOutput::Logprobs lp;
-    lp.top = top_logprobs(a.pending_logits, token, a.request.logprobs, &lp.logprob);
-    o.logprobs.push_back(std::move(lp));
+    o.logprobs.resize(1);
+    o.logprobs[0].logprob = a.pending_lp.logprob;
+    o.logprobs[0].top.swap(a.pending_lp.top);  // the old list's memory goes back for the next token
+  } else {
+    o.logprobs.clear();
   }
   deliver(a, o);
   if (o.finished) {
-    count_finished(r.reason);
-    m.scheduler->finish(id, r.reason);
-    m.seq_of.erase(a.id);
+    count_finished(o.finish_reason);
+    m.scheduler->finish(id, o.finish_reason);
     m.active.erase(it);
   }
 }
@@ -623,7 +673,6 @@ void Engine::finish_prefill_only(SeqId id, const Sequence& seq) {
   deliver(a, o);
   count_finished(FinishReason::length);
   m.scheduler->finish(id, FinishReason::length);
-  m.seq_of.erase(a.id);
   m.active.erase(id);
 }
 
@@ -638,7 +687,6 @@ void Engine::fail(SeqId seq, const std::string& error) {
   }
   count_finished(FinishReason::aborted);
   emit_final(it->second, FinishReason::aborted, {}, error);
-  m.seq_of.erase(it->second.id);
   m.active.erase(it);
 }
 

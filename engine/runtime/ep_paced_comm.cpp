@@ -21,6 +21,11 @@ std::vector<std::uint8_t> PacedCommunicator::all_to_all_v(const void* send, cons
   return watched([&] { return inner_.all_to_all_v(send, send_bytes, recv_bytes); });
 }
 
+void PacedCommunicator::all_to_all_v_device(const void* d_send, const std::vector<std::size_t>& send_bytes, void* d_recv,
+                                            const std::vector<std::size_t>& recv_bytes, void* stream) {
+  watched([&] { inner_.all_to_all_v_device(d_send, send_bytes, d_recv, recv_bytes, stream); });
+}
+
 void PacedCommunicator::barrier() {
   watched([&] { inner_.barrier(); });
 }

@@ -7,8 +7,8 @@
 // k-th ticket. A rank that wakes for nothing waits for a ticket, not in Gloo (no timeout runs), and a
 // ticket also rings the rank, so every rank comes to each of rank 0's votes. News on rank r (a request
 // rank 0 sent it, its own stop) rings rank 0 through the channel, and rank 0's vote brings everyone.
-// Only all_gather is paced: the engine's vote is the one all_gather; the MoE layers' all_to_all_v calls
-// follow a vote every rank made, so they line up by themselves.
+// Only all_gather is paced: the engine's vote is the one all_gather; the MoE layers' all_to_all_v(_device)
+// calls follow a vote every rank made, so they line up by themselves.
 #pragma once
 
 #include <condition_variable>
@@ -33,6 +33,9 @@ class PacedCommunicator : public Communicator {
   std::vector<std::uint8_t> all_to_all_v(const void* send, const std::vector<std::size_t>& send_bytes,
                                          std::vector<std::size_t>& recv_bytes) override;
   void barrier() override;
+  bool device_memory() const override { return inner_.device_memory(); }
+  void all_to_all_v_device(const void* d_send, const std::vector<std::size_t>& send_bytes, void* d_recv,
+                           const std::vector<std::size_t>& recv_bytes, void* stream) override;
   bool can_ring() const override { return true; }
   void set_ring_handler(std::function<void()> handler) override;
   // From now on every collective throws CommunicatorError(why), and a waiting all_gather returns so.

@@ -50,6 +50,7 @@ void MoeLayers::experts_here(std::int64_t li, const std::vector<float>& x, const
 }
 
 void MoeLayers::forward_ep(std::int64_t li, const float* d_x, std::int64_t rows, float* d_out) {
+  if (ep_->device_memory()) return forward_ep_device(li, d_x, rows, d_out);
   const MoeConfig& m = config_.moe;
   const Layer& l = layers_[static_cast<std::size_t>(li)];
   const std::int64_t h = config_.hidden_size, k = m.top_k, pairs = rows * k;

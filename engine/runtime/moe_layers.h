@@ -6,7 +6,9 @@
 // E / size) and its own rows; in every sparse layer each rank routes its rows, sends each (row, expert)
 // pair to the expert's owner (all_to_all_v), runs its experts over what it received, sends the outputs
 // back, and combines them with cpu::moe_combine in top-k rank order: the single-rank path's arithmetic,
-// so the result does not depend on ep_size. Host staging (to_host/to_device) around the exchanges.
+// so the result does not depend on ep_size. Host staging (to_host/to_device) around the exchanges, but
+// with a communicator that takes device memory (Communicator::device_memory(): NCCL), where the hidden
+// states stay on the device (moe_expert_parallel_device.cpp) and only the routing ids come to the host.
 // Thread-safety: one thread at a time (the engine thread, through ModelRunner).
 #pragma once
 
@@ -49,6 +51,7 @@ class MoeLayers {
     std::vector<DeviceWeight> gate, up, down;
   };
   void forward_ep(std::int64_t layer, const float* d_x, std::int64_t rows, float* d_out);
+  void forward_ep_device(std::int64_t layer, const float* d_x, std::int64_t rows, float* d_out);
   void experts_here(std::int64_t layer, const std::vector<float>& x, const std::vector<std::int32_t>& ids,
                     std::vector<float>& y);
   void* staging(std::size_t which, std::size_t bytes);  // device buffer `which`, grown to `bytes`
@@ -57,8 +60,9 @@ class MoeLayers {
   const ModelConfig& config_;
   Communicator* ep_ = nullptr;
   std::int64_t first_expert_ = 0, local_experts_ = 0;
-  void* ep_buf_[4] = {};  // device staging for expert parallelism: x, ids, ones, y
-  std::size_t ep_cap_[4] = {};
+  // device staging for expert parallelism: x, ids, ones, y (+ the device path's plan, send rows, replies)
+  void* ep_buf_[7] = {};
+  std::size_t ep_cap_[7] = {};
   double exchange_seconds_ = 0.0;
   std::vector<Layer> layers_;  // one per model layer; sparse ones have experts
   float *logits_ = nullptr, *weights_ = nullptr, *shared_g_ = nullptr, *shared_u_ = nullptr, *shared_out_ = nullptr,

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/runtime/sampler_weights.h"
 #include "kernels/uniform_draw.h"
 
 namespace kvfleet {
@@ -27,9 +28,10 @@ double uniform_draw(std::uint64_t seed, std::uint64_t index) { return kernels::u
 
 namespace {
 
-// NaN compares as -inf, so that every ordering below is a strict weak ordering (std::sort's comparator
-// with NaN is undefined behaviour) and a NaN is never chosen over a number.
-float ordered(float l) { return std::isnan(l) ? -std::numeric_limits<float>::infinity() : l; }
+// NaN compares as -inf (sampler_weights.h), so that every ordering below is a strict weak ordering
+// (std::sort's comparator with NaN is undefined behaviour) and a NaN is never chosen over a number.
+using sampler_detail::ordered;
+using sampler_detail::weight;
 
 // Descending by logit, ties by id: the order every filter below cuts a prefix of.
 struct ByLogit {
@@ -42,11 +44,31 @@ struct ByLogit {
 
 [[noreturn]] void no_finite_logit() { throw std::invalid_argument("sample: the logits hold no finite maximum"); }
 
+// The largest and the smallest ordered logit (NaN as -inf), as an integer max and min over keys whose signed
+// order is the floats' order: the compiler vectorises those, not a float max (its NaN and -0 rules).
+struct Range {
+  float max, min;
+};
+Range row_range(std::span<const float> logits) {
+  constexpr std::int32_t kPosInf = 0x7f800000, kNegInf = static_cast<std::int32_t>(0x807fffff);  // keys of +-inf
+  std::int32_t hi = kNegInf, lo = kPosInf;
+  for (float l : logits) {
+    const auto u = std::bit_cast<std::int32_t>(l);
+    std::int32_t key = u ^ ((u >> 31) & 0x7fffffff);  // negative floats: magnitude bits flipped
+    key = key > kPosInf || key < kNegInf ? kNegInf : key;  // NaN of either sign
+    hi = key > hi ? key : hi;
+    lo = key < lo ? key : lo;
+  }
+  auto to_float = [](std::int32_t k) { return std::bit_cast<float>(k ^ ((k >> 31) & 0x7fffffff)); };
+  return {to_float(hi), to_float(lo)};
+}
+
+// The lowest id of the largest logit: a vectorised max, then the first id that has it (-0 == +0).
 TokenId greedy(std::span<const float> logits) {
+  const float max_l = row_range(logits).max;
+  if (!std::isfinite(max_l)) no_finite_logit();
   std::size_t best = 0;
-  for (std::size_t i = 1; i < logits.size(); ++i)
-    if (ordered(logits[i]) > ordered(logits[best])) best = i;
-  if (!std::isfinite(logits[best])) no_finite_logit();
+  while (logits[best] != max_l) ++best;
   return static_cast<TokenId>(best);
 }
 
@@ -67,13 +89,14 @@ TokenId sample_reference(std::span<const float> logits, const SamplingParams& p,
   } else {
     std::sort(ids.begin(), ids.end(), by_logit);
   }
-  // Softmax of logits / temperature over the kept candidates, in double.
-  const double max_l = logits[static_cast<std::size_t>(ids[0])];
+  // Softmax of logits / temperature over the kept candidates: float weights (sampler_weights.h), summed
+  // and normalised in double, left to right in sorted order.
+  const float max_l = ordered(logits[static_cast<std::size_t>(ids[0])]);
   if (!std::isfinite(max_l)) no_finite_logit();
   std::vector<double> probs(keep);
   double total = 0.0;
   for (std::size_t i = 0; i < keep; ++i)
-    total += probs[i] = std::exp((ordered(logits[static_cast<std::size_t>(ids[i])]) - max_l) / p.temperature);
+    total += probs[i] = weight(logits[static_cast<std::size_t>(ids[i])], max_l, p.temperature);
   for (auto& x : probs) x /= total;
   if (p.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p
     double cum = 0.0;
@@ -177,10 +200,8 @@ TokenId draw_from_head(std::span<const float> logits, float max_l, const Samplin
   const std::vector<TokenId>& ids = s.ids;
   std::vector<double>& probs = s.probs;
   probs.resize(keep);
-  const double max_d = max_l;
   double total = 0.0;
-  for (std::size_t i = 0; i < keep; ++i)
-    total += probs[i] = std::exp((ordered(logits[static_cast<std::size_t>(ids[i])]) - max_d) / p.temperature);
+  for (std::size_t i = 0; i < keep; ++i) total += probs[i] = weight(logits[static_cast<std::size_t>(ids[i])], max_l, p.temperature);
   for (std::size_t i = 0; i < keep; ++i) probs[i] /= total;
   if (p.top_p < 1.0f) {
     double cum = 0.0;
@@ -208,6 +229,63 @@ TokenId draw_from_head(std::span<const float> logits, float max_l, const Samplin
   return tail ? -1 : ids[keep - 1];
 }
 
+constexpr int kBuckets = 1024;  // over the row's x = (l - max) / T, at most [-88, 0]
+
+// Temperature alone (no top-k, top-p or min-p): the reference's draw (the first id, in sorted order, whose
+// cumulative probability passes u * mass) without sorting the vocabulary. The ids fall into buckets by x,
+// which keep the sorted order between buckets; the walk over the buckets' weight sums finds the one the
+// draw lands in, and only that bucket is sorted. Sums in another order than the reference's differ from
+// its sums by at most (n + 2) ulp of the total each (positive terms), so a draw farther than 4 (n + 4) ulp
+// from every boundary it is compared with picks the reference's token; a nearer one (a chance of order
+// n^2 2^-53) returns -1 and the caller leaves it to the reference.
+TokenId draw_bucketed(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index,
+                      SamplerScratch& s) {
+  const std::size_t n = logits.size();
+  const Range range = row_range(logits);
+  const float max_l = range.max;
+  if (!std::isfinite(max_l)) no_finite_logit();
+  s.weights.resize(n);
+  s.bucket.resize(n);
+  float* w = s.weights.data();
+  std::uint16_t* bucket = s.bucket.data();
+  // Buckets over the x the row has: monotone in x (so in the sorted order) whatever the rounding.
+  const float t = p.temperature;
+  const float width = std::min(88.0f, (max_l - range.min) / t);
+  const float span = width > 0.0f ? width : 1.0f, to_bucket = static_cast<float>(kBuckets) / span;
+  for (std::size_t i = 0; i < n; ++i) {  // vectorised: no call, no branch
+    const float x = (ordered(logits[i]) - max_l) / t;
+    w[i] = sampler_detail::exp_weight(x);
+    const int b = static_cast<int>(std::min(-x, span) * to_bucket);
+    bucket[i] = static_cast<std::uint16_t>(std::min(b, kBuckets - 1));
+  }
+  s.bucket_sum.assign(kBuckets, 0.0);
+  double* sum = s.bucket_sum.data();
+  for (std::size_t i = 0; i < n; ++i) sum[bucket[i]] += w[i];  // a zero weight adds nothing
+  double total = 0.0;
+  for (double sum : s.bucket_sum) total += sum;
+  const double target = uniform_draw(p.seed, draw_index) * total;
+  const double margin = total * (4.0 * static_cast<double>(n) + 16.0) * 0x1p-53;
+  double cum = 0.0;
+  int b = 0;
+  while (b < kBuckets && !(target < cum + s.bucket_sum[static_cast<std::size_t>(b)])) cum += s.bucket_sum[static_cast<std::size_t>(b++)];
+  if (b == kBuckets || target - cum < margin) return -1;
+  std::vector<TokenId>& ids = s.ids;
+  ids.clear();
+  for (std::size_t i = 0; i < n; ++i)  // a zero weight is never drawn (and sorts after every positive one)
+    if (bucket[i] == b && w[i] > 0.0f) ids.push_back(static_cast<TokenId>(i));
+  std::sort(ids.begin(), ids.end(), ByLogit{logits});
+  for (TokenId id : ids) {
+    const double before = cum;
+    cum += w[static_cast<std::size_t>(id)];
+    if (target < cum) return target - before >= margin && cum - target >= margin ? id : -1;
+  }
+  return -1;
+}
+
+bool temperature_only(const SamplingParams& p, std::size_t vocab) {
+  return !(p.top_k > 0 && static_cast<std::size_t>(p.top_k) < vocab) && p.top_p >= 1.0f && p.min_p <= 0.0f;
+}
+
 }  // namespace
 
 TokenId sample(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index) {
@@ -219,6 +297,10 @@ TokenId sample(std::span<const float> logits, const SamplingParams& p, std::uint
                SamplerScratch& scratch) {
   if (logits.empty()) throw std::invalid_argument("sample: empty logits");
   if (p.temperature == 0.0f) return greedy(logits);
+  if (temperature_only(p, logits.size())) {
+    if (const TokenId t = draw_bucketed(logits, p, draw_index, scratch); t >= 0) return t;
+    return sample_reference(logits, p, draw_index);
+  }
   const std::size_t head = sorted_head(logits, p, scratch);
   const float max_l = ordered(logits[static_cast<std::size_t>(scratch.ids[0])]);
   if (!std::isfinite(max_l)) no_finite_logit();
@@ -282,22 +364,34 @@ void PenaltyState::apply(std::span<float> logits, const Penalties& p) const {
   }
 }
 
-std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, TokenId chosen, int top, float* chosen_logprob) {
+double log_normalizer(std::span<const float> logits) {
   float max_l = -std::numeric_limits<float>::infinity();
   for (float l : logits) max_l = std::max(max_l, ordered(l));
   if (!std::isfinite(max_l)) no_finite_logit();
   double sum = 0.0;
   for (float l : logits) sum += std::exp(static_cast<double>(ordered(l)) - max_l);
-  const double log_z = max_l + std::log(sum);
-  if (chosen_logprob) *chosen_logprob = static_cast<float>(ordered(logits[static_cast<std::size_t>(chosen)]) - log_z);
-  std::vector<TokenLogprob> out;
-  if (top <= 0) return out;
-  std::vector<TokenId> ids(logits.size());
+  return max_l + std::log(sum);
+}
+
+void top_alternatives(std::span<const float> logits, int top, double log_z, SamplerScratch& scratch,
+                      std::vector<TokenLogprob>& out) {
+  out.clear();
+  if (top <= 0) return;
+  std::vector<TokenId>& ids = scratch.ids;
+  ids.resize(logits.size());
   std::iota(ids.begin(), ids.end(), 0);
   const auto k = std::min<std::size_t>(static_cast<std::size_t>(top), ids.size());
   std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), ByLogit{logits});
   for (std::size_t i = 0; i < k; ++i)
     out.push_back({ids[i], static_cast<float>(logits[static_cast<std::size_t>(ids[i])] - log_z)});
+}
+
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, TokenId chosen, int top, float* chosen_logprob) {
+  const double log_z = log_normalizer(logits);
+  if (chosen_logprob) *chosen_logprob = static_cast<float>(ordered(logits[static_cast<std::size_t>(chosen)]) - log_z);
+  std::vector<TokenLogprob> out;
+  SamplerScratch scratch;
+  top_alternatives(logits, top, log_z, scratch, out);
   return out;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 namespace kvfleet {
 
@@ -22,9 +23,11 @@ SeqId Scheduler::add(SequenceParams params) {
   if (kv_.blocks_for(n + 1) > kv_.pool().num_blocks()) {
     throw std::invalid_argument("Scheduler::add: prompt needs more KV blocks than the cache has");
   }
+  if (params.id != 0 && seqs_.count(params.id) != 0)
+    throw std::invalid_argument("Scheduler::add: sequence id " + std::to_string(params.id) + " is in use");
   auto seq = std::make_unique<Sequence>();
-  seq->id = next_id_++;
-  seq->arrival = seq->id;
+  seq->id = params.id != 0 ? params.id : next_id_++;
+  seq->arrival = ++arrivals_;
   seq->priority = params.priority;
   seq->sampling_id = params.sampling_id;
   seq->hash_root = params.hash_root;

@@ -44,4 +44,9 @@ void moe_combine(const float* ys, const std::int32_t* position, const float* wei
 void sigmoid_scale_add(float* acc, const float* x, const float* gate, std::int64_t rows, std::int64_t dim,
                        cudaStream_t stream);
 
+// out[i][:] = x[rows[i]][:] for i < n (expert parallelism: the rows a rank sends, in dispatch order).
+// (moe_gather.cu)
+void gather_rows(const float* x, const std::int32_t* rows, std::int64_t n, std::int64_t dim, float* out,
+                 cudaStream_t stream);
+
 }  // namespace kvfleet::cuda

@@ -79,6 +79,10 @@ inline std::vector<GenerationRequest> equivalence_requests(std::int32_t vocab) {
       r.sampling.top_k = 50;
       r.sampling.top_p = 0.9f;
       r.sampling.seed = static_cast<std::uint64_t>(i);
+      if (i % 4 == 3) {  // temperature alone: the sampler's bucketed path
+        r.sampling.top_k = 0;
+        r.sampling.top_p = 1.0f;
+      }
     } else {
       r.sampling.temperature = 0.0f;
     }

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 
 #include "engine_harness.h"
@@ -121,6 +123,48 @@ TEST_CASE("ids past the tokenizer (padded embedding rows) are never sampled, gre
     REQUIRE(c.tokens.size() == 24);
     for (TokenId t : c.tokens) CHECK(t < 4096);
   }
+}
+
+TEST_CASE("logprobs are the raw logits' even when logit_bias and penalties change what is sampled") {
+  test::TempDir dir;
+  const Model model = small_model(dir);
+  Engine engine(model, cpu_config());
+  std::mutex mu;
+  std::map<int, std::vector<RequestOutput::Logprobs>> lps;
+  std::map<int, std::vector<TokenId>> toks;
+  auto collect = [&](int i) {
+    return [&, i](const RequestOutput& o) {
+      std::lock_guard lock(mu);
+      lps[i].insert(lps[i].end(), o.logprobs.begin(), o.logprobs.end());
+      toks[i].insert(toks[i].end(), o.new_tokens.begin(), o.new_tokens.end());
+    };
+  };
+  GenerationRequest plain = request({5, 6, 7, 8}, 1);
+  plain.sampling.temperature = 0.0f;
+  plain.logprobs = 300;  // every id: the raw distribution of the first token
+  GenerationRequest biased = plain;
+  biased.logprobs = 3;
+  biased.logit_bias = {{7, 100.0f}};
+  biased.penalties.repetition = 1.5f;  // 7 is in the prompt: penalised too, before the draw
+  engine.submit(plain, collect(0));
+  engine.submit(biased, collect(1));
+  engine.wait_idle();
+  REQUIRE(toks[1] == std::vector<TokenId>{7});
+  REQUIRE(lps[0].size() == 1);
+  REQUIRE(lps[1].size() == 1);
+  const auto& all = lps[0][0].top;
+  REQUIRE(all.size() == 300);
+  float raw7 = 0.0f;
+  for (const auto& t : all)
+    if (t.id == 7) raw7 = t.logprob;
+  CHECK(lps[1][0].logprob == doctest::Approx(raw7).epsilon(1e-6));
+  CHECK(raw7 < -0.5f);  // not the ~0 of the biased distribution
+  REQUIRE(lps[1][0].top.size() == 3);
+  for (std::size_t k = 0; k < 3; ++k) {
+    CHECK(lps[1][0].top[k].id == all[k].id);
+    CHECK(lps[1][0].top[k].logprob == all[k].logprob);
+  }
+  CHECK(lps[0][0].logprob == all[0].logprob);  // greedy, unbiased: the chosen token is the top one
 }
 
 TEST_CASE("cache_salt: requests of different salts never share cached blocks; the same salt does") {

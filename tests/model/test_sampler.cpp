@@ -7,6 +7,7 @@
 #include <vector>
 #include <stdexcept>
 
+#include "engine/runtime/sampler_weights.h"
 #include "kvfleet/sampler.h"
 
 using namespace kvfleet;
@@ -168,6 +169,48 @@ TEST_CASE("sample() picks exactly the reference's token (a full sort) for every 
     }
   }
   CHECK(checked > 1000);
+}
+
+TEST_CASE("the sampler's float exp stays within 3e-7 of exp() and is exactly 1 at 0, 0 below -87") {
+  using sampler_detail::exp_weight;
+  CHECK(exp_weight(0.0f) == 1.0f);
+  CHECK(exp_weight(-0.0f) == 1.0f);
+  CHECK(exp_weight(-87.5f) == 0.0f);
+  CHECK(exp_weight(-std::numeric_limits<float>::infinity()) == 0.0f);
+  double worst = 0.0;
+  for (int i = 0; i <= 870000; ++i) {
+    const float x = -static_cast<float>(i) * 1e-4f;
+    const double want = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::abs(static_cast<double>(exp_weight(x)) - want) / want);
+  }
+  MESSAGE("largest relative error of exp_weight on [-87, 0]: " << worst);
+  CHECK(worst < 3e-7);
+}
+
+TEST_CASE("temperature alone: the bucketed draw picks the reference's token on large flat and peaked rows") {
+  // Many ids per bucket (flat rows over a large vocabulary) and rows with a few dominant ids.
+  std::mt19937 rng(11);
+  SamplerScratch scratch;
+  int checked = 0;
+  for (const float spread : {0.05f, 2.0f, 8.0f}) {
+    std::normal_distribution<float> normal(0.0f, spread);
+    std::vector<float> logits(32000);
+    for (auto& l : logits) l = normal(rng);
+    logits[100] = logits[31000];  // a tie across the row
+    for (const float t : {0.7f, 1.0f, 1.5f}) {
+      SamplingParams p;
+      p.temperature = t;
+      for (std::uint64_t i = 0; i < 12; ++i) {
+        p.seed = 31 * i + 7;
+        CAPTURE(spread);
+        CAPTURE(t);
+        CAPTURE(i);
+        REQUIRE(sample(logits, p, i, scratch) == sample_reference(logits, p, i));
+        ++checked;
+      }
+    }
+  }
+  CHECK(checked == 108);
 }
 
 TEST_CASE("PenaltyState gives apply_penalties' logits, token after token") {

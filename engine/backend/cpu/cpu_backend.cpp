@@ -104,6 +104,13 @@ class CpuBackend final : public Backend {
   void sigmoid_scale_add(float* acc, const float* x, const float* gate, std::int64_t rows, std::int64_t dim) override {
     cpu::sigmoid_scale_add(acc, x, gate, rows, dim);
   }
+  void gather_rows(const float* x, const std::int32_t* rows, std::int64_t n, std::int64_t dim, float* out) override {
+    for (std::int64_t i = 0; i < n; ++i) std::memcpy(out + i * dim, x + rows[i] * dim, static_cast<std::size_t>(dim) * sizeof(float));
+  }
+  void moe_combine(const float* ys, const std::int32_t* position, const float* weights, std::int64_t rows,
+                   std::int64_t top_k, std::int64_t hidden, float* out) override {
+    cpu::moe_combine(ys, position, weights, rows, top_k, hidden, out);
+  }
 
  private:
   cpu::KvLayer layer_view(std::int64_t layer) {

@@ -67,6 +67,7 @@ class CudaBackend final : public Backend {
   }
   ~CudaBackend() override {
     // Destructors must not throw: report failures instead.
+    report(cudaSetDevice(options_.device), "cudaSetDevice");
     report(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     for (void* p : weights_) report(cudaFree(p), "cudaFree(weight)");
     for (void* p : {cache_, half_x_.ptr, attn_ws_.ptr, moe_ws_.ptr, moe_ptrs_.ptr})
@@ -79,20 +80,27 @@ class CudaBackend final : public Backend {
   std::string_view name() const override { return "cuda"; }
 
   void* allocate(std::size_t bytes) override {
+    bind();
     void* p = nullptr;
     KVF_CUDA(cudaMalloc(&p, std::max<std::size_t>(bytes, 1)));
     return p;
   }
-  void deallocate(void* p) override { report(cudaFree(p), "cudaFree"); }
+  void deallocate(void* p) override {
+    bind();
+    report(cudaFree(p), "cudaFree");
+  }
   // The host buffer may be reused once this returns: pageable copies are staged before returning.
   void to_device(void* dst, const void* src, std::size_t n) override {
+    bind();
     if (n) KVF_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_));
   }
   void to_host(void* dst, const void* src, std::size_t n) override {
+    bind();
     if (n) KVF_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream_));
     synchronize();
   }
   DeviceWeight upload_weight(const TensorView& t) override {
+    bind();
     void* p = allocate(t.bytes());
     weights_.push_back(p);
     KVF_CUDA(cudaMemcpy(p, t.data, t.bytes(), cudaMemcpyHostToDevice));
@@ -104,6 +112,7 @@ class CudaBackend final : public Backend {
   DType kv_dtype() const override { return half_weights_ ? DType::bf16 : DType::f32; }
 
   void allocate_kv_cache(const KvCacheShape& s) override {
+    bind();
     if (cache_) KVF_CUDA(cudaFree(cache_));
     cache_ = nullptr;
     shape_ = s;
@@ -113,12 +122,14 @@ class CudaBackend final : public Backend {
   }
   const KvCacheShape& kv_cache_shape() const override { return shape_; }
   std::int64_t kv_blocks_that_fit(const KvCacheShape& s) const override {
+    bind();
     std::size_t free = 0, total = 0;
     KVF_CUDA(cudaMemGetInfo(&free, &total));
     return static_cast<std::int64_t>(static_cast<double>(free) * options_.kv_memory_fraction /
                                      static_cast<double>(cache_bytes_per_block(s)));
   }
   void read_kv_block(std::int64_t layer, std::int64_t block, float* host) override {
+    bind();
     const cuda::KvLayer l = layer_view(layer);
     const auto n = static_cast<std::size_t>(shape_.block_elems());
     const std::size_t elem = dtype_size(l.dtype);
@@ -129,12 +140,14 @@ class CudaBackend final : public Backend {
   }
   // Raw bytes as stored (bf16 or f32), synchronous: the host buffer is valid when the call returns.
   void read_kv_bytes(std::int64_t layer, std::int64_t block, void* host) override {
+    bind();
     const std::size_t bytes = kv_block_bytes();
     const cuda::KvLayer l = layer_view(layer);
     to_host(host, static_cast<const char*>(l.base) + static_cast<std::size_t>(block) * bytes, bytes);
     synchronize();
   }
   void write_kv_bytes(std::int64_t layer, std::int64_t block, const void* host) override {
+    bind();
     const std::size_t bytes = kv_block_bytes();
     const cuda::KvLayer l = layer_view(layer);
     to_device(static_cast<char*>(l.base) + static_cast<std::size_t>(block) * bytes, host, bytes);
@@ -143,6 +156,7 @@ class CudaBackend final : public Backend {
   // KV transfer's staging path: every (block, layer) copy is queued on the stream into one pinned buffer,
   // then a single synchronize; the engine/pd pipeline overlaps this with sending the previous batch.
   void read_kv_blocks(std::span<const std::int32_t> blocks, void* host, std::size_t stride = 0) override {
+    bind();
     const std::size_t bytes = kv_block_bytes(), layers = static_cast<std::size_t>(shape_.num_layers);
     const std::size_t block_bytes = layers * bytes;
     char* pinned = staging(blocks.size() * block_bytes);
@@ -159,6 +173,7 @@ class CudaBackend final : public Backend {
     }
   }
   void write_kv_blocks(std::span<const std::int32_t> blocks, const void* host, std::size_t stride = 0) override {
+    bind();
     const std::size_t bytes = kv_block_bytes(), layers = static_cast<std::size_t>(shape_.num_layers);
     const std::size_t block_bytes = layers * bytes;
     if (stride == 0) stride = block_bytes;
@@ -173,29 +188,38 @@ class CudaBackend final : public Backend {
   }
 
   void embedding(DeviceWeight table, std::int64_t dim, const std::int32_t* ids, std::int64_t n, float* out) override {
+    bind();
     cuda::embedding(ref(table), dim, ids, n, out, stream_);
   }
   void rms_norm(const float* x, std::int64_t rows, std::int64_t dim, DeviceWeight w, float eps, float* out) override {
+    bind();
     cuda::rms_norm(x, rows, dim, ref(w), eps, out, stream_);
   }
   void add_rms_norm(float* residual, const float* delta, std::int64_t rows, std::int64_t dim, DeviceWeight w, float eps,
                     float* out) override {
+    bind();
     cuda::add_rms_norm(residual, delta, rows, dim, ref(w), eps, out, stream_);
   }
   void linear(const float* x, std::int64_t rows, std::int64_t in, DeviceWeight w, std::int64_t out, DeviceWeight bias,
               float* y) override {
+    bind();
     if (options_.batch_invariant) return cuda::linear(x, rows, in, ref(w), out, ref(bias), y, stream_);
     cublas_linear(x, rows, in, w, out, y);
     cuda::add_bias(y, rows, out, ref(bias), stream_);
   }
-  void silu_mul(float* gate, const float* up, std::int64_t n) override { cuda::silu_mul(gate, up, n, stream_); }
+  void silu_mul(float* gate, const float* up, std::int64_t n) override {
+    bind();
+    cuda::silu_mul(gate, up, n, stream_);
+  }
   void rope_store_kv(std::int64_t layer, const float* inv_freq, float* q, const float* k, const float* v,
                      std::int64_t num_heads, const AttentionMeta& meta) override {
+    bind();
     cuda::rope_store_kv(inv_freq, q, k, v, meta.rows, num_heads, meta.d_positions, meta.d_slots, layer_view(layer),
                         stream_);
   }
   void paged_attention(std::int64_t layer, const float* q, std::int64_t num_heads, const AttentionMeta& meta,
                        float scale, float* out) override {
+    bind();
     if (meta.rows == 0) return;
     cuda::AttentionArgs a;
     a.q = q;
@@ -219,16 +243,35 @@ class CudaBackend final : public Backend {
   }
   void moe_route(const float* logits, std::int64_t rows, std::int64_t num_experts, std::int64_t top_k, bool renormalize,
                  std::int32_t* ids, float* weights) override {
+    bind();
     cuda::moe_route(logits, rows, num_experts, top_k, renormalize, ids, weights, stream_);
   }
   void moe_experts(const float* x, std::int64_t rows, std::int64_t hidden, const std::int32_t* ids, const float* weights,
                    std::int64_t top_k, const MoeExpertWeights& e, float* out, std::int32_t* counts) override;
   void sigmoid_scale_add(float* acc, const float* x, const float* gate, std::int64_t rows, std::int64_t dim) override {
+    bind();
     cuda::sigmoid_scale_add(acc, x, gate, rows, dim, stream_);
   }
-  void synchronize() override { KVF_CUDA(cudaStreamSynchronize(stream_)); }
+  void gather_rows(const float* x, const std::int32_t* rows, std::int64_t n, std::int64_t dim, float* out) override {
+    bind();
+    cuda::gather_rows(x, rows, n, dim, out, stream_);
+  }
+  void moe_combine(const float* ys, const std::int32_t* position, const float* weights, std::int64_t rows,
+                   std::int64_t top_k, std::int64_t hidden, float* out) override {
+    bind();
+    cuda::moe_combine(ys, position, weights, rows, top_k, hidden, out, stream_);
+  }
+  void* stream_handle() override { return stream_; }
+  void synchronize() override {
+    bind();
+    KVF_CUDA(cudaStreamSynchronize(stream_));
+  }
 
  private:
+  // The device is per thread in CUDA: the engine builds its backend on one thread and runs it on its own,
+  // and a process may hold backends of several devices (expert-parallel ranks as threads). Every entry
+  // point makes this backend's device current first (cheap when it already is).
+  void bind() const { KVF_CUDA(cudaSetDevice(options_.device)); }
   char* block_ptr(std::size_t layer, std::int32_t block) const {
     return static_cast<char*>(layer_view(static_cast<std::int64_t>(layer)).base) + static_cast<std::size_t>(block) * kv_block_bytes();
   }
@@ -299,6 +342,7 @@ class CudaBackend final : public Backend {
 void CudaBackend::moe_experts(const float* x, std::int64_t rows, std::int64_t hidden, const std::int32_t* ids,
                               const float* weights, std::int64_t top_k, const MoeExpertWeights& e, float* out,
                               std::int32_t* counts) {
+  bind();
   if (rows == 0) return;
   const std::int64_t pairs = rows * top_k, inter = e.intermediate, n = e.num_experts;
   auto align = [](std::size_t b) { return (b + 255) / 256 * 256; };

@@ -135,6 +135,17 @@ class Backend {
   // d_acc[r][:] += sigmoid(d_gate[r]) * d_x[r][:] (Qwen2-MoE's gated shared expert).
   virtual void sigmoid_scale_add(float* d_acc, const float* d_x, const float* d_gate, std::int64_t rows,
                                  std::int64_t dim);
+  // Expert parallelism on device memory (MoeLayers with a device communicator such as NCCL; defaults
+  // throw like the MoE ops). d_out[i][:] = d_x[d_rows[i]][:] for i < n.
+  virtual void gather_rows(const float* d_x, const std::int32_t* d_rows, std::int64_t n, std::int64_t dim,
+                           float* d_out);
+  // The combine step alone: d_out[r][:] = sum over j < top_k, in rank order, of d_weights[r][j] *
+  // d_ys[d_position[r * top_k + j]][:] (what moe_experts ends with, so results match it bit for bit).
+  virtual void moe_combine(const float* d_ys, const std::int32_t* d_position, const float* d_weights,
+                           std::int64_t rows, std::int64_t top_k, std::int64_t hidden, float* d_out);
+  // The stream every op of this backend runs on (a cudaStream_t), for a communicator that queues its
+  // exchange behind them; null where there is none (the CPU backend).
+  virtual void* stream_handle() { return nullptr; }
 
   virtual void synchronize() {}
   // How many KV blocks of `shape` (num_blocks ignored) fit in the memory this backend may give the cache:

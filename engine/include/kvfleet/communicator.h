@@ -1,6 +1,6 @@
 // Collectives between the ranks of an expert-parallel group (DESIGN.md Contract 6). Every rank calls the
 // same collectives in the same order; a call returns once every rank has made it (each call is also a
-// barrier). Buffers are host memory.
+// barrier). Buffers are host memory, but for all_to_all_v_device (device memory, for NCCL).
 // Thread-safety: one Communicator per rank, used by that rank's thread only.
 // Failure: a collective that cannot complete (a peer rank exited, or did not arrive within the timeout)
 // throws CommunicatorError; the group is broken from then on (every later call throws at once).
@@ -32,6 +32,18 @@ class Communicator {
   // recv (size() * bytes) = every rank's `bytes` bytes of send, in rank order.
   virtual void all_gather(const void* send, std::size_t bytes, void* recv) = 0;
   virtual void barrier() = 0;
+
+  // Device memory (NCCL ranks and the CUDA expert-parallel path). device_memory(): whether this
+  // communicator wants device buffers; MoeLayers then exchanges on the device instead of staging through
+  // the host. all_to_all_v_device: like all_to_all_v, but d_send and d_recv are device memory of this
+  // rank's backend and the receiver already knows recv_bytes (from an exchange of counts before); the
+  // pieces land in d_recv back to back in source-rank order. `stream` is the backend's stream
+  // (Backend::stream_handle(): a cudaStream_t; null for the CPU backend); the call returns once the data is
+  // in d_recv. Not a barrier: pieces of 0 bytes are not sent. The default is for host-addressable
+  // "device" memory (the CPU backend): all_to_all_v, then a copy, checking that recv_bytes matched.
+  virtual bool device_memory() const { return false; }
+  virtual void all_to_all_v_device(const void* d_send, const std::vector<std::size_t>& send_bytes, void* d_recv,
+                                   const std::vector<std::size_t>& recv_bytes, void* stream);
 
   // Waking an idle group. Engines whose group has no work sleep instead of voting every millisecond when
   // their communicator can ring: ring() (any thread) calls every other rank's handler, which wakes that
@@ -70,5 +82,44 @@ bool gloo_available();
 // Blocks until all `size` ranks joined (or throws CommunicatorError after the timeout). Throws
 // std::runtime_error in a build without Gloo.
 std::unique_ptr<Communicator> make_gloo_communicator(const GlooOptions& options);
+
+// One GPU rank per process over NCCL (engine/comm/nccl_communicator.cpp). Rendezvous as Gloo's: rank 0
+// serves the TCP store on `master`, makes the ncclUniqueId and publishes it; every rank reads it and calls
+// ncclCommInitRank (non-blocking, under the timeout). Collectives run on the communicator's stream of
+// `device` (all_to_all_v_device on the caller's); host buffers are staged through device memory. Errors
+// (ncclCommGetAsyncError, or no completion within the timeout: the communicator is aborted) throw
+// CommunicatorError naming the rank and the collective, and the communicator refuses every later call.
+struct NcclOptions {
+  int rank = 0;
+  int size = 1;
+  std::string master;  // HOST:PORT as GlooOptions::master
+  int device = -1;     // CUDA device ordinal; -1: rank % visible devices (one GPU per local rank)
+  std::chrono::milliseconds timeout{30000};
+};
+// True when this build links NCCL (KVFLEET_CUDA and nccl.h + libnccl found at configure time).
+bool nccl_available();
+// The device NcclOptions{device = -1} gives `rank` (rank % visible devices); -1 when no device is visible.
+int nccl_default_device(int rank);
+// Blocks until all ranks joined. Throws CommunicatorError when the build has no NCCL, there is no usable
+// CUDA device, or the rendezvous / ncclCommInitRank fails or times out; std::invalid_argument for a rank
+// outside the size.
+std::unique_ptr<Communicator> make_nccl_communicator(const NcclOptions& options);
+
+// One process rank, whichever communicator `kind` names (the --ep-comm flag): "gloo", "nccl", or "auto"
+// (nccl when the rank's backend is CUDA, i.e. backend_kind "cuda", or "auto" with a CUDA device visible,
+// and the build has NCCL; gloo otherwise: a CUDA rank over Gloo stages through the host). What kvfleet logits|generate --ep-rank call; for the replica too.
+struct EpCommOptions {
+  std::string kind = "auto";
+  int rank = 0;
+  int size = 1;
+  std::string master;
+  std::string bind_host;             // Gloo only
+  std::string backend_kind = "cpu";  // BackendOptions::kind of this rank
+  int device = -1;                   // NCCL only: as NcclOptions::device
+  std::chrono::milliseconds timeout{30000};
+};
+// "gloo" or "nccl" for options (throws std::invalid_argument for an unknown kind).
+std::string resolve_ep_comm(const EpCommOptions& options);
+std::unique_ptr<Communicator> make_ep_communicator(const EpCommOptions& options);
 
 }  // namespace kvfleet

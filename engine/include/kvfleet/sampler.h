@@ -25,9 +25,11 @@ struct SamplingParams {
 
 // Greedy when temperature == 0 (ties go to the lowest id); otherwise temperature, then top-k, top-p and
 // min-p filtering on the sorted distribution, then an inverse-CDF draw with a counter-based random number.
-// Picks the same token as sorting the whole vocabulary would (the reference below), without sorting it:
+// The weights exp((l - max) / T) are floats from a vectorised polynomial (engine/runtime/sampler_weights.h,
+// relative error < 2e-7), summed in double. Picks the same token as sorting the whole vocabulary would (the
+// reference below), without sorting it: temperature alone sorts one bucket of ids by weight; with filters
 // only the head of the distribution whose weights can change the double sums is sorted (partially for
-// top-k; radix for the rest), and a draw that would reach past it falls back to the reference.
+// top-k; radix for the rest); a draw too close to call falls back to the reference.
 TokenId sample(std::span<const float> logits, const SamplingParams& params, std::uint64_t draw_index);
 
 // Buffers sample() reuses from call to call (one per engine thread): no vocabulary-sized allocation per token.
@@ -35,6 +37,10 @@ struct SamplerScratch {
   std::vector<TokenId> ids, swap;
   std::vector<std::uint32_t> keys;
   std::vector<double> probs;
+  // Temperature alone: every id's weight and bucket, each bucket's weight sum.
+  std::vector<float> weights;
+  std::vector<std::uint16_t> bucket;
+  std::vector<double> bucket_sum;
 };
 TokenId sample(std::span<const float> logits, const SamplingParams& params, std::uint64_t draw_index,
                SamplerScratch& scratch);
@@ -61,6 +67,8 @@ class PenaltyState {
   // `output` is the request's whole output so far; only its new tail is read.
   void observe(std::span<const TokenId> prompt, std::span<const TokenId> output);
   void apply(std::span<float> logits, const Penalties& p) const;
+  // Every id apply() may change (those of prompt and output, each once).
+  std::span<const TokenId> ids() const { return distinct_; }
 
  private:
   bool has_prompt_ = false;
@@ -77,6 +85,12 @@ struct TokenLogprob {
 // log_softmax(logits)[chosen] and the `top` most likely tokens (descending, ties by id), computed from the
 // model's logits before any sampling transform, as vLLM reports them.
 std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, TokenId chosen, int top, float* chosen_logprob);
+// The same in two halves, for a caller that changes the logits (bias, penalties) before it knows the chosen
+// token, without keeping a copy of them: log Z of the raw logits, and their `top` alternatives into `out`
+// (scratch reused: no vocabulary-sized allocation). The chosen token's logprob is then raw[chosen] - log Z.
+double log_normalizer(std::span<const float> logits);
+void top_alternatives(std::span<const float> logits, int top, double log_z, SamplerScratch& scratch,
+                      std::vector<TokenLogprob>& out);
 
 // The uniform number in [0, 1) for (seed, index): splitmix64 over the pair.
 double uniform_draw(std::uint64_t seed, std::uint64_t index);

@@ -86,7 +86,7 @@ class Scheduler {
  public:
   Scheduler(const SchedulerConfig& config, const KvCacheConfig& kv_config);
 
-  // Queues a request; returns its id (ids count up from 1 in arrival order). Throws
+  // Queues a request; returns its id (SequenceParams::id, or else ids count up from 1 in arrival order). Throws
   // std::invalid_argument for an empty prompt or one that could never be scheduled. The engine
   // caps max_tokens so that prompt + outputs fit the whole cache (num_blocks * block_size tokens):
   // a sequence that outgrows it is preempted and can never be admitted again.
@@ -132,6 +132,7 @@ class Scheduler {
   // Sequences finished since the last schedule(): kept alive so an output in flight stays valid.
   std::vector<std::unique_ptr<Sequence>> retired_;
   SeqId next_id_ = 1;
+  std::uint64_t arrivals_ = 0;  // Scheduler::add calls so far: a sequence's arrival
   std::uint64_t step_ = 0;
   std::uint64_t applied_step_ = 0;  // the last step update() applied: each output applies once
   std::uint64_t num_preemptions_ = 0;

@@ -27,6 +27,7 @@ const char* to_string(FinishReason reason);
 
 // What Scheduler::add needs to know about a new request.
 struct SequenceParams {
+  SeqId id = 0;  // 0: the scheduler numbers it; else the caller's id (the engine's request id), unique
   std::vector<TokenId> prompt;
   std::int32_t priority = 0;      // lower runs first when the scheduler uses priorities
   std::uint64_t sampling_id = 0;  // opaque to the scheduler: the engine's handle on sampling params
