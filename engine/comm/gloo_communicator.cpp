@@ -46,15 +46,16 @@ class GlooCommunicator final : public Communicator {
       throw std::invalid_argument("--ep-rank " + std::to_string(o.rank) + " is outside --ep-size " + std::to_string(o.size));
     const auto [host, port] = comm::parse_host_port(o.master);
     if (o.rank == 0) server_ = std::make_unique<comm::TcpStoreServer>(host, port);
-    comm::TcpStoreClient client(host, port, o.timeout);
+    comm::TcpStoreClient client(host, port, o.join());
     StoreAdapter store(client);
     gloo::transport::tcp::attr attr;
     attr.hostname = !o.bind_host.empty() ? o.bind_host : loopback(host) ? "127.0.0.1" : "";
     guard("rendezvous", [&] {
       auto device = gloo::transport::tcp::CreateDevice(attr);
       auto ctx = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
-      ctx->setTimeout(o.timeout);
+      ctx->setTimeout(o.join());
       ctx->connectFullMesh(store, device);
+      ctx->setTimeout(o.timeout);  // the collectives' from here on
       ctx_ = std::move(ctx);
     });
     barrier();  // every rank is connected: nobody needs the store any more, but rank 0 keeps it up anyway

@@ -1,5 +1,5 @@
-// EpGroup (kvfleet/ep_group.h): N in-process expert-parallel engines, the dispatcher over their caches and
-// the merged KV event ring. The state is fed by a listener on each rank's ring, which runs on that rank's
+// EpGroup (kvfleet/ep_group.h): N expert-parallel ranks (in-process engines, or this process's engine
+// and remote ranks behind their channels), the dispatcher over their caches and the merged KV event ring. The state is fed by a listener on each rank's ring, which runs on that rank's
 // engine thread right after each publish, so it sees every event (no replay gap) and the union is always
 // up to date with what the ranks published.
 #include "kvfleet/ep_group.h"
@@ -9,15 +9,82 @@
 #include <mutex>
 #include <string>
 #include <stdexcept>
+#include <thread>
 #include <unordered_map>
 
+#include "engine/comm/tcp_store.h"
+#include "engine/runtime/ep_paced_comm.h"
+#include "engine/runtime/ep_remote_rank.h"
 #include "kvfleet/communicator.h"
 
 namespace kvfleet {
 
+namespace {
+
+class LocalRank final : public EpRank {
+ public:
+  explicit LocalRank(Engine& e) : e_(e) {}
+  RequestId submit(GenerationRequest request, OutputCallback on_output) override {
+    return e_.submit(std::move(request), std::move(on_output));
+  }
+  void abort(RequestId id) override { e_.abort(id); }
+  void abort_all(const std::string& error) override { e_.abort_all(error); }
+  EngineStats stats() const override { return e_.stats(); }
+  std::shared_ptr<KvEventRing> kv_events() const override { return e_.kv_events(); }
+
+ private:
+  Engine& e_;
+};
+
+// One request in flight: its callback, called at most once with a final output, whether that comes from
+// its rank or from the group failing.
+struct Inflight {
+  std::mutex mu;
+  bool done = false;
+  OutputCallback cb;
+  std::function<void()> release;
+  void deliver(const RequestOutput& o) {
+    {
+      std::lock_guard lock(mu);
+      if (done) return;
+      done = o.finished;
+      if (cb) cb(o);
+    }
+    if (o.finished) release();
+  }
+};
+
+}  // namespace
+
 struct EpGroup::State {
   explicit State(int n) : rank_blocks(n), inflight(n), load(n, 0), last_seen(n, 0) {}
   std::mutex mu;
+  std::string failed;  // why the group broke; empty while whole
+  std::uint64_t next_request = 1;
+  std::unordered_map<std::uint64_t, std::shared_ptr<Inflight>> requests;
+
+  std::string failure() {
+    std::lock_guard lock(mu);
+    return failed;
+  }
+  // A rank is gone: every request in flight ends now with `why` (none can step again).
+  void fail(const std::string& why) {
+    std::vector<std::shared_ptr<Inflight>> all;
+    bool first = false;
+    {
+      std::lock_guard lock(mu);
+      first = failed.empty();
+      if (first) failed = why;
+      for (auto& [k, r] : requests) all.push_back(r);
+    }
+    if (first) std::fprintf(stderr, "kvfleet: the expert-parallel group broke: %s\n", why.c_str());
+    RequestOutput o;
+    o.finished = true;
+    o.finish_reason = FinishReason::aborted;
+    o.error = why;
+    for (auto& r : all) r->deliver(o);
+  }
+
   std::string served_name;
   std::int32_t block_size = 16;
   std::shared_ptr<KvEventRing> merged;
@@ -131,29 +198,90 @@ EpGroup::EpGroup(const Model& model, const EngineConfig& config, int ep_size) : 
   for (int r = 0; r < ep_size; ++r) {
     ec.ep = ep_size > 1 ? comms_[static_cast<std::size_t>(r)].get() : nullptr;
     engines_.push_back(std::make_unique<Engine>(model, ec));
-    state_->rings.push_back(engines_.back()->kv_events());
+    ranks_.push_back(std::make_unique<LocalRank>(*engines_.back()));
   }
+  start_merging();
+}
+
+EpGroup::EpGroup(const Model& model, const EngineConfig& config, const GlooOptions& gloo)
+    : state_(std::make_shared<State>(gloo.size)) {
+  if (gloo.rank != 0) throw std::invalid_argument("the front of an expert-parallel group is rank 0");
+  if (gloo.size > 1 && !model.config().moe.enabled()) throw std::invalid_argument("--ep-size needs a mixture-of-experts model");
+  comms_.push_back(make_gloo_communicator(gloo));
+  auto front = std::make_unique<ep::FrontCommunicator>(*comms_[0], [s = std::weak_ptr<State>(state_)](const std::string& why) {
+    auto st = s.lock();
+    if (!st) return;
+    // A dead peer resets Gloo's connections and its channel together; the channel's verdict names it.
+    for (int i = 0; i < 100 && st->failure().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const std::string named = st->failure();
+    st->fail(named.empty() ? why : named);
+  });
+  ep::FrontCommunicator* paced = front.get();
+  comms_.push_back(std::move(front));
+  EngineConfig ec = config;
+  ec.ep = comms_[1].get();
+  state_->served_name = ec.served_model_name.empty() ? model.name() : ec.served_model_name;
+  state_->block_size = ec.block_size;
+  engines_.push_back(std::make_unique<Engine>(model, ec));
+  ranks_.push_back(std::make_unique<LocalRank>(*engines_.back()));
+  const auto [host, port] = comm::parse_host_port(gloo.master);
+  comm::TcpStoreClient store(host, port, gloo.join());
+  const auto& own = engines_[0]->kv_events();
+  std::vector<ep::RemoteRank*> remotes;
+  try {
+    for (int r = 1; r < gloo.size; ++r) {
+      std::vector<char> where;
+      try {
+        where = store.get(ep::channel_key(r));
+      } catch (const std::exception& e) {
+        throw std::runtime_error("expert-parallel rank " + std::to_string(r) + " did not publish its request channel: " + e.what());
+      }
+      const auto [rhost, rport] = comm::parse_host_port(std::string(where.begin(), where.end()));
+      const int fd = ep::connect_tcp(rhost, rport, gloo.join());
+      auto ring = std::make_shared<KvEventRing>(KvCacheConfig{}.event_ring_capacity, own->block_size(), own->root());
+      auto remote = std::make_unique<ep::RemoteRank>(r, gloo.size, fd, std::move(ring), gloo.timeout);
+      remotes.push_back(remote.get());
+      ranks_.push_back(std::move(remote));
+    }
+  } catch (const std::exception& e) {
+    paced->shutdown(e.what());  // this rank's engine stops waiting for the others' votes
+    throw;
+  }
+  paced->attach(remotes);
+  start_merging();
+  for (auto& rank : ranks_) rank->on_failure([s = std::weak_ptr<State>(state_)](const std::string& why) {
+    if (auto st = s.lock()) st->fail(why);
+  });
+}
+
+void EpGroup::start_merging() {
+  for (auto& rank : ranks_) state_->rings.push_back(rank->kv_events());
   const auto& first = state_->rings[0];
   state_->per_rank = std::make_shared<KvEventRing>(KvCacheConfig{}.event_ring_capacity, first->block_size(), first->root());
   state_->merged = std::make_shared<KvEventRing>(KvCacheConfig{}.event_ring_capacity, first->block_size(), first->root());
-  for (int r = 0; r < ep_size; ++r) {
+  for (int r = 0; r < size(); ++r) {
     subscriptions_.push_back(state_->rings[static_cast<std::size_t>(r)]->subscribe([s = state_, r] {
       std::lock_guard lock(s->mu);
       s->drain(r);
     }));
+    std::lock_guard lock(state_->mu);  // what a remote rank sent before the listener was there
+    state_->drain(r);
   }
 }
 
 EpGroup::~EpGroup() {
   subscriptions_.clear();
   engines_.clear();  // the first engine destroyed stops the whole group's loops
+  ranks_.clear();    // remote ranks: their channels close, and their processes end
 }
 
-int EpGroup::size() const { return static_cast<int>(engines_.size()); }
+int EpGroup::size() const { return static_cast<int>(ranks_.size()); }
 Engine& EpGroup::rank(int r) { return *engines_.at(static_cast<std::size_t>(r)); }
 void EpGroup::set_tokenizer(const Tokenizer* tokenizer) {
   for (auto& e : engines_) e->set_tokenizer(tokenizer);
 }
+
+std::string EpGroup::failure() const { return state_->failure(); }
 
 int EpGroup::pick(std::span<const TokenId> prompt, const std::string& cache_salt) const {
   const auto chain = state_->chain_of(prompt, cache_salt);
@@ -166,44 +294,52 @@ EpGroup::Submitted EpGroup::submit(GenerationRequest request, OutputCallback on_
                                                  std::to_string(size()) + ")");
   auto chain = std::make_shared<std::vector<BlockHash>>(state_->chain_of(request.prompt, request.cache_salt));
   Submitted s;
+  auto entry = std::make_shared<Inflight>();
+  std::uint64_t key = 0;
   {
     std::lock_guard lock(state_->mu);
+    if (!state_->failed.empty()) throw std::runtime_error(state_->failed);
     s.rank = state_->pick(*chain, State::spread_of(request.prompt));
     if (dp_rank >= 0) s.rank = dp_rank;  // a router that follows the ranks' caches named the rank
     state_->load[static_cast<std::size_t>(s.rank)] += 1;
     for (BlockHash h : *chain) state_->inflight[static_cast<std::size_t>(s.rank)][h] += 1;
+    key = state_->next_request++;
+    state_->requests[key] = entry;
   }
   // The request stops counting when its final output arrives (or submit throws).
-  auto release = [st = state_, r = s.rank, chain] {
+  entry->cb = std::move(on_output);
+  entry->release = [st = state_, r = s.rank, chain, key] {
     std::lock_guard lock(st->mu);
+    st->requests.erase(key);
     st->load[static_cast<std::size_t>(r)] -= 1;
     auto& running = st->inflight[static_cast<std::size_t>(r)];
     for (BlockHash h : *chain)
       if (auto it = running.find(h); it != running.end() && --it->second == 0) running.erase(it);
   };
   try {
-    s.id = engines_[static_cast<std::size_t>(s.rank)]->submit(
-        std::move(request), [cb = std::move(on_output), release](const RequestOutput& o) {
-          if (o.finished) release();
-          if (cb) cb(o);
-        });
+    s.id = ranks_[static_cast<std::size_t>(s.rank)]->submit(std::move(request),
+                                                             [entry](const RequestOutput& o) { entry->deliver(o); });
   } catch (...) {
-    release();
+    {
+      std::lock_guard lock(entry->mu);
+      entry->done = true;  // nothing more reaches the caller's callback
+    }
+    entry->release();
     throw;
   }
   return s;
 }
 
-void EpGroup::abort(const Submitted& s) { engines_.at(static_cast<std::size_t>(s.rank))->abort(s.id); }
+void EpGroup::abort(const Submitted& s) { ranks_.at(static_cast<std::size_t>(s.rank))->abort(s.id); }
 
 void EpGroup::abort_all(const std::string& error) {
-  for (auto& e : engines_) e->abort_all(error);
+  for (auto& r : ranks_) r->abort_all(error);
 }
 
 EngineStats EpGroup::stats() const {
   EngineStats sum;
-  for (const auto& e : engines_) {
-    const EngineStats s = e->stats();
+  for (const auto& rank : ranks_) {
+    const EngineStats s = rank->stats();
     sum.prompt_tokens += s.prompt_tokens;
     sum.generated_tokens += s.generated_tokens;
     sum.steps = std::max(sum.steps, s.steps);  // lockstep: every rank counts the group's steps it computed in

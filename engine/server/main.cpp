@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "engine/server/ep_worker_main.h"
 #include "engine/server/replica.h"
 #include "kernels/cpu/cpu_isa.h"
 
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
       std::fputs(help.c_str(), stdout);
       return 0;
     }
+    if (config.ep_processes() && config.ep_rank > 0) return run_ep_worker(config, signals);  // no HTTP
     std::fprintf(stderr, "kvfleet-replica: loading %s\n", config.model.c_str());
     Replica replica(config);
     replica.start();

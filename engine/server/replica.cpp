@@ -34,7 +34,14 @@ Replica::Replica(ReplicaConfig config)
   config_.engine.served_model_name = name_;
   if (config_.ep_size > 1) {
     if (config_.role != "mixed") throw std::invalid_argument("--ep-size needs role mixed (KV transfer serves one engine)");
-    ep_ = std::make_unique<EpGroup>(model_, config_.engine, config_.ep_size);
+    if (config_.ep_processes()) {
+      if (config_.ep_rank != 0) throw std::invalid_argument("only rank 0 of an expert-parallel group serves HTTP");
+      std::fprintf(stderr, "kvfleet-replica: expert-parallel rank 0 of %d: waiting for the other ranks on %s\n",
+                   config_.ep_size, config_.ep_master.c_str());
+      ep_ = std::make_unique<EpGroup>(model_, config_.engine, ep_gloo_options(config_));
+    } else {
+      ep_ = std::make_unique<EpGroup>(model_, config_.engine, config_.ep_size);
+    }
     ep_->set_tokenizer(&tokenizer_);
     engine_ = &ep_->rank(0);
   } else {
@@ -189,6 +196,8 @@ void Replica::Reservation::release(std::int64_t n) {
 
 Replica::Reservation Replica::admit(std::int64_t sequences, const char* param) {
   if (draining_) throw ApiError(503, "the replica is draining and takes no new requests", "overloaded_error");
+  if (ep_)
+    if (const std::string broken = ep_->failure(); !broken.empty()) throw ApiError(503, broken, "server_error");
   // Running plus waiting: what the scheduler runs at once and the queue the replica accepts behind it.
   const auto capacity = static_cast<std::int64_t>(config_.engine.scheduler.max_num_seqs) +
                         static_cast<std::int64_t>(config_.max_waiting_requests);
@@ -229,8 +238,10 @@ awaitable<void> Replica::models(const http::Request&, http::ResponseWriter& w) {
 }
 
 awaitable<void> Replica::health(const http::Request&, http::ResponseWriter& w) {
-  http::Response r = draining_ ? http::json_error(503, "draining", "overloaded_error")
-                               : json_response(200, json::object{{"status", "ok"}, {"model", name_}});
+  const std::string broken = ep_ ? ep_->failure() : std::string();  // a rank of the group is gone
+  http::Response r = draining_          ? http::json_error(503, "draining", "overloaded_error")
+                     : !broken.empty() ? http::json_error(503, broken, "server_error")
+                                       : json_response(200, json::object{{"status", "ok"}, {"model", name_}});
   co_await w.send(std::move(r));
 }
 

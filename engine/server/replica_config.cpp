@@ -20,6 +20,13 @@ void check_role(const std::string& role, const std::string& where) {
   if (role != "mixed" && role != "prefill" && role != "decode") bad(where, "role", "must be mixed, prefill or decode");
 }
 
+void check_ep(const ReplicaConfig& c) {
+  if (c.ep_processes() && c.ep_master.empty()) throw std::invalid_argument("--ep-rank needs --ep-master HOST:PORT");
+  if (!c.ep_processes() && !c.ep_master.empty()) throw std::invalid_argument("--ep-master needs --ep-rank");
+  if (c.ep_processes() && c.ep_rank >= c.ep_size)
+    throw std::invalid_argument("--ep-rank " + std::to_string(c.ep_rank) + " must be below --ep-size " + std::to_string(c.ep_size));
+}
+
 // "ucx,tcp" in order of preference; a build without UCX refuses ucx by name.
 std::vector<std::string> transports_of(const std::string& list, const std::string& where, const std::string& key) {
   try {
@@ -46,6 +53,11 @@ void apply_replica_yaml(const std::string& text, const std::string& source, Repl
     else if (key == "port") c.port = scalar<std::uint16_t>(v, source, key);
     else if (key == "role") c.role = scalar<std::string>(v, source, key);
     else if (key == "ep_size") c.ep_size = scalar<int>(v, source, key);
+    else if (key == "ep_rank") c.ep_rank = scalar<int>(v, source, key);
+    else if (key == "ep_master") c.ep_master = scalar<std::string>(v, source, key);
+    else if (key == "ep_bind") c.ep_bind = scalar<std::string>(v, source, key);
+    else if (key == "ep_timeout_ms") c.ep_timeout = ms();
+    else if (key == "ep_join_timeout_ms") c.ep_join_timeout = ms();
     else if (key == "http_threads") c.http_threads = scalar<int>(v, source, key);
     else if (key == "backend") c.engine.backend.kind = scalar<std::string>(v, source, key);
     else if (key == "cpu_threads") c.engine.backend.threads = scalar<unsigned>(v, source, key);
@@ -101,7 +113,18 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   flags.add_option("--port", c.port, "Port (0: any free port, printed at start)");
   flags.add_option("--role", c.role, "mixed, prefill or decode")->check(CLI::IsMember({"mixed", "prefill", "decode"}));
   flags.add_option("--http-threads", c.http_threads, "HTTP io threads")->check(CLI::PositiveNumber);
-  flags.add_option("--ep-size", c.ep_size, "MoE: expert-parallel ranks in process (requests spread by cached prefix)")
+  flags.add_option("--ep-size", c.ep_size, "MoE: expert-parallel ranks (in process, or with --ep-rank one per process; "
+                                           "requests spread by cached prefix)")
+      ->check(CLI::PositiveNumber);
+  flags.add_option("--ep-rank", c.ep_rank, "MoE: this process is rank R of --ep-size processes (Gloo); rank 0 serves HTTP")
+      ->check(CLI::NonNegativeNumber);
+  flags.add_option("--ep-master", c.ep_master, "With --ep-rank: HOST:PORT where rank 0 runs the rendezvous store");
+  flags.add_option("--ep-bind", c.ep_bind, "With --ep-rank: this rank's address for the collectives and the request "
+                                           "channel (default: 127.0.0.1 for a loopback master, else the host name's)");
+  std::int64_t ep_timeout_ms = c.ep_timeout.count(), ep_join_ms = c.ep_join_timeout.count();
+  flags.add_option("--ep-timeout-ms", ep_timeout_ms, "With --ep-rank: a rank silent for this long fails the group")
+      ->check(CLI::PositiveNumber);
+  flags.add_option("--ep-join-timeout-ms", ep_join_ms, "With --ep-rank: how long the ranks may take to form the group")
       ->check(CLI::PositiveNumber);
   flags.add_option("--backend", c.engine.backend.kind, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   flags.add_option("--cpu-threads", c.engine.backend.threads, "CPU backend threads (0: all cores)");
@@ -159,6 +182,9 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   c.pd.io_timeout = std::chrono::milliseconds(pd_io_ms);
   c.pd.transfer_timeout = std::chrono::milliseconds(pd_transfer_ms);
   if (!transports.empty()) c.pd.transports = transports_of(transports, "--pd-transports", "");
+  c.ep_timeout = std::chrono::milliseconds(ep_timeout_ms);
+  c.ep_join_timeout = std::chrono::milliseconds(ep_join_ms);
+  check_ep(c);
   if (c.model.empty()) throw std::invalid_argument("--model (or 'model' in the config file) is required");
   return c;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/pd/pd_config.h"
+#include "kvfleet/communicator.h"
 #include "kvfleet/engine.h"
 
 namespace kvfleet::server {
@@ -34,8 +35,28 @@ struct ReplicaConfig {
   // template's own special tokens are special). true: as vLLM does.
   bool special_tokens_in_content = true;
   pd::PdConfig pd;                          // KV transfer between prefill and decode replicas (Contract 3)
-  int ep_size = 1;  // MoE: expert-parallel ranks in process behind this endpoint (kvfleet/ep_group.h)
+  int ep_size = 1;  // MoE: expert-parallel ranks behind this endpoint (kvfleet/ep_group.h)
+  // One rank per process (Gloo): this process is rank ep_rank (-1: all ranks in this process). Rank 0
+  // serves HTTP; ranks > 0 serve only rank 0 (kvfleet/ep_worker.h). ep_master: HOST:PORT of rank 0's
+  // rendezvous store; ep_bind: this rank's address for the collectives and the request channel.
+  int ep_rank = -1;
+  std::string ep_master, ep_bind;
+  std::chrono::milliseconds ep_timeout{30'000};        // a silent rank fails the group after this
+  std::chrono::milliseconds ep_join_timeout{300'000};  // forming the group (ranks may start minutes apart)
+  bool ep_processes() const { return ep_rank >= 0; }
 };
+
+// The Gloo options of an --ep-rank process.
+inline GlooOptions ep_gloo_options(const ReplicaConfig& c) {
+  GlooOptions g;
+  g.rank = c.ep_rank;
+  g.size = c.ep_size;
+  g.master = c.ep_master;
+  g.bind_host = c.ep_bind;
+  g.timeout = c.ep_timeout;
+  g.join_timeout = c.ep_join_timeout;
+  return g;
+}
 
 // Parses argv (and the YAML file it names). Throws std::invalid_argument with a message naming the bad key
 // or flag; `help` gets the usage text when --help was asked (then the config is not valid to use).

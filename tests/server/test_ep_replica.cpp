@@ -1,66 +1,20 @@
-// kvfleet-replica --ep-size N: N in-process expert-parallel ranks behind one endpoint. Answers equal the
-// single-engine replica's, a shared prefix meets its rank's cache (usage.cached_tokens), and the KV event
-// stream carries dp_rank.
+// kvfleet-replica --ep-size N: N expert-parallel ranks behind one endpoint, in process or (--ep-rank R
+// --ep-master) one per process. Answers equal the single-engine replica's, a shared prefix meets its
+// rank's cache (usage.cached_tokens), and the KV event stream carries dp_rank. Over processes also: a rank
+// killed mid-run ends the requests with an error naming it, rank 0 going ends the others, a client that
+// hangs up cancels on the rank that runs it, and each rank's own KV capacity decides admission (400).
 #include <doctest/doctest.h>
-#include <sys/socket.h>
 
-#include <boost/asio.hpp>
-#include <boost/json.hpp>
 #include <future>
 
 #include "engine/server/replica_config.h"
-#include "server/replica_fixture.h"
+#include "server/ep_fixture.h"
 
 using namespace kvfleet;
 namespace json = boost::json;
-
-namespace {
-
-void make_tiny_mixtral(const std::filesystem::path& out) {
-  MakeModelOptions o;
-  o.arch = "mixtral";
-  o.dtype = DType::bf16;
-  o.experts = 4;
-  o.experts_per_tok = 2;
-  o.tokenizer = std::string(KVFLEET_SOURCE_DIR) + "/models/kvfleet-default";
-  make_model(o, out);
-}
-
-std::string completion(const test::ReplicaProcess& r, const std::string& prompt, int i) {
-  json::object body{{"model", "tiny-moe"}, {"prompt", prompt}, {"max_tokens", 6}, {"ignore_eos", true}};
-  if (i % 2) {
-    body["temperature"] = 0.9;
-    body["seed"] = 7 + i;
-  } else {
-    body["temperature"] = 0.0;
-  }
-  const auto res = r.post("/v1/completions", json::serialize(body));
-  REQUIRE(res.status == 200);
-  return res.body;
-}
-
-// Reads GET /v1/kv_events?since=0 for up to `seconds`, until `needle` shows.
-std::string read_events(std::uint16_t port, const std::string& needle, int seconds) {
-  namespace asio = boost::asio;
-  asio::io_context io;
-  asio::ip::tcp::socket s(io);
-  s.connect({asio::ip::make_address("127.0.0.1"), port});
-  timeval tv{0, 200000};
-  ::setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  const std::string req = "GET /v1/kv_events?since=0 HTTP/1.1\r\nHost: x\r\n\r\n";
-  asio::write(s, asio::buffer(req));
-  std::string got;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  char buf[4096];
-  while (got.find(needle) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-    const ssize_t n = ::recv(s.native_handle(), buf, sizeof buf, 0);
-    if (n == 0) break;
-    if (n > 0) got.append(buf, static_cast<std::size_t>(n));
-  }
-  return got;
-}
-
-}  // namespace
+using test::completion;
+using test::make_tiny_mixtral;
+using test::read_events;
 
 TEST_CASE("kvfleet-replica --ep-size 2 and 4: the single replica's answers; prefixes meet their rank's cache") {
   test::ReplicaProcess one({"--ep-size", "1"}, make_tiny_mixtral, "tiny-moe");
@@ -88,7 +42,7 @@ TEST_CASE("kvfleet-replica --ep-size 2 and 4: the single replica's answers; pref
     auto again = json::parse(completion(ep, system + " one more", 0)).as_object();
     const auto cached = again["usage"].as_object()["prompt_tokens_details"].as_object()["cached_tokens"].to_number<int>();
     CHECK(cached >= 16);
-    const std::string events = read_events(ep.port(), "\"dp_rank\"", 10);
+    const std::string events = read_events(ep.port(), {"\"dp_rank\""}, 10);
     CHECK(events.find("\"type\":\"stored\"") != std::string::npos);
     CHECK(events.find("\"dp_rank\"") != std::string::npos);
     CHECK(ep.metric("kvfleet_moe_steps_total") > 0);
@@ -96,10 +50,27 @@ TEST_CASE("kvfleet-replica --ep-size 2 and 4: the single replica's answers; pref
   CHECK(test::run_command(test::bin_dir() + "/kvfleet-replica --model /nonexistent --ep-size 0 2>&1").status != 0);
 }
 
-TEST_CASE("ep_size: a YAML key and a flag; needs role mixed and a mixture-of-experts model") {
+TEST_CASE("ep_size, ep_rank, ep_master, ep_bind, ep_timeout_ms: YAML keys and flags; needs role mixed and a MoE model") {
   server::ReplicaConfig c;
-  server::apply_replica_yaml("model: m\nep_size: 4\n", "r.yaml", c);
+  server::apply_replica_yaml("model: m\nep_size: 4\nep_rank: 2\nep_master: 10.0.0.1:29500\nep_bind: 10.0.0.3\n"
+                             "ep_timeout_ms: 1500\nep_join_timeout_ms: 90000\n", "r.yaml", c);
   CHECK(c.ep_size == 4);
+  CHECK(c.ep_rank == 2);
+  CHECK(c.ep_master == "10.0.0.1:29500");
+  CHECK(c.ep_bind == "10.0.0.3");
+  CHECK(c.ep_timeout.count() == 1500);
+  CHECK(c.ep_join_timeout.count() == 90000);
+  CHECK(server::ep_gloo_options(c).join().count() == 90000);
+  const auto parse = [](std::vector<const char*> argv) {
+    argv.insert(argv.begin(), "kvfleet-replica");
+    return server::parse_replica_args(static_cast<int>(argv.size()), argv.data(), nullptr);
+  };
+  CHECK(parse({"--model", "m", "--ep-size", "2", "--ep-rank", "1", "--ep-master", "h:1"}).ep_processes());
+  CHECK_THROWS_WITH_AS(parse({"--model", "m", "--ep-size", "2", "--ep-rank", "1"}), "--ep-rank needs --ep-master HOST:PORT",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse({"--model", "m", "--ep-size", "2", "--ep-rank", "2", "--ep-master", "h:1"}),
+                       "--ep-rank 2 must be below --ep-size 2", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse({"--model", "m", "--ep-master", "h:1"}), "--ep-master needs --ep-rank", std::invalid_argument);
   const std::string replica = test::bin_dir() + "/kvfleet-replica --port 0 --backend cpu --cpu-threads 1 ";
   test::TempDir dir;
   make_tiny_mixtral(dir / "m");

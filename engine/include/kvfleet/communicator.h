@@ -6,6 +6,7 @@
 // throws CommunicatorError; the group is broken from then on (every later call throws at once).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -72,6 +73,9 @@ struct GlooOptions {
                           // the host name's address
   // Every collective and the rendezvous: a peer that does not answer within this fails the call.
   std::chrono::milliseconds timeout{30000};
+  // The rendezvous alone, when longer (ranks that start minutes apart); 0: `timeout`.
+  std::chrono::milliseconds join_timeout{0};
+  std::chrono::milliseconds join() const { return std::max(timeout, join_timeout); }
 };
 // True when this build links Gloo (libgloo-dev found at configure time).
 bool gloo_available();

@@ -1,5 +1,16 @@
-// EpGroup: an expert-parallel group of ep_size in-process ranks (engines in lockstep, engine/comm's
-// in-process communicator) behind one front: what `kvfleet-replica --ep-size N` serves.
+// EpGroup: an expert-parallel group of ep_size ranks (engines in lockstep) behind one front: what
+// `kvfleet-replica --ep-size N` serves. Either every rank is a thread of this process (engine/comm's
+// in-process communicator), or each rank is its own process (`--ep-rank R --ep-master HOST:PORT`, Gloo):
+// then this process is rank 0, runs its own engine, and reaches every rank r > 0 through a request
+// channel (engine/runtime/ep_channel.h): one TCP connection per rank, which rank r listens for on a port
+// it publishes in the rendezvous store, carrying submit / abort / abort_all one way and acks, per-step
+// outputs (RequestOutput with text and finish), the rank's KV events and its stats (every 200 ms, also the
+// heartbeat) the other way. A rank r > 0 is an EpWorker (kvfleet/ep_worker.h). The dispatcher sees every
+// rank through EpRank, which a local engine and a remote rank both implement.
+//
+// Failure: a remote rank whose channel closes (its process exited) or stays silent for the timeout
+// fails the group: every request in flight on any rank ends at once with an error naming that rank
+// (failure() says it; submit() then throws), since the group's collectives cannot run without it.
 //
 // Dispatch (data-parallel attention: each rank has its own scheduler and KV cache): a request goes to the
 // rank holding the longest prefix of its prompt's block-hash chain (Contract 1, the request's cache_salt
@@ -17,24 +28,48 @@
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "kvfleet/communicator.h"
 #include "kvfleet/engine.h"
 #include "kvfleet/kv_cache_manager.h"
 #include "kvfleet/kv_events.h"
 
 namespace kvfleet {
 
+// One data-parallel rank as the dispatcher sees it: a local engine or a remote rank's channel.
+class EpRank {
+ public:
+  virtual ~EpRank() = default;
+  // Engine::submit's contract: std::invalid_argument for a request this rank can never run (its own
+  // context and KV capacity), std::runtime_error when the rank is gone.
+  virtual RequestId submit(GenerationRequest request, OutputCallback on_output) = 0;
+  virtual void abort(RequestId id) = 0;
+  virtual void abort_all(const std::string& error) = 0;
+  virtual EngineStats stats() const = 0;
+  // The rank's KV events (a remote rank's arrive over the channel into a local ring).
+  virtual std::shared_ptr<KvEventRing> kv_events() const = 0;
+  // Called once (any thread) when the rank is gone, with why. Local engines never call it.
+  virtual void on_failure(std::function<void(const std::string&)> /*handler*/) {}
+};
+
 class EpGroup {
  public:
   EpGroup(const Model& model, const EngineConfig& config, int ep_size);
+  // Rank 0 of a group of processes (gloo.rank must be 0): joins the group (Gloo), starts this rank's
+  // engine, then connects to every rank r > 0's channel (its address from the rendezvous store), all
+  // within gloo.timeout each. Throws std::runtime_error naming the rank that did not come.
+  EpGroup(const Model& model, const EngineConfig& config, const GlooOptions& gloo);
   ~EpGroup();
   EpGroup(const EpGroup&) = delete;
   EpGroup& operator=(const EpGroup&) = delete;
 
   int size() const;
+  // An in-process rank's engine (rank 0 only when the ranks are processes; std::out_of_range otherwise).
   Engine& rank(int r);
   void set_tokenizer(const Tokenizer* tokenizer);
 
@@ -68,11 +103,15 @@ class EpGroup {
   RankedSnapshot kv_snapshot_per_rank() const;
   EngineStats rank_stats(int rank) const;  // one rank's own figures (its per-rank `load` event)
   std::int64_t unfinished(int rank) const;
+  // Empty while every rank is there; otherwise why the group broke (names the rank).
+  std::string failure() const;
 
  private:
   struct State;
+  void start_merging();
   std::vector<std::unique_ptr<Communicator>> comms_;
   std::vector<std::unique_ptr<Engine>> engines_;
+  std::vector<std::unique_ptr<EpRank>> ranks_;
   std::shared_ptr<State> state_;
   std::vector<std::shared_ptr<void>> subscriptions_;
 };

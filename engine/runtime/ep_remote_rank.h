@@ -1,0 +1,60 @@
+// RemoteRank: rank 0's view of rank r > 0 of an expert-parallel group of processes, behind the request
+// channel (ep_channel.h). submit() waits for the rank's ack (at most the timeout), so a request that
+// rank can never run is refused there and then with its own engine's message (std::invalid_argument),
+// exactly as a local engine refuses it. Outputs arrive on the channel's reader thread; the rank's KV
+// events are published into a local ring (the rank's events, in its order), its stats cached.
+#pragma once
+
+#include <chrono>
+#include <future>
+#include <mutex>
+#include <unordered_map>
+
+#include "engine/runtime/ep_channel.h"
+#include "kvfleet/ep_group.h"
+
+namespace kvfleet::ep {
+
+inline std::string channel_key(int rank) { return "kvfleet/ep/channel/" + std::to_string(rank); }
+
+class RemoteRank final : public EpRank {
+ public:
+  // `fd`: connected to rank `rank`'s channel. `ring`: where its KV events go (block size and root as
+  // rank 0's own). Starts the channel.
+  RemoteRank(int rank, int size, int fd, std::shared_ptr<KvEventRing> ring, std::chrono::milliseconds timeout);
+  ~RemoteRank() override;
+
+  RequestId submit(GenerationRequest request, OutputCallback on_output) override;
+  void abort(RequestId id) override;
+  void abort_all(const std::string& error) override;
+  EngineStats stats() const override;
+  std::shared_ptr<KvEventRing> kv_events() const override { return ring_; }
+  void on_failure(std::function<void(const std::string&)> handler) override;
+  // Lockstep without polling (ep_paced_comm.h): rank 0 sends a vote ticket before each of its votes;
+  // `handler` runs (reader thread) when this rank rings, i.e. has news for the group.
+  void send_vote() { channel_->send(Message{{"t", "vote"}}); }
+  void on_ring(std::function<void()> handler);
+
+ private:
+  struct Ack {
+    bool ok = false, invalid = false;
+    std::string error;
+  };
+  void on_message(Message& m);
+  void on_closed(const std::string& why);
+
+  const int rank_, size_;
+  const std::chrono::milliseconds timeout_;
+  std::shared_ptr<KvEventRing> ring_;
+  mutable std::mutex mu_;
+  std::unordered_map<RequestId, OutputCallback> callbacks_;
+  std::unordered_map<RequestId, std::promise<Ack>> acks_;
+  EngineStats stats_;
+  std::string failure_;
+  std::function<void(const std::string&)> on_failure_;
+  std::function<void()> on_ring_;
+  RequestId next_id_ = 1;
+  std::unique_ptr<Channel> channel_;  // last: its threads stop before the rest goes
+};
+
+}  // namespace kvfleet::ep

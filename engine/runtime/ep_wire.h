@@ -1,0 +1,22 @@
+// JSON bodies of the expert-parallel request channel (ep_channel.h): what rank 0 sends a remote rank
+// (GenerationRequest) and what comes back (RequestOutput, EngineStats). Floats travel as their IEEE bits
+// (a u32), so a remote rank samples with bit-identical parameters. Readers throw std::invalid_argument on a missing or
+// mistyped member.
+#pragma once
+
+#include <boost/json.hpp>
+
+#include "kvfleet/engine.h"
+
+namespace kvfleet::ep {
+
+boost::json::object to_json(const GenerationRequest& r);
+GenerationRequest request_from_json(const boost::json::object& o);
+
+boost::json::object to_json(const RequestOutput& o);
+RequestOutput output_from_json(const boost::json::object& o);
+
+boost::json::object to_json(const EngineStats& s);
+EngineStats stats_from_json(const boost::json::object& o);
+
+}  // namespace kvfleet::ep
