@@ -419,6 +419,6 @@ std::int64_t EpGroup::unfinished(int rank) const {
   return state_->load.at(static_cast<std::size_t>(rank));
 }
 
-EngineStats EpGroup::rank_stats(int rank) const { return engines_.at(static_cast<std::size_t>(rank))->stats(); }
+EngineStats EpGroup::rank_stats(int rank) const { return ranks_.at(static_cast<std::size_t>(rank))->stats(); }
 
 }  // namespace kvfleet
