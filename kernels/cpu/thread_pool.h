@@ -5,7 +5,8 @@
 //
 // Hand-off: a decode step is ~100 ops of tens of microseconds each, so waking a worker through a mutex and a
 // condition variable (60-85 us per op on a VM, issue 20) costs as much as the work. Workers and the caller
-// instead wait on an atomic generation counter / pending count: a short spin (spin_time()), then
+// instead wait on an atomic generation counter / pending count: a short spin (spin_time(), when the machine
+// has a free core), then
 // std::atomic::wait (a futex). Between steps the workers fall asleep and cost nothing.
 // Thread-safety: one caller at a time (the engine thread owns the pool).
 #pragma once
@@ -34,9 +35,10 @@ class ThreadPool {
   void parallel_for(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& fn);
 
   // How long a waiting thread spins on its own before std::atomic::wait (which itself spins a few
-  // iterations and yields before its futex): KVFLEET_POOL_SPIN_US, read once, default 0. Measured on the
-  // shared 2-core machine (README, "CPU kernels"), any longer spin lost: a spinning thread holds a core the
-  // thread it waits for needs, and the scheduler favours sleepers. On a quiet machine 5-20 may pay.
+  // iterations and yields before its futex): KVFLEET_POOL_SPIN_US, read once (0: never spin). Unset, the
+  // default is 100 us, but only while the machine has no more runnable threads than cores (/proc/stat,
+  // checked every 20 ms): on the quiet 2-core VM that spin made batch-1 decode 1.5x faster, on the
+  // oversubscribed one every spin lost (a spinning thread holds a core the thread it waits for needs).
   static std::chrono::microseconds spin_time();
 
  private:
