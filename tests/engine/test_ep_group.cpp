@@ -8,35 +8,17 @@
 #include <thread>
 
 #include "engine_harness.h"
+#include "ep_test_model.h"
 #include "kvfleet/ep_group.h"
 #include "kvfleet/make_model.h"
 #include "support/temp_dir.h"
 
 using namespace kvfleet;
+using test::ep_config;
+using test::tiny_moe;
 using namespace std::chrono_literals;
 
 namespace {
-
-Model tiny_moe(const test::TempDir& dir) {
-  MakeModelOptions o;
-  o.arch = "mixtral";
-  o.dtype = DType::bf16;
-  o.vocab = 300;
-  o.experts = 4;
-  o.experts_per_tok = 2;
-  make_model(o, dir.path());
-  return Model::load(dir.path());
-}
-
-EngineConfig config(std::int32_t blocks) {
-  EngineConfig c;
-  c.num_blocks = blocks;
-  c.scheduler.max_num_batched_tokens = 64;
-  c.scheduler.max_num_seqs = 8;
-  c.backend.kind = "cpu";
-  c.backend.threads = 1;
-  return c;
-}
 
 // Every hash a set of KV events leaves held, applied in order from an empty cache.
 std::set<BlockHash> replay(const KvEventRing& ring) {
@@ -72,7 +54,7 @@ TEST_CASE("EpGroup: outputs equal one engine's for ep_size 1, 2, 4 (greedy and s
   test::TempDir dir;
   const Model model = tiny_moe(dir);
   const auto requests = test::equivalence_requests(300);
-  EngineConfig c = config(256);
+  EngineConfig c = ep_config(256);
   c.enable_prefix_caching = false;  // the tokens computed per rank must not depend on which rank cached what
   const auto want = test::run_requests(model, requests, c, false, nullptr);
   for (int ep : {1, 2, 4}) {
@@ -97,7 +79,7 @@ TEST_CASE("EpGroup: outputs equal one engine's for ep_size 1, 2, 4 (greedy and s
 TEST_CASE("EpGroup: a prompt goes to the rank that caches (or is computing) its prefix") {
   test::TempDir dir;
   const Model model = tiny_moe(dir);
-  EpGroup group(model, config(256), 4);
+  EpGroup group(model, ep_config(256), 4);
   std::vector<TokenId> system(64);
   for (std::size_t i = 0; i < system.size(); ++i) system[i] = static_cast<TokenId>((i * 37 + 5) % 300);
   auto with_tail = [&](TokenId t) {
@@ -129,7 +111,7 @@ TEST_CASE("EpGroup: a prompt goes to the rank that caches (or is computing) its 
 TEST_CASE("EpGroup: the merged KV events are the union of the ranks' caches, with dp_rank; the snapshot agrees") {
   test::TempDir dir;
   const Model model = tiny_moe(dir);
-  EpGroup group(model, config(12), 2);  // 12 blocks of 16 tokens per rank: the workload evicts
+  EpGroup group(model, ep_config(12), 2);  // 12 blocks of 16 tokens per rank: the workload evicts
   test::Collector col;
   std::vector<TokenId> shared(48);
   for (std::size_t i = 0; i < shared.size(); ++i) shared[i] = static_cast<TokenId>((i * 11 + 3) % 300);
@@ -190,7 +172,7 @@ TEST_CASE("EpGroup: the merged KV events are the union of the ranks' caches, wit
 TEST_CASE("EpGroup: an idle group sleeps instead of voting every millisecond, and wakes for a request") {
   test::TempDir dir;
   const Model model = tiny_moe(dir);
-  EpGroup group(model, config(64), 4);
+  EpGroup group(model, ep_config(64), 4);
   GenerationRequest r;
   r.prompt = {1, 2, 3, 4, 5};
   r.max_tokens = 2;

@@ -8,34 +8,16 @@
 #include <stdexcept>
 
 #include "engine_harness.h"
+#include "ep_test_model.h"
 #include "kvfleet/ep_group.h"
 #include "kvfleet/make_model.h"
 #include "support/temp_dir.h"
 
 using namespace kvfleet;
+using test::ep_config;
+using test::tiny_moe;
 
 namespace {
-
-Model tiny_moe(const test::TempDir& dir) {
-  MakeModelOptions o;
-  o.arch = "mixtral";
-  o.dtype = DType::bf16;
-  o.vocab = 300;
-  o.experts = 4;
-  o.experts_per_tok = 2;
-  make_model(o, dir.path());
-  return Model::load(dir.path());
-}
-
-EngineConfig config(std::int32_t blocks) {
-  EngineConfig c;
-  c.num_blocks = blocks;
-  c.scheduler.max_num_batched_tokens = 64;
-  c.scheduler.max_num_seqs = 8;
-  c.backend.kind = "cpu";
-  c.backend.threads = 1;
-  return c;
-}
 
 // Per rank, the hashes the per-rank events leave held, applied in order from empty caches.
 std::map<int, std::set<BlockHash>> replay_per_rank(const KvEventRing& ring) {
@@ -70,7 +52,7 @@ std::vector<TokenId> prompt_of(std::size_t len, std::size_t mul, std::size_t add
 TEST_CASE("EpGroup: the per-rank KV events replay to each rank's own cache; the per-rank snapshot agrees") {
   test::TempDir dir;
   const Model model = tiny_moe(dir);
-  EpGroup group(model, config(12), 2);  // 12 blocks of 16 tokens per rank: the workload evicts
+  EpGroup group(model, ep_config(12), 2);  // 12 blocks of 16 tokens per rank: the workload evicts
   test::Collector col;
   std::size_t n = 0;
   auto run_on = [&](int rank, std::vector<TokenId> prompt) {
