@@ -1,13 +1,21 @@
-// bench_pd_transfer: KV transfer throughput over TCP (engine/pd: a prefill replica's block stream, read
+// bench_pd_transfer: KV transfer throughput of engine/pd's transports (a prefill replica's block stream, read
 // and checked frame by frame by the decode replica's own code) next to a plain loopback TCP copy of the same
-// bytes in the same run (issue 17's goal: at least 0.7 of it).
-//   build/bin/bench_pd_transfer [--tokens 1024] [--reps 5] [--pull-blocks 32] [--transport tcp|ucx]
-// (--transport ucx: the pulls go over the ucx KV transport, pd_transfer_ucx.h; the plain copy stays TCP.)
-// The prefill itself is outside the timing: each repetition's handshake first, then the timed pull of
-// every block (P copies them on its engine thread into frames and checksums them; this side reads them with
-// pd::read_pull, which checks checksum, index, hash, layers and size, and copies every payload once into a
-// cache-sized buffer, as D's import does, overlapped with the next pull). The model is random with a KV block of 512 KiB (8 layers, 8 KV heads, head dim
-// 64, fp32), so a 1024-token prompt ships 32 MiB.
+// bytes, measured rep by rep in the same run (issue 17's goal: at least 0.7 of it).
+//   build/bin/bench_pd_transfer [--tokens 1024] [--prompts 4 | --mib 128] [--reps 7] [--warmup 1]
+//                               [--pull-blocks 32] [--transport tcp|ucx|all] [--profile]
+// Each rep is, for each transport asked for (all: tcp then ucx): the timed transfers of --prompts prompts
+// of --tokens tokens one after the other (each as D does it: its own connection or pooled endpoint, pulls of
+// --pull-blocks blocks), then one plain TCP copy of the same wire bytes; the pair's ratio (pull GB/s over copy GB/s) is what is reported
+// (median, min, max over the reps after the --warmup ones, which are dropped), so the load of other
+// processes hits both sides of a pair alike. (--transport ucx: the pulls go over the ucx KV transport,
+// pd_transfer_ucx.h; the plain copy stays TCP.) One JSON line per transport.
+// The prefill itself is outside the timing: P computes the prompt once, untimed; each rep's handshake is
+// untimed too. In the timed pull P sends every block from its cache with frames and checksums; this side
+// reads them with pd::read_pull(_frames), which checks checksum, index, hash, layers and size, and copies
+// every payload once into a cache-sized buffer, as D's import does, overlapped with the next pull. The
+// model is random with a KV block of 512 KiB (8 layers, 8 KV heads, head dim 64, fp32), so a 1024-token
+// prompt ships 32 MiB and a rep of 4 prompts 128 MiB (100 ms or more on the 2-core VM). Several prompts
+// rather than one long one: P's prefill grows with the square of the prompt (4096 tokens took 55 s here).
 #include <sys/resource.h>
 
 #include <boost/asio.hpp>
@@ -126,7 +134,7 @@ std::size_t pull(std::uint16_t port, std::uint64_t transfer, const pd::KvLayout&
       get.target = "/internal/prefill/blocks?transfer=" + std::to_string(transfer) + "&from=" + std::to_string(at) +
                    "&count=" + std::to_string(n);
       co_await c.send(get);
-      const auto deadline = Clock::now() + std::chrono::seconds(60);
+      const auto deadline = Clock::now() + std::chrono::seconds(300);
       std::shared_ptr<pd::ReceivedPull>& buffer = buffers[turn++ % 2];
       buffer = co_await pd::read_pull(c, layout, hashes, at, n, deadline, std::move(buffer));
       std::shared_ptr<pd::ReceivedPull> got = buffer;
@@ -153,25 +161,128 @@ std::size_t pull(std::uint16_t port, std::uint64_t transfer, const pd::KvLayout&
   return bytes;
 }
 
+
+// What one transport's reps measured (after the warm-up ones).
+struct Series {
+  std::string transport;
+  std::vector<double> pd_s, tcp_s, ratio, pd_cpu, tcp_cpu;
+};
+
+double min_of(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+double max_of(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
+
+std::string joined(const std::vector<double>& v) {
+  std::string out;
+  char buf[32];
+  for (const double x : v) {
+    std::snprintf(buf, sizeof buf, "%s%.3f", out.empty() ? "" : ", ", x);
+    out += buf;
+  }
+  return "[" + out + "]";
+}
+
+// The bench's prefill replica (P in this process, offering ucx too when asked) and the prompts it serves.
+struct Bench {
+  std::filesystem::path dir;
+  std::unique_ptr<server::Replica> p;
+  std::unique_ptr<pd::UcxPullClient> ucx;
+  std::vector<pd::Hello> hellos;                // one per prompt
+  std::vector<std::vector<BlockHash>> hashes;  // of each prompt's blocks
+  std::vector<char> cache;                     // D's cache stand-in: one prompt's blocks
+  std::uint32_t pull_blocks = 32;
+  bool profile = false;
+};
+
+pd::Accept open_transfer(Bench& b, std::size_t prompt, bool want_ucx) {
+  pd::Hello h = b.hellos[prompt];
+  h.transports = want_ucx ? std::vector<std::string>{"ucx", "tcp"} : std::vector<std::string>{"tcp"};
+  const http::Headers binary{{"Content-Type", "application/octet-stream"}};
+  const auto ok = http::http_request("127.0.0.1", b.p->port(), "POST", "/internal/prefill", pd::encode(h), binary,
+                                     std::chrono::seconds(300));
+  if (ok.status != 200) throw std::runtime_error("P answered the hello with " + std::to_string(ok.status) + ": " + ok.body);
+  auto accept = std::get<pd::Accept>(pd::decode_one(ok.body));
+  if (want_ucx && accept.transport != "ucx") throw std::runtime_error("P did not pick ucx");
+  return accept;
+}
+
+std::size_t pull_over(Bench& b, const std::string& transport, const pd::Accept& accept, std::size_t prompt,
+                      std::size_t& wire) {
+  const pd::KvLayout& layout = b.hellos[prompt].layout;
+  if (transport == "ucx")
+    return bench::pull_ucx(*b.ucx, accept.transport_port, accept.transfer_id, layout, b.hashes[prompt], b.pull_blocks,
+                           b.cache, wire);
+  return pull(b.p->port(), accept.transfer_id, layout, b.hashes[prompt], b.pull_blocks, b.cache, wire);
+}
+
+// One timed rep: the handshakes of every prompt first (untimed), then every prompt's transfer; returns the
+// payload bytes (0: a transfer failed), `wire` the wire bytes.
+std::size_t timed_transfers(Bench& b, const std::string& transport, double& seconds, double& cpu, std::size_t& wire) {
+  std::vector<pd::Accept> accepts;
+  for (std::size_t i = 0; i < b.hellos.size(); ++i) accepts.push_back(open_transfer(b, i, transport == "ucx"));
+  const auto start = Clock::now();
+  const double cpu0 = cpu_seconds();
+  const auto ticks0 = b.profile ? thread_ticks() : std::map<std::string, long>{};
+  std::size_t payload = 0;
+  wire = 0;
+  for (std::size_t i = 0; i < accepts.size(); ++i) {
+    std::size_t w = 0;
+    const std::size_t got = pull_over(b, transport, accepts[i], i, w);
+    if (got == 0) return 0;
+    payload += got, wire += w;
+  }
+  seconds = seconds_since(start);
+  cpu = cpu_seconds() - cpu0;
+  if (b.profile) {
+    std::string line = transport + " cpu ticks by thread:";
+    for (const auto& [tid, t] : thread_ticks()) {
+      const long before = ticks0.count(tid) ? ticks0.at(tid) : 0;
+      if (t - before > 0) line += " " + tid + "=" + std::to_string(t - before);
+    }
+    std::fprintf(stderr, "%s (main thread %d)\n", line.c_str(), static_cast<int>(::getpid()));
+  }
+  return payload;
+}
+
+void print_series(const Series& s, int tokens, std::size_t prompts, std::size_t blocks, std::size_t payload,
+                  std::size_t wire, int warmup, std::uint32_t pull_blocks) {
+  const double gb = static_cast<double>(payload) / 1e9, wire_gb = static_cast<double>(wire) / 1e9;
+  std::printf("{\"transport\": \"%s\", \"tokens\": %d, \"prompts\": %zu, \"blocks\": %zu, \"payload_bytes\": %zu, "
+              "\"reps\": %zu, \"warmup\": %d, \"pull_blocks\": %u, \"pd_pull_gbps\": %.3f, \"tcp_copy_gbps\": %.3f, "
+              "\"ratio\": %.3f, \"ratio_min\": %.3f, \"ratio_max\": %.3f, \"ratios\": %s, \"pd_cpu_s_per_gb\": %.3f, "
+              "\"tcp_cpu_s_per_gb\": %.3f, \"pd_ms_median\": %.1f}\n",
+              s.transport.c_str(), tokens, prompts, blocks, payload, s.ratio.size(), warmup, pull_blocks,
+              gb / median(s.pd_s), wire_gb / median(s.tcp_s), median(s.ratio), min_of(s.ratio), max_of(s.ratio),
+              joined(s.ratio).c_str(), median(s.pd_cpu) / gb, median(s.tcp_cpu) / wire_gb, median(s.pd_s) * 1e3);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int tokens = 1024, reps = 5, pull_blocks = 32;
-  bool profile = false;
+  int tokens = 1024, prompts = 4, reps = 7, warmup = 1, pull_blocks = 32;
+  Bench b;
   std::string transport = "tcp";
-  for (int i = 1; i < argc; ++i) profile = profile || std::strcmp(argv[i], "--profile") == 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; ++i) b.profile = b.profile || std::strcmp(argv[i], "--profile") == 0;
+  for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--tokens") == 0) tokens = std::atoi(argv[i + 1]);
-    if (std::strcmp(argv[i], "--reps") == 0) reps = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--prompts") == 0) prompts = std::max(1, std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--reps") == 0) reps = std::max(1, std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--warmup") == 0) warmup = std::max(0, std::atoi(argv[i + 1]));
     if (std::strcmp(argv[i], "--pull-blocks") == 0) pull_blocks = std::max(1, std::atoi(argv[i + 1]));
     if (std::strcmp(argv[i], "--transport") == 0) transport = argv[i + 1];
   }
-  if (transport != "tcp" && transport != "ucx") {
-    std::fprintf(stderr, "bench_pd_transfer: --transport tcp|ucx\n");
+  tokens = std::max(16, tokens / 16 * 16);
+  for (int i = 1; i + 1 < argc; ++i)  // after --tokens: so many prompts that a rep ships at least this much
+    if (std::strcmp(argv[i], "--mib") == 0) prompts = std::max(1, (std::atoi(argv[i + 1]) * 32 + tokens - 1) / tokens);
+  std::vector<std::string> transports;
+  if (transport == "all") transports = {"tcp", "ucx"};
+  else if (transport == "tcp" || transport == "ucx") transports = {transport};
+  else {
+    std::fprintf(stderr, "bench_pd_transfer: --transport tcp|ucx|all\n");
     return 2;
   }
-  tokens = tokens / 16 * 16;
-  const auto dir = std::filesystem::temp_directory_path() / ("kvfleet-pd-bench-" + std::to_string(::getpid()));
+  const bool with_ucx = transport != "tcp";
+  b.pull_blocks = static_cast<std::uint32_t>(pull_blocks);
+  b.dir = std::filesystem::temp_directory_path() / ("kvfleet-pd-bench-" + std::to_string(::getpid()));
   MakeModelOptions o;
   o.arch = "llama";
   o.layers = 8;
@@ -180,85 +291,77 @@ int main(int argc, char** argv) {
   o.heads = 8;
   o.kv_heads = 8;
   o.head_dim = 64;
+  o.max_position = tokens + 64;  // the prompt plus the token D would decode
   o.tokenizer = KVFLEET_BENCH_TOKENIZER_DIR;
-  make_model(o, dir / "bench-model");
+  make_model(o, b.dir / "bench-model");
   server::ReplicaConfig c;
-  c.model = (dir / "bench-model").string();
+  c.model = (b.dir / "bench-model").string();
   c.port = 0;
   c.role = "prefill";
   c.engine.backend.kind = "cpu";
-  c.engine.num_blocks = tokens / 16 + 8;
-  c.engine.scheduler.max_num_batched_tokens = tokens;
-  if (transport == "ucx") c.pd.transports = {"ucx", "tcp"};
-  server::Replica p(c);
-  p.start();
-  std::unique_ptr<pd::UcxPullClient> ucx;
-  if (transport == "ucx") {
+  c.engine.num_blocks = prompts * (tokens / 16) + 8;  // every prompt stays in P's prefix cache
+  c.engine.scheduler.max_num_batched_tokens = std::min(tokens, 512);
+  c.pd.lease = std::chrono::minutes(5);  // the untimed first transfer waits for P's prefill of the whole prompt
+  if (with_ucx) c.pd.transports = {"ucx", "tcp"};
+  b.p = std::make_unique<server::Replica>(c);
+  b.p->start();
+  if (with_ucx) {
     std::string why;
     auto worker = pd::UcxWorker::create(why);
     if (!worker) {
       std::fprintf(stderr, "bench_pd_transfer: no UCX: %s\n", why.c_str());
       return 1;
     }
-    ucx = std::make_unique<pd::UcxPullClient>(std::move(worker));
+    b.ucx = std::make_unique<pd::UcxPullClient>(std::move(worker));
   }
-
-  pd::Hello hello;
-  hello.layout = {"bench-model", "llama", DType::f32, DType::f32, 8, 8, 64, 16, block_hash_root("bench-model")};
-  hello.compat_hash = pd::compat_hash(hello.layout);
-  if (ucx) hello.transports = {"ucx", "tcp"};
-  for (int i = 0; i < tokens; ++i) hello.tokens.push_back(100 + (i * 7919) % 5000);
-  const auto hashes = block_hashes(hello.layout.root, hello.tokens, 16);
-  const http::Headers binary{{"Content-Type", "application/octet-stream"}};
-  std::vector<double> pd_s, tcp_s, pd_cpu, tcp_cpu;
+  for (int k = 0; k < prompts; ++k) {
+    pd::Hello h;
+    h.layout = {"bench-model", "llama", DType::f32, DType::f32, 8, 8, 64, 16, block_hash_root("bench-model")};
+    h.compat_hash = pd::compat_hash(h.layout);
+    for (int i = 0; i < tokens; ++i) h.tokens.push_back(100 + (i * 7919 + k * 104729) % 5000);
+    b.hashes.push_back(block_hashes(h.layout.root, h.tokens, 16));
+    b.hellos.push_back(std::move(h));
+  }
+  b.cache.resize(static_cast<std::size_t>(tokens / 16) * b.hellos[0].layout.block_bytes());
   std::size_t payload = 0, wire = 0;
-  std::vector<char> cache(static_cast<std::size_t>(tokens / 16) * hello.layout.block_bytes());
-  {  // P computes the prompt once, untimed (P accepts as soon as the first block is computed and streams the
-     // rest as it is computed: timed pulls would include the compute); every repetition then reuses P's
-     // prefix cache, as the old code's did after its first.
-    const auto ok = http::http_request("127.0.0.1", p.port(), "POST", "/internal/prefill", pd::encode(hello), binary,
-                                       std::chrono::seconds(120));
-    const auto accept = std::get<pd::Accept>(pd::decode_one(ok.body));
-    std::size_t w = 0;
-    pull(p.port(), accept.transfer_id, hello.layout, hashes, static_cast<std::uint32_t>(pull_blocks), cache, w);
-  }
-  for (int r = 0; r < reps; ++r) {
-    const auto ok = http::http_request("127.0.0.1", p.port(), "POST", "/internal/prefill", pd::encode(hello), binary,
-                                       std::chrono::seconds(120));
-    const auto accept = std::get<pd::Accept>(pd::decode_one(ok.body));
+  std::vector<Series> series;
+  for (const auto& t : transports) series.push_back(Series{t, {}, {}, {}, {}, {}});
+  try {
+    // P computes each prompt once, untimed (P accepts as soon as the first block is computed and streams the
+    // rest as it is computed: timed pulls would include the compute); every rep then reuses P's prefix cache.
     const auto start = Clock::now();
-    const double cpu0 = cpu_seconds();
-    const auto ticks0 = profile ? thread_ticks() : std::map<std::string, long>{};
-    if (ucx && accept.transport != "ucx") {
-      std::fprintf(stderr, "bench_pd_transfer: P did not pick ucx\n");
-      return 1;
+    for (int k = 0; k < prompts; ++k) {
+      const pd::Accept accept = open_transfer(b, static_cast<std::size_t>(k), false);
+      if (pull_over(b, "tcp", accept, static_cast<std::size_t>(k), wire) == 0) throw std::runtime_error("the first pull failed");
     }
-    payload = ucx ? bench::pull_ucx(*ucx, accept.transport_port, accept.transfer_id, hello.layout, hashes,
-                                    static_cast<std::uint32_t>(pull_blocks), cache, wire)
-                  : pull(p.port(), accept.transfer_id, hello.layout, hashes, static_cast<std::uint32_t>(pull_blocks), cache, wire);
-    pd_s.push_back(seconds_since(start));
-    pd_cpu.push_back(cpu_seconds() - cpu0);
-    if (profile) {
-      std::string line = "pull cpu ticks by thread:";
-      for (const auto& [tid, t] : thread_ticks())
-        if (t - (ticks0.count(tid) ? ticks0.at(tid) : 0) > 0) line += " " + tid + "=" + std::to_string(t - (ticks0.count(tid) ? ticks0.at(tid) : 0));
-      std::fprintf(stderr, "%s (main thread %d)\n", line.c_str(), static_cast<int>(::getpid()));
+    std::fprintf(stderr, "bench_pd_transfer: P's prefill of %d x %d tokens and the first transfers: %.1f s\n", prompts,
+                 tokens, seconds_since(start));
+    for (int r = 0; r < warmup + reps; ++r) {
+      for (Series& s : series) {
+        double pd_s = 0, pd_cpu = 0;
+        payload = timed_transfers(b, s.transport, pd_s, pd_cpu, wire);
+        if (payload == 0) throw std::runtime_error("a " + s.transport + " transfer did not deliver every block intact");
+        const double cpu1 = cpu_seconds();
+        const double tcp_s = tcp_copy(wire);
+        const double tcp_cpu = cpu_seconds() - cpu1;
+        if (r < warmup) continue;
+        s.pd_s.push_back(pd_s);
+        s.tcp_s.push_back(tcp_s);
+        s.pd_cpu.push_back(pd_cpu);
+        s.tcp_cpu.push_back(tcp_cpu);
+        // pull GB/s over copy GB/s of the same rep: (payload / pd_s) / (wire / tcp_s)
+        s.ratio.push_back(static_cast<double>(payload) * tcp_s / (static_cast<double>(wire) * pd_s));
+      }
     }
-    if (payload == 0) {
-      std::fprintf(stderr, "bench_pd_transfer: the pull did not deliver every block intact\n");
-      return 1;
-    }
-    const double cpu1 = cpu_seconds();
-    tcp_s.push_back(tcp_copy(wire));
-    tcp_cpu.push_back(cpu_seconds() - cpu1);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_pd_transfer: %s\n", e.what());
+    std::filesystem::remove_all(b.dir);
+    return 1;
   }
-  const double pd_gbs = static_cast<double>(payload) / median(pd_s) / 1e9;
-  const double tcp_gbs = static_cast<double>(wire) / median(tcp_s) / 1e9;
-  std::printf("{\"transport\": \"%s\", \"tokens\": %d, \"blocks\": %zu, \"payload_bytes\": %zu, \"reps\": %d, \"pull_blocks\": %d, "
-              "\"pd_pull_gbps\": %.3f, \"tcp_copy_gbps\": %.3f, \"ratio\": %.3f, \"pd_cpu_s_per_gb\": %.3f, "
-              "\"tcp_cpu_s_per_gb\": %.3f}\n",
-              transport.c_str(), tokens, hashes.size(), payload, reps, pull_blocks, pd_gbs, tcp_gbs, pd_gbs / tcp_gbs,
-              median(pd_cpu) / (static_cast<double>(payload) / 1e9), median(tcp_cpu) / (static_cast<double>(wire) / 1e9));
-  std::filesystem::remove_all(dir);
+  for (const Series& s : series)
+    print_series(s, tokens, b.hellos.size(), b.hashes.size() * b.hashes[0].size(), payload, wire, warmup, b.pull_blocks);
+  b.ucx.reset();
+  b.p.reset();
+  std::filesystem::remove_all(b.dir);
   return 0;
 }
