@@ -15,6 +15,7 @@ namespace {
 
 constexpr char kHelloBytes[8] = {'K', 'V', 'F', 'U', 'C', 'X', '1', '\n'};
 constexpr char kReadyBytes[8] = {'K', 'V', 'F', 'R', 'E', 'A', 'D', 'Y'};
+constexpr char kPongBytes[8] = {'K', 'V', 'F', 'P', 'O', 'N', 'G', '\n'};
 constexpr std::size_t kRequestHeaderBytes = 4 + 4 + 8 + 4 + 4;
 
 template <typename T>
@@ -136,6 +137,10 @@ awaitable<void> UcxPullServer::serve(std::shared_ptr<UcxEndpoint> ep) {
       char head[kRequestHeaderBytes];
       co_await ep->recv(head, sizeof head, forever);
       const char* at = head;
+      if (std::memcmp(at, "KVFI", 4) == 0) {  // D checks that a pooled endpoint still works
+        co_await ep->send(std::string_view(kPongBytes, sizeof kPongBytes), after(io_timeout_));
+        continue;
+      }
       if (std::memcmp(at, "KVFP", 4) != 0) throw PdFailure("malformed", "bad UCX pull request");
       at += 4;
       UcxPullRequest req;
@@ -156,17 +161,42 @@ awaitable<void> UcxPullServer::serve(std::shared_ptr<UcxEndpoint> ep) {
   --active_;
 }
 
+awaitable<bool> UcxPullClient::alive(UcxEndpoint& ep, UcxClock::time_point deadline) {
+  char ping[kRequestHeaderBytes] = {'K', 'V', 'F', 'I'};
+  char pong[sizeof kPongBytes];
+  bool ok = true;
+  try {
+    co_await ep.send(std::string_view(ping, sizeof ping), deadline);
+    co_await ep.recv(pong, sizeof pong, deadline);
+    ok = std::memcmp(pong, kPongBytes, sizeof pong) == 0;
+  } catch (const std::exception&) {
+    ok = false;
+  }
+  if (!ok) ep.close();
+  co_return ok;
+}
+
 awaitable<std::shared_ptr<UcxEndpoint>> UcxPullClient::acquire(const std::string& host, std::uint16_t port,
                                                                UcxClock::time_point deadline) {
   const std::string peer = host + ":" + std::to_string(port);
-  {
-    std::lock_guard lock(mu_);
-    auto& idle = idle_[peer];
-    while (!idle.empty()) {
-      auto ep = std::move(idle.back());
-      idle.pop_back();
-      if (!ep->broken()) co_return ep;
+  // An idle pooled endpoint, checked by a round trip first: one whose P died or dropped it while it sat in
+  // the pool (UCX need not have noticed yet) is closed, and the pull gets a fresh connection instead of
+  // failing into a local prefill.
+  for (;;) {
+    std::shared_ptr<UcxEndpoint> ep;
+    {
+      std::lock_guard lock(mu_);
+      auto& idle = idle_[peer];
+      while (!ep && !idle.empty()) {
+        ep = std::move(idle.back());
+        idle.pop_back();
+        if (ep->broken()) ep.reset();
+      }
     }
+    if (!ep) break;
+    const bool ok = co_await alive(*ep, deadline);  // (named: GCC 12)
+    if (ok) co_return ep;
+    ++replaced_;
   }
   std::shared_ptr<UcxEndpoint> ep = worker_->connect(host, port);
   if (!ep) throw PdFailure("connect", "UCX is not available");

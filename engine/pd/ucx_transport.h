@@ -14,6 +14,7 @@
 //                                             is wired up before a large send (UCX 1.13 aborts on a
 //                                             64 MiB stream send posted before its wire-up completes)
 //   D -> P  "KVFP" | u32 key bytes | u64 transfer | u32 from | u32 count | key    a pull request
+//   D -> P  "KVFI" | 20 zero bytes    then P -> D "KVFPONG\n": D checks a pooled endpoint before a transfer
 //   P -> D  pieces: u64 n | n bytes ... | u64 0                                   the pull's frames
 // One pull at a time per endpoint; D pools idle endpoints per P. Every D-side wait has a deadline
 // (connect: pd_connect_timeout_ms, each read: pd_io_timeout_ms, the whole transfer:
@@ -108,16 +109,21 @@ class UcxPullServer {
 class UcxPullClient {
  public:
   explicit UcxPullClient(std::shared_ptr<UcxWorker> worker) : worker_(std::move(worker)) {}
-  // An endpoint that finished the READY exchange: an idle pooled one, else a new connection. Throws
-  // PdFailure("connect") when it cannot connect before the deadline (refused, unreachable, silent).
+  // An endpoint that finished the READY exchange: an idle pooled one that still answers a ping (one round
+  // trip; a dead one is closed and the next tried), else a new connection. Throws PdFailure("connect")
+  // when it cannot connect before the deadline (refused, unreachable, silent).
   boost::asio::awaitable<std::shared_ptr<UcxEndpoint>> acquire(const std::string& host, std::uint16_t port,
                                                                UcxClock::time_point deadline);
+  // Pooled endpoints found dead by acquire's ping (and replaced) so far.
+  std::uint64_t replaced() const { return replaced_; }
   // After a pull that ended cleanly: the endpoint may serve the next one.
   void give_back(const std::string& host, std::uint16_t port, std::shared_ptr<UcxEndpoint> ep);
 
  private:
   static constexpr std::size_t kIdlePerPeer = 4;
+  static boost::asio::awaitable<bool> alive(UcxEndpoint& ep, UcxClock::time_point deadline);
   std::shared_ptr<UcxWorker> worker_;
+  std::atomic<std::uint64_t> replaced_{0};
   std::mutex mu_;
   std::map<std::string, std::vector<std::shared_ptr<UcxEndpoint>>> idle_;  // guarded by mu_
 };

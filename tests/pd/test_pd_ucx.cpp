@@ -9,6 +9,7 @@
 #include <boost/asio/use_future.hpp>
 #include <cstring>
 #include <future>
+#include <thread>
 
 #include "engine/pd/pull_reader.h"
 #include "engine/pd/transport.h"
@@ -156,6 +157,64 @@ TEST_CASE("UCX endpoints: READY exchange, a 24 MiB answer byte for byte, a refus
   const auto waited = Clock::now() - stalled_at;
   CHECK(waited >= std::chrono::milliseconds(300));
   CHECK(waited < std::chrono::milliseconds(1400));
+}
+
+TEST_CASE("UCX pool: an idle endpoint that P dropped is replaced by one fresh connection, not a failed pull") {
+  std::string why;
+  auto client_worker = pd::UcxWorker::create(why);
+  REQUIRE_MESSAGE(client_worker, why);
+  auto p_worker = pd::UcxWorker::create(why);
+  REQUIRE_MESSAGE(p_worker, why);
+  const std::string answer(3u << 20, 'a');
+  std::atomic<int> served{0};
+  // P answers, then drops that connection a little later, while D's endpoint sits idle in its pool (as a P
+  // that restarted would have: its listener is back, the endpoint D pooled is dead). Throwing out of the
+  // handler closes the endpoint by force.
+  auto handler = [&](const pd::UcxPullRequest&, pd::PullSink& sink) -> boost::asio::awaitable<void> {
+    co_await sink.write(answer);
+    co_await sink.finish();
+    ++served;
+    boost::asio::steady_timer t(co_await boost::asio::this_coro::executor);
+    t.expires_after(std::chrono::milliseconds(200));
+    co_await t.async_wait(boost::asio::use_awaitable);
+    throw std::runtime_error("P drops the connection");
+  };
+  pd::UcxPullServer p(p_worker, "127.0.0.1", 0, std::chrono::milliseconds(5000), handler);
+  pd::UcxPullClient client(client_worker);
+  boost::asio::io_context io;
+  const auto one_pull = [&]() -> boost::asio::awaitable<std::size_t> {
+    auto ep = co_await client.acquire("127.0.0.1", p.port(), Clock::now() + std::chrono::seconds(5));
+    pd::UcxPullRequest req;
+    req.count = 1;
+    co_await pd::send_pull_request(*ep, req, Clock::now() + std::chrono::seconds(5));
+    pd::UcxPullSource source(*ep, std::chrono::milliseconds(5000));
+    std::string all(answer.size() + 16, '\0');
+    std::size_t filled = 0;
+    for (;;) {
+      const std::size_t n = co_await source.read_some_into(std::span<char>(all.data() + filled, all.size() - filled));
+      if (n == 0) break;
+      filled += n;
+    }
+    client.give_back("127.0.0.1", p.port(), std::move(ep));
+    co_return filled;
+  };
+  for (int i = 0; i < 3; ++i) {  // each pull finds the endpoint of the one before in the pool, dead
+    CAPTURE(i);
+    std::size_t got = 0;
+    std::string failed;
+    try {
+      got = run_coro(io, one_pull);
+    } catch (const std::exception& e) {
+      failed = e.what();
+    }
+    CHECK_MESSAGE(failed.empty(), failed);
+    CHECK(got == answer.size());
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));  // P drops the endpoint D just pooled
+  }
+  CHECK(served == 3);
+  // The second and third acquire each found the endpoint before dead, either marked broken by UCX's error
+  // callback (skipped) or failing the ping (closed, counted here); either way a fresh connection served.
+  MESSAGE("pooled endpoints replaced after a failed ping: " << client.replaced());
 }
 
 TEST_CASE("negotiation: ucx when both sides speak it, tcp when either lacks it; answers identical") {
