@@ -37,11 +37,22 @@ UcxClock::time_point after(std::chrono::milliseconds d) { return UcxClock::now()
 }  // namespace
 
 awaitable<bool> UcxPullSink::write(std::string_view piece) {
-  const std::uint64_t n = piece.size();
+  const std::string_view one[] = {piece};
+  const bool ok = co_await write_pieces(one);  // (named: GCC 12)
+  co_return ok;
+}
+
+awaitable<bool> UcxPullSink::write_pieces(std::span<const std::string_view> pieces) {
+  std::uint64_t n = 0;
+  for (const std::string_view p : pieces) n += p.size();
+  if (n == 0) co_return true;  // a zero length would end the pull
+  std::vector<std::string_view> all;
+  all.reserve(pieces.size() + 1);
+  all.emplace_back(reinterpret_cast<const char*>(&n), sizeof n);
+  all.insert(all.end(), pieces.begin(), pieces.end());
   bool ok = true;
   try {
-    co_await ep_.send(std::string_view(reinterpret_cast<const char*>(&n), sizeof n), after(io_timeout_));
-    co_await ep_.send(piece, after(io_timeout_));
+    co_await ep_.send_gather(all, after(io_timeout_));
   } catch (const std::exception&) {
     ok = false;
   }

@@ -51,6 +51,9 @@ class UcxPullSink : public PullSink {
  public:
   UcxPullSink(UcxEndpoint& ep, std::chrono::milliseconds io_timeout) : ep_(ep), io_timeout_(io_timeout) {}
   boost::asio::awaitable<bool> write(std::string_view piece) override;
+  // The piece's length and its parts (a frame's header, its layers straight from P's cache, its trailer)
+  // go out as one UCP iov send: no joining copy.
+  boost::asio::awaitable<bool> write_pieces(std::span<const std::string_view> pieces) override;
   boost::asio::awaitable<bool> finish() override;
 
  private:

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -38,6 +39,8 @@ class UcxEndpoint {
   // Sends `bytes` (kept alive by the caller until this returns). Throws PdFailure: "timeout" when the
   // deadline passed, "peer_closed" when the endpoint failed or was closed.
   boost::asio::awaitable<void> send(std::string_view bytes, Clock::time_point deadline);
+  // Sends `pieces` one after the other as one operation (a UCP iov: no joining copy). As send().
+  boost::asio::awaitable<void> send_gather(std::span<const std::string_view> pieces, Clock::time_point deadline);
   // Receives exactly `n` bytes into `into`. Throws as send().
   boost::asio::awaitable<void> recv(char* into, std::size_t n, Clock::time_point deadline);
   // Any thread: closes by force; pending and later operations fail.
@@ -46,7 +49,8 @@ class UcxEndpoint {
   bool broken() const;
 
  private:
-  enum class Op { send, recv };
+  enum class Op { send, send_iov, recv };
+  // send_iov: `buffer` is an array of `n` UCP iov entries.
   boost::asio::awaitable<void> run(Op op, char* buffer, std::size_t n, Clock::time_point deadline);
 
   std::shared_ptr<UcxWorker> worker_;
