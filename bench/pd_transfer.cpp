@@ -4,13 +4,14 @@
 //   build/bin/bench_pd_transfer [--tokens 1024] [--prompts 4 | --mib 128] [--reps 7] [--warmup 1]
 //                               [--pull-blocks 32] [--transport tcp|ucx|all] [--profile]
 // Each rep is, for each transport asked for (all: tcp then ucx): the timed transfers of --prompts prompts
-// of --tokens tokens one after the other (each as D does it: its own connection or pooled endpoint, pulls of
-// --pull-blocks blocks), then one plain TCP copy of the same wire bytes; the pair's ratio (pull GB/s over copy GB/s) is what is reported
-// (median, min, max over the reps after the --warmup ones, which are dropped), so the load of other
-// processes hits both sides of a pair alike. (--transport ucx: the pulls go over the ucx KV transport,
+// of --tokens tokens (each as D does it: its own connection or pooled endpoint, pulls of --pull-blocks
+// blocks), each followed at once by a plain TCP copy of the same wire bytes (so the two halves of a pair
+// are never more than one 32 MiB transfer apart, and the load of other processes hits both alike); the
+// rep's ratio (pull GB/s over copy GB/s, each summed over its 4 halves) is what is reported (median, min,
+// max over the reps after the --warmup ones, which are dropped). (--transport ucx: the pulls go over the ucx KV transport,
 // pd_transfer_ucx.h; the plain copy stays TCP.) One JSON line per transport.
-// The prefill itself is outside the timing: P computes the prompt once, untimed; each rep's handshake is
-// untimed too. In the timed pull P sends every block from its cache with frames and checksums; this side
+// The prefill itself is outside the timing: P computes each prompt once, untimed; each rep's handshakes
+// are untimed too. In the timed pull P sends every block from its cache with frames and checksums; this side
 // reads them with pd::read_pull(_frames), which checks checksum, index, hash, layers and size, and copies
 // every payload once into a cache-sized buffer, as D's import does, overlapped with the next pull. The
 // model is random with a KV block of 512 KiB (8 layers, 8 KV heads, head dim 64, fp32), so a 1024-token
@@ -214,33 +215,42 @@ std::size_t pull_over(Bench& b, const std::string& transport, const pd::Accept& 
   return pull(b.p->port(), accept.transfer_id, layout, b.hashes[prompt], b.pull_blocks, b.cache, wire);
 }
 
-// One timed rep: the handshakes of every prompt first (untimed), then every prompt's transfer; returns the
-// payload bytes (0: a transfer failed), `wire` the wire bytes.
-std::size_t timed_transfers(Bench& b, const std::string& transport, double& seconds, double& cpu, std::size_t& wire) {
+// One timed rep over `transport`: the handshakes of every prompt first (untimed), then for each prompt its
+// transfer and right after it a plain TCP copy of the same wire bytes, so that the two halves of the pair
+// are never more than one transfer apart (the load of other processes changes within a second). Fills
+// the sums of both and returns the payload bytes (0: a transfer failed).
+struct RepResult {
+  std::size_t payload = 0, wire = 0;
+  double pd_s = 0, pd_cpu = 0, tcp_s = 0, tcp_cpu = 0;
+};
+
+RepResult timed_rep(Bench& b, const std::string& transport) {
   std::vector<pd::Accept> accepts;
   for (std::size_t i = 0; i < b.hellos.size(); ++i) accepts.push_back(open_transfer(b, i, transport == "ucx"));
-  const auto start = Clock::now();
-  const double cpu0 = cpu_seconds();
+  RepResult r;
   const auto ticks0 = b.profile ? thread_ticks() : std::map<std::string, long>{};
-  std::size_t payload = 0;
-  wire = 0;
   for (std::size_t i = 0; i < accepts.size(); ++i) {
     std::size_t w = 0;
+    const auto start = Clock::now();
+    const double cpu0 = cpu_seconds();
     const std::size_t got = pull_over(b, transport, accepts[i], i, w);
-    if (got == 0) return 0;
-    payload += got, wire += w;
+    r.pd_s += seconds_since(start);
+    r.pd_cpu += cpu_seconds() - cpu0;
+    if (got == 0) return RepResult{};
+    r.payload += got, r.wire += w;
+    const double cpu1 = cpu_seconds();
+    r.tcp_s += tcp_copy(w);
+    r.tcp_cpu += cpu_seconds() - cpu1;
   }
-  seconds = seconds_since(start);
-  cpu = cpu_seconds() - cpu0;
   if (b.profile) {
-    std::string line = transport + " cpu ticks by thread:";
+    std::string line = transport + " (and copies) cpu ticks by thread:";
     for (const auto& [tid, t] : thread_ticks()) {
       const long before = ticks0.count(tid) ? ticks0.at(tid) : 0;
       if (t - before > 0) line += " " + tid + "=" + std::to_string(t - before);
     }
     std::fprintf(stderr, "%s (main thread %d)\n", line.c_str(), static_cast<int>(::getpid()));
   }
-  return payload;
+  return r;
 }
 
 void print_series(const Series& s, int tokens, std::size_t prompts, std::size_t blocks, std::size_t payload,
@@ -338,12 +348,10 @@ int main(int argc, char** argv) {
                  tokens, seconds_since(start));
     for (int r = 0; r < warmup + reps; ++r) {
       for (Series& s : series) {
-        double pd_s = 0, pd_cpu = 0;
-        payload = timed_transfers(b, s.transport, pd_s, pd_cpu, wire);
-        if (payload == 0) throw std::runtime_error("a " + s.transport + " transfer did not deliver every block intact");
-        const double cpu1 = cpu_seconds();
-        const double tcp_s = tcp_copy(wire);
-        const double tcp_cpu = cpu_seconds() - cpu1;
+        const RepResult got = timed_rep(b, s.transport);
+        if (got.payload == 0) throw std::runtime_error("a " + s.transport + " transfer did not deliver every block intact");
+        payload = got.payload, wire = got.wire;
+        const double pd_s = got.pd_s, pd_cpu = got.pd_cpu, tcp_s = got.tcp_s, tcp_cpu = got.tcp_cpu;
         if (r < warmup) continue;
         s.pd_s.push_back(pd_s);
         s.tcp_s.push_back(tcp_s);
