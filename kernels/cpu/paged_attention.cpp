@@ -165,9 +165,10 @@ struct Tile {
   std::int64_t begin, rows;
 };
 
-// Consecutive rows of one sequence at consecutive positions, at most kTileRows each.
-std::vector<Tile> make_tiles(const AttnRow* rows, std::int64_t n) {
-  std::vector<Tile> tiles;
+// Consecutive rows of one sequence at consecutive positions, at most kTileRows each, into `tiles`
+// (the caller's reused buffer: no allocation per call once it has grown).
+void make_tiles(const AttnRow* rows, std::int64_t n, std::vector<Tile>& tiles) {
+  tiles.clear();
   for (std::int64_t r = 0; r < n; ++r) {
     if (!tiles.empty()) {
       Tile& t = tiles.back();
@@ -179,14 +180,15 @@ std::vector<Tile> make_tiles(const AttnRow* rows, std::int64_t n) {
     }
     tiles.push_back({r, 1});
   }
-  return tiles;
 }
 
 }  // namespace
 
 void paged_attention(ThreadPool& pool, const float* q, std::int64_t rows, std::int64_t num_heads,
                      const AttnRow* row_info, KvLayer cache, float scale, float* out) {
-  const std::vector<Tile> tiles = make_tiles(row_info, rows);
+  thread_local std::vector<Tile> caller_tiles;
+  std::vector<Tile>& tiles = caller_tiles;  // a reference: the workers must read the caller's tiles, not theirs
+  make_tiles(row_info, rows, tiles);
   const std::int64_t kvh = cache.num_kv_heads, items = static_cast<std::int64_t>(tiles.size()) * kvh;
   with_kv_type(cache.dtype, [&](auto elem) {
     using T = decltype(elem);
