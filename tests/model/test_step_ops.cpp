@@ -138,8 +138,12 @@ TEST_CASE("a forward step of a shape seen before allocates nothing new: no page 
   ForwardBatch prefill, decode;
   prefill.chunks.push_back({prompt, 0, table, SeqChunk::Logits::all});
   decode.chunks.push_back({std::span<const TokenId>(prompt).subspan(0, 1), 200, table, SeqChunk::Logits::last});
-  runner.forward_view(prefill);  // the first steps size the buffers
-  runner.forward_view(decode);
+  // The first steps size the buffers, the runner's and each thread's own (attention's scratch grows in
+  // whichever thread first runs a larger tile: the chunks go to whichever thread is free).
+  for (int i = 0; i < 4; ++i) {
+    runner.forward_view(prefill);
+    runner.forward_view(decode);
+  }
   const long before = minor_faults();
   for (int i = 0; i < 3; ++i) {
     runner.forward_view(prefill);
