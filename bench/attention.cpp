@@ -3,7 +3,7 @@
 // (old, new, old, new, ...) so that a loaded machine slows both alike. Shapes: a 125M llama's attention
 // (12 query heads, 4 kv heads, head_dim 64, block 16).
 //
-//   build/bin/bench_attention [--threads 2] [--reps 5] [--4k]
+//   build/bin/bench_attention [--threads 2] [--reps 5] [--4k] [--cpu-time]
 //   decode: 32 sequences x context 512; prefill: one 512-token prompt (causal), with --4k also one 4096-token
 //   prompt (new kernel only); new with fp32/bf16 KV.
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <string>
 #include <vector>
@@ -108,8 +109,22 @@ Setup make(DType dtype, int seqs, int context, bool prefill) {
   return s;
 }
 
+bool g_cpu_time = false;  // --cpu-time: the process's CPU time instead of the wall clock (for --threads 1 on a
+                          // loaded machine, where the wall clock mostly measures the waits for a core)
+
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 template <class Fn>
 double seconds(Fn&& fn) {
+  if (g_cpu_time) {
+    const double t0 = process_cpu_seconds();
+    fn();
+    return process_cpu_seconds() - t0;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   fn();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -149,6 +164,7 @@ int main(int argc, char** argv) {
   bool with_4k = false;
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]) == "--4k") with_4k = true;
+    else if (std::string(argv[i]) == "--cpu-time") g_cpu_time = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--threads") threads = static_cast<unsigned>(std::stoul(argv[i + 1]));

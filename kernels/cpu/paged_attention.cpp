@@ -20,7 +20,6 @@ namespace kvfleet::cpu {
 namespace {
 
 constexpr std::int64_t kTileRows = 16;
-constexpr int kLanes = 16;  // elements of the output accumulator held in registers across a block's slots
 
 // The scores are computed 16 keys at a time against K transposed ([dim][16 keys], zero-padded past the
 // block's last key), so that the 16 keys are the vector lanes and no horizontal sum is needed: key j's
@@ -83,6 +82,29 @@ inline float exp_nonpositive(float x) {
   return tiny ? 0.0f : p * scale;
 }
 
+// exp_nonpositive on 8 lanes: the same operations (floor as truncation corrected downwards), so that a
+// block's weights are computed 8 at a time.
+typedef std::int32_t I8 __attribute__((vector_size(32)));
+
+inline V8 exp_nonpositive(V8 x) {
+  const I8 tiny = x < -87.0f;
+  x = tiny ? V8{} - 87.0f : x;
+  const V8 t = x * 1.44269504088896341f + 0.5f;
+  V8 n = __builtin_convertvector(__builtin_convertvector(t, I8), V8);
+  n = n > t ? n - 1.0f : n;
+  V8 r = x - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  V8 p = V8{} + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const V8 scale = (V8)((__builtin_convertvector(n, I8) + 127) << 23);
+  return tiny ? V8{} : p * scale;
+}
+
 // The running state of one query head: max, sum of exp, unnormalized output.
 struct QueryState {
   const float* q;
@@ -119,34 +141,45 @@ inline void score_block(QueryState& s, const float* kt, std::int64_t n, std::int
   for (std::int64_t j = 0; j < n; ++j) mb = std::max(mb, p[j] = p[j] * scale);
   const float m_new = std::max(s.m, mb);
   alpha = exp_nonpositive(s.m - m_new);  // 0 on the first block (m = -inf): acc and l are 0 anyway
-  for (std::int64_t j = 0; j < n; ++j) p[j] = exp_nonpositive(p[j] - m_new);
+  for (std::int64_t j = 0; j < n; j += 8) {  // whole groups of 8 (p has room): lanes past n are not used
+    V8 x;
+    std::memcpy(&x, p + j, sizeof x);
+    x = exp_nonpositive(x - m_new);
+    std::memcpy(p + j, &x, sizeof x);
+  }
   float sum = 0.0f;
   for (std::int64_t j = 0; j < n; ++j) sum += p[j];
   s.l = s.l * alpha + sum;
   s.m = m_new;
 }
 
-// acc = acc * alpha + sum_j p[j] * v[j], element by element in slot order; 16 elements at a time held in
-// registers across the block's slots (the order per element is the same as a plain loop's).
+// acc = acc * alpha + sum_j p[j] * v[j], element by element in slot order; 64 (then 8) elements at a time
+// held in registers across the block's slots (the order per element is the same as a plain loop's).
+// W x 8 elements of acc, held in W registers across the block's slots: W independent multiply-add chains.
+template <int W>
+inline void accumulate_lanes(float* acc, const float* v, std::int64_t n, std::int64_t d, const float* p, float alpha) {
+  V8 a[W];
+  for (int w = 0; w < W; ++w) {
+    std::memcpy(&a[w], acc + 8 * w, sizeof(V8));
+    a[w] *= alpha;
+  }
+  for (std::int64_t j = 0; j < n; ++j) {
+    const float* row = v + j * d;
+#pragma GCC unroll 8
+    for (int w = 0; w < W; ++w) {
+      V8 x;
+      std::memcpy(&x, row + 8 * w, sizeof x);
+      a[w] += p[j] * x;
+    }
+  }
+  for (int w = 0; w < W; ++w) std::memcpy(acc + 8 * w, &a[w], sizeof(V8));
+}
+
 inline void accumulate_block(QueryState& s, const float* v, std::int64_t n, std::int64_t d, const float* p,
                              float alpha) {
   std::int64_t i = 0;
-  for (; i + kLanes <= d; i += kLanes) {  // as two V8 registers (a float array here went through memory)
-    V8 a0, a1;
-    std::memcpy(&a0, s.acc + i, sizeof a0);
-    std::memcpy(&a1, s.acc + i + 8, sizeof a1);
-    a0 *= alpha;
-    a1 *= alpha;
-    for (std::int64_t j = 0; j < n; ++j) {
-      V8 v0, v1;
-      std::memcpy(&v0, v + j * d + i, sizeof v0);
-      std::memcpy(&v1, v + j * d + i + 8, sizeof v1);
-      a0 += p[j] * v0;
-      a1 += p[j] * v1;
-    }
-    std::memcpy(s.acc + i, &a0, sizeof a0);
-    std::memcpy(s.acc + i + 8, &a1, sizeof a1);
-  }
+  for (; i + 64 <= d; i += 64) accumulate_lanes<8>(s.acc + i, v + i, n, d, p, alpha);
+  for (; i + 8 <= d; i += 8) accumulate_lanes<1>(s.acc + i, v + i, n, d, p, alpha);
   for (; i < d; ++i) {
     float a = s.acc[i] * alpha;
     for (std::int64_t j = 0; j < n; ++j) a += p[j] * v[j * d + i];
