@@ -106,9 +106,9 @@ void ThreadPool::run(std::int64_t n, std::int64_t grain, Job job) {
   job_n_ = n;
   job_chunk_ = (n + want - 1) / want;
   const auto chunks = static_cast<std::uint64_t>((n + job_chunk_ - 1) / job_chunk_);
-  const std::uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  const std::uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
   done_.store(0, std::memory_order_relaxed);
-  claim_.store((gen << 32) | (chunks << 16), std::memory_order_release);
+  claim_.store((std::uint64_t{gen} << 32) | (chunks << 16), std::memory_order_release);
   generation_.store(gen, std::memory_order_release);  // publishes job_*, done_ and claim_
   generation_.notify_all();                           // no syscall when no worker sleeps
   run_chunks();
@@ -133,7 +133,7 @@ void ThreadPool::run_chunks() {
 }
 
 void ThreadPool::worker() {
-  std::uint64_t seen = 0;
+  std::uint32_t seen = 0;
   for (;;) {
     if (!spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; })) {
       generation_.wait(seen, std::memory_order_acquire);

@@ -76,7 +76,8 @@ class ThreadPool {
   alignas(64) std::atomic<std::uint64_t> claim_{0};
   // generation_ wakes the workers (release: job_* and claim_ are written before); done_ counts the
   // chunks finished, which the caller waits for.
-  alignas(64) std::atomic<std::uint64_t> generation_{0};
+  // 32 bits: std::atomic::wait is then a futex on the word itself (a 64-bit one waits through a shared proxy).
+  alignas(64) std::atomic<std::uint32_t> generation_{0};
   alignas(64) std::atomic<std::uint32_t> done_{0};
   std::atomic<bool> stop_{false};
 };
