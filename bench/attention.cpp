@@ -3,13 +3,15 @@
 // (old, new, old, new, ...) so that a loaded machine slows both alike. Shapes: a 125M llama's attention
 // (12 query heads, 4 kv heads, head_dim 64, block 16).
 //
-//   build/bin/bench_attention [--threads 2] [--reps 5]
-//   decode: 32 sequences x context 512; prefill: one 512-token prompt (causal); new with fp32/bf16 KV.
+//   build/bin/bench_attention [--threads 2] [--reps 5] [--4k] [--cpu-time]
+//   decode: 32 sequences x context 512; prefill: one 512-token prompt (causal), with --4k also one 4096-token
+//   prompt (new kernel only); new with fp32/bf16 KV.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <string>
 #include <vector>
@@ -107,28 +109,48 @@ Setup make(DType dtype, int seqs, int context, bool prefill) {
   return s;
 }
 
+bool g_cpu_time = false;  // --cpu-time: the process's CPU time instead of the wall clock (for --threads 1 on a
+                          // loaded machine, where the wall clock mostly measures the waits for a core)
+
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 template <class Fn>
 double seconds(Fn&& fn) {
+  if (g_cpu_time) {
+    const double t0 = process_cpu_seconds();
+    fn();
+    return process_cpu_seconds() - t0;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   fn();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void compare(ThreadPool& pool, const char* name, int seqs, int context, bool prefill, int reps) {
+void compare(ThreadPool& pool, const char* name, int seqs, int context, bool prefill, int reps, bool with_old = true) {
   Setup f32 = make(DType::f32, seqs, context, prefill), b16 = make(DType::bf16, seqs, context, prefill);
   const auto rows = static_cast<std::int64_t>(f32.rows.size());
   const float scale = 0.125f;
   double t_old = 1e30, t_new = 1e30, t_bf16 = 1e30;  // best of reps, each measured in turn
   for (int r = 0; r < reps; ++r) {
-    t_old = std::min(t_old, seconds([&] {
-      old_kernel::paged_attention(pool, f32.q.data(), rows, kHeads, f32.rows.data(), f32.cache, scale, f32.out.data());
-    }));
+    if (with_old)
+      t_old = std::min(t_old, seconds([&] {
+        old_kernel::paged_attention(pool, f32.q.data(), rows, kHeads, f32.rows.data(), f32.cache, scale, f32.out.data());
+      }));
     t_new = std::min(t_new, seconds([&] {
       cpu::paged_attention(pool, f32.q.data(), rows, kHeads, f32.rows.data(), f32.cache, scale, f32.out.data());
     }));
     t_bf16 = std::min(t_bf16, seconds([&] {
       cpu::paged_attention(pool, b16.q.data(), rows, kHeads, b16.rows.data(), b16.cache, scale, b16.out.data());
     }));
+  }
+  if (!with_old) {
+    std::printf("%-8s %3d seqs x %4d: old (not run) | new fp32 KV %8.3f ms | new bf16 KV %8.3f ms\n", name, seqs,
+                context, t_new * 1e3, t_bf16 * 1e3);
+    return;
   }
   std::printf("%-8s %3d seqs x %4d: old %8.3f ms | new fp32 KV %8.3f ms (%.2fx) | new bf16 KV %8.3f ms (%.2fx)\n",
               name, seqs, context, t_old * 1e3, t_new * 1e3, t_old / t_new, t_bf16 * 1e3, t_old / t_bf16);
@@ -139,6 +161,10 @@ void compare(ThreadPool& pool, const char* name, int seqs, int context, bool pre
 int main(int argc, char** argv) {
   unsigned threads = 2;
   int reps = 5;
+  bool with_4k = false;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--4k") with_4k = true;
+    else if (std::string(argv[i]) == "--cpu-time") g_cpu_time = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--threads") threads = static_cast<unsigned>(std::stoul(argv[i + 1]));
@@ -152,5 +178,6 @@ int main(int argc, char** argv) {
   compare(pool, "decode", 32, 512, false, reps);
   compare(pool, "decode", 8, 4096, false, reps);
   compare(pool, "prefill", 1, 512, true, reps);
+  if (with_4k) compare(pool, "prefill", 1, 4096, true, reps, false);  // the old kernel: ~10 s a rep, left out
   return 0;
 }

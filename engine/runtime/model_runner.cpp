@@ -29,6 +29,9 @@ struct ModelRunner::Scratch {
   std::int64_t* slots = nullptr;
   std::int64_t tables_capacity = 0;
   std::vector<void*> owned;
+  // The host side of a step's metadata, reused from step to step (cleared, never shrunk).
+  std::vector<std::int32_t> h_ids, h_positions, h_table_offsets, h_tables, h_logit_rows;
+  std::vector<std::int64_t> h_slots;
 };
 
 namespace {
@@ -170,8 +173,11 @@ std::span<float> ModelRunner::forward_view(const ForwardBatch& batch) {
     throw std::invalid_argument("batch of " + std::to_string(rows) + " tokens exceeds max_batch_tokens " +
                                 std::to_string(options_.max_batch_tokens));
   // Host-side metadata for every row, then one upload each.
-  std::vector<std::int32_t> ids, positions, table_offsets, tables, logit_rows;
-  std::vector<std::int64_t> slots;
+  std::vector<std::int32_t> &ids = s.h_ids, &positions = s.h_positions, &table_offsets = s.h_table_offsets;
+  std::vector<std::int32_t> &tables = s.h_tables, &logit_rows = s.h_logit_rows;
+  std::vector<std::int64_t>& slots = s.h_slots;
+  for (auto* v : {&ids, &positions, &table_offsets, &tables, &logit_rows}) v->clear();
+  slots.clear();
   for (const SeqChunk& chunk : batch.chunks) {
     const auto offset = static_cast<std::int32_t>(tables.size());
     tables.insert(tables.end(), chunk.block_table.begin(), chunk.block_table.end());

@@ -64,6 +64,14 @@ void add_rms_norm(float* residual, const float* delta, std::int64_t rows, std::i
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(float* gate, const float* up, std::int64_t n);
 
+// The same ops split over the pool by rows (silu_mul: by elements) where the work is worth a hand-off
+// (prefill, large batches; a decode row stays on the caller). Each row computes exactly what the serial
+// op computes, so the bits do not depend on the split or the thread count.
+void rms_norm(ThreadPool& pool, const float* x, std::int64_t rows, std::int64_t dim, WeightRef w, float eps, float* out);
+void add_rms_norm(ThreadPool& pool, float* residual, const float* delta, std::int64_t rows, std::int64_t dim,
+                  WeightRef w, float eps, float* out);
+void silu_mul(ThreadPool& pool, float* gate, const float* up, std::int64_t n);
+
 // Rotary embedding parameters (HF "rotate_half" convention): inv_freq[i] for i < head_dim / 2, after any
 // rope scaling.
 struct Rope {
@@ -96,6 +104,9 @@ struct KvLayer {
 // Rotates q [rows][num_heads][head_dim] in place and k by position, then writes k and v
 // ([rows][num_kv_heads][head_dim]) into the cache slot of each row (slot = block * block_size + offset).
 void rope_store_kv(const Rope& rope, float* q, const float* k, const float* v, std::int64_t rows,
+                   std::int64_t num_heads, const std::int32_t* positions, const std::int64_t* slots, KvLayer cache);
+// The same, rows split over the pool (each row writes its own slot: rows never share one).
+void rope_store_kv(ThreadPool& pool, const Rope& rope, float* q, const float* k, const float* v, std::int64_t rows,
                    std::int64_t num_heads, const std::int32_t* positions, const std::int64_t* slots, KvLayer cache);
 
 // What one query row attends to: positions [0, position] of its sequence, found through its block table.

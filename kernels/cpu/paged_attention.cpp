@@ -1,14 +1,16 @@
 // Paged attention on the CPU: flash-style, one work item per (tile of query rows, kv head).
 //
 // A tile is up to kTileRows consecutive rows of one sequence (a prefill chunk; a decode row is a tile of
-// one). For every K/V block the tile's rows reach, the block is widened to fp32 once and used by all the
-// tile's rows and all the query heads of the kv head's GQA group. Softmax is online: per block, the running
+// one). For every K/V block the tile's rows reach, the block is widened to fp32 once (K also transposed,
+// so that 16 keys' scores are one vector: scores16) and used by all the tile's rows and all the query heads
+// of the kv head's GQA group. Softmax is online: per block, the running
 // max m, the running sum l and the accumulator are rescaled by exp(m_old - m_new). The blocks are visited
 // in absolute key order and each query's arithmetic depends only on its own position and the cache, so a
 // row gives the same bits in a tile of any size, in any batch, chunked or not, on any number of threads.
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/kv_elem.h"
@@ -18,19 +20,46 @@ namespace kvfleet::cpu {
 namespace {
 
 constexpr std::int64_t kTileRows = 16;
-constexpr int kLanes = 16;  // partial sums of a dot product: fixed, whatever the vector width
 
-// q . k with kLanes partial sums and a fixed pairwise reduction: vectorizes, and the order is a function
-// of head_dim alone.
-inline float dot(const float* a, const float* b, std::int64_t d) {
-  float lane[kLanes] = {};
-  std::int64_t i = 0;
-  for (; i + kLanes <= d; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) lane[l] += a[i + l] * b[i + l];
-  for (int l = 0; i + l < d; ++l) lane[l] += a[i + l] * b[i + l];
-  for (int w = kLanes / 2; w > 0; w /= 2)
-    for (int l = 0; l < w; ++l) lane[l] += lane[l + w];
-  return lane[0];
+// The scores are computed 16 keys at a time against K transposed ([dim][16 keys], zero-padded past the
+// block's last key), so that the 16 keys are the vector lanes and no horizontal sum is needed: key j's
+// q . k is four partial sums over the dimensions i = u (mod 4), each in increasing i, then (s0 + s1) +
+// (s2 + s3). That order is a function of head_dim alone, whatever the tile, the batch or the block.
+constexpr int kKeys = 16;
+
+// GCC/Clang vector types (AVX2 registers with the build's -march; element-wise, so the arithmetic is the
+// plain loop's): the 4 partial sums of 16 keys stay in 8 registers.
+typedef float V8 __attribute__((vector_size(32)));  // loaded and stored with memcpy (unaligned)
+
+inline void scores16(const float* q, const float* kt, std::int64_t d, float* out) {
+  V8 s[4][2] = {};
+  for (std::int64_t i = 0; i < d; i += 4)
+    for (int u = 0; u < 4 && i + u < d; ++u) {
+      const float* row = kt + (i + u) * kKeys;
+      V8 lo, hi;
+      std::memcpy(&lo, row, sizeof lo);
+      std::memcpy(&hi, row + 8, sizeof hi);
+      s[u][0] += q[i + u] * lo;
+      s[u][1] += q[i + u] * hi;
+    }
+  const V8 lo = (s[0][0] + s[1][0]) + (s[2][0] + s[3][0]), hi = (s[0][1] + s[1][1]) + (s[2][1] + s[3][1]);
+  std::memcpy(out, &lo, sizeof lo);
+  std::memcpy(out + 8, &hi, sizeof hi);
+}
+
+// Keys [0, n) of a block (rows of d floats) into groups of 16 transposed keys, zero-padded to whole groups.
+inline void transpose_keys(const float* k, std::int64_t n, std::int64_t d, float* kt) {
+  const std::int64_t groups = (n + kKeys - 1) / kKeys;
+  for (std::int64_t g = 0; g < groups; ++g) {
+    float* dst = kt + g * d * kKeys;
+    const std::int64_t keys = std::min<std::int64_t>(kKeys, n - g * kKeys);
+    for (std::int64_t j = 0; j < keys; ++j) {
+      const float* src = k + (g * kKeys + j) * d;
+      for (std::int64_t i = 0; i < d; ++i) dst[i * kKeys + j] = src[i];
+    }
+    for (std::int64_t j = keys; j < kKeys; ++j)
+      for (std::int64_t i = 0; i < d; ++i) dst[i * kKeys + j] = 0.0f;
+  }
 }
 
 // e^x for x <= 0 (scores minus their running max), Cephes' expf polynomial (within 2 ulp of expf): plain
@@ -53,6 +82,29 @@ inline float exp_nonpositive(float x) {
   return tiny ? 0.0f : p * scale;
 }
 
+// exp_nonpositive on 8 lanes: the same operations (floor as truncation corrected downwards), so that a
+// block's weights are computed 8 at a time.
+typedef std::int32_t I8 __attribute__((vector_size(32)));
+
+inline V8 exp_nonpositive(V8 x) {
+  const I8 tiny = x < -87.0f;
+  x = tiny ? V8{} - 87.0f : x;
+  const V8 t = x * 1.44269504088896341f + 0.5f;
+  V8 n = __builtin_convertvector(__builtin_convertvector(t, I8), V8);
+  n = n > t ? n - 1.0f : n;
+  V8 r = x - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  V8 p = V8{} + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const V8 scale = (V8)((__builtin_convertvector(n, I8) + 127) << 23);
+  return tiny ? V8{} : p * scale;
+}
+
 // The running state of one query head: max, sum of exp, unnormalized output.
 struct QueryState {
   const float* q;
@@ -62,7 +114,7 @@ struct QueryState {
 };
 
 struct Scratch {
-  std::vector<float> k, v, p, alpha, acc;
+  std::vector<float> k, kt, v, p, alpha, acc;
   std::vector<QueryState> qs;
 };
 
@@ -79,33 +131,55 @@ const float* block_rows(const KvLayer& c, std::int64_t offset, std::int64_t n, s
   }
 }
 
-// Scores of one query against slots [0, n) of a block; updates m and l and leaves the block's weights in p
-// and the rescale of the old accumulator in alpha.
-inline void score_block(QueryState& s, const float* k, std::int64_t n, std::int64_t d, float scale, float* p,
+// Scores of one query against slots [0, n) of a block (kt: its keys transposed, transpose_keys); updates m
+// and l and leaves the block's weights in p (room for the block rounded up to 16) and the rescale of the
+// old accumulator in alpha.
+inline void score_block(QueryState& s, const float* kt, std::int64_t n, std::int64_t d, float scale, float* p,
                         float& alpha) {
+  for (std::int64_t g = 0; g * kKeys < n; ++g) scores16(s.q, kt + g * d * kKeys, d, p + g * kKeys);
   float mb = -INFINITY;
-  for (std::int64_t j = 0; j < n; ++j) mb = std::max(mb, p[j] = dot(s.q, k + j * d, d) * scale);
+  for (std::int64_t j = 0; j < n; ++j) mb = std::max(mb, p[j] = p[j] * scale);
   const float m_new = std::max(s.m, mb);
   alpha = exp_nonpositive(s.m - m_new);  // 0 on the first block (m = -inf): acc and l are 0 anyway
-  for (std::int64_t j = 0; j < n; ++j) p[j] = exp_nonpositive(p[j] - m_new);
+  for (std::int64_t j = 0; j < n; j += 8) {  // whole groups of 8 (p has room): lanes past n are not used
+    V8 x;
+    std::memcpy(&x, p + j, sizeof x);
+    x = exp_nonpositive(x - m_new);
+    std::memcpy(p + j, &x, sizeof x);
+  }
   float sum = 0.0f;
   for (std::int64_t j = 0; j < n; ++j) sum += p[j];
   s.l = s.l * alpha + sum;
   s.m = m_new;
 }
 
-// acc = acc * alpha + sum_j p[j] * v[j], element by element in slot order; 16 elements at a time held in
-// registers across the block's slots (the order per element is the same as a plain loop's).
+// acc = acc * alpha + sum_j p[j] * v[j], element by element in slot order; 64 (then 8) elements at a time
+// held in registers across the block's slots (the order per element is the same as a plain loop's).
+// W x 8 elements of acc, held in W registers across the block's slots: W independent multiply-add chains.
+template <int W>
+inline void accumulate_lanes(float* acc, const float* v, std::int64_t n, std::int64_t d, const float* p, float alpha) {
+  V8 a[W];
+  for (int w = 0; w < W; ++w) {
+    std::memcpy(&a[w], acc + 8 * w, sizeof(V8));
+    a[w] *= alpha;
+  }
+  for (std::int64_t j = 0; j < n; ++j) {
+    const float* row = v + j * d;
+#pragma GCC unroll 8
+    for (int w = 0; w < W; ++w) {
+      V8 x;
+      std::memcpy(&x, row + 8 * w, sizeof x);
+      a[w] += p[j] * x;
+    }
+  }
+  for (int w = 0; w < W; ++w) std::memcpy(acc + 8 * w, &a[w], sizeof(V8));
+}
+
 inline void accumulate_block(QueryState& s, const float* v, std::int64_t n, std::int64_t d, const float* p,
                              float alpha) {
   std::int64_t i = 0;
-  for (; i + kLanes <= d; i += kLanes) {
-    float a[kLanes];
-    for (int l = 0; l < kLanes; ++l) a[l] = s.acc[i + l] * alpha;
-    for (std::int64_t j = 0; j < n; ++j)
-      for (int l = 0; l < kLanes; ++l) a[l] += p[j] * v[j * d + i + l];
-    for (int l = 0; l < kLanes; ++l) s.acc[i + l] = a[l];
-  }
+  for (; i + 64 <= d; i += 64) accumulate_lanes<8>(s.acc + i, v + i, n, d, p, alpha);
+  for (; i + 8 <= d; i += 8) accumulate_lanes<1>(s.acc + i, v + i, n, d, p, alpha);
   for (; i < d; ++i) {
     float a = s.acc[i] * alpha;
     for (std::int64_t j = 0; j < n; ++j) a += p[j] * v[j * d + i];
@@ -118,10 +192,11 @@ template <class T>
 void attend_tile(const float* q, std::int64_t r0, std::int64_t nr, std::int64_t num_heads, std::int64_t h,
                  const AttnRow* rows, const KvLayer& c, float scale, float* out, Scratch& s) {
   const std::int64_t d = c.head_dim, bs = c.block_size, group = num_heads / c.num_kv_heads;
-  const std::int64_t nq = nr * group;
+  const std::int64_t nq = nr * group, bsp = (bs + kKeys - 1) / kKeys * kKeys;
   s.qs.resize(static_cast<std::size_t>(nq));
   s.acc.assign(static_cast<std::size_t>(nq * d), 0.0f);
-  s.p.resize(static_cast<std::size_t>(nq * bs));
+  s.p.resize(static_cast<std::size_t>(nq * bsp));
+  s.kt.resize(static_cast<std::size_t>(bsp * d));
   s.alpha.resize(static_cast<std::size_t>(nq));
   if constexpr (!std::is_same_v<T, float>) {
     s.k.resize(static_cast<std::size_t>(bs * d));
@@ -137,18 +212,18 @@ void attend_tile(const float* q, std::int64_t r0, std::int64_t nr, std::int64_t 
   const std::int32_t* table = rows[r0].block_table;
   for (std::int64_t b = 0; b * bs <= last; ++b) {
     const std::int64_t start = b * bs, n_block = std::min(bs, last - start + 1);
-    const float* k = block_rows<T>(c, c.k_offset(table[b], h, 0), n_block, s.k);
+    transpose_keys(block_rows<T>(c, c.k_offset(table[b], h, 0), n_block, s.k), n_block, d, s.kt.data());
     for (std::int64_t i = 0; i < nq; ++i) {
       QueryState& qs = s.qs[static_cast<std::size_t>(i)];
       if (qs.position < start) continue;
-      score_block(qs, k, std::min(bs, qs.position - start + 1), d, scale, s.p.data() + i * bs,
+      score_block(qs, s.kt.data(), std::min(bs, qs.position - start + 1), d, scale, s.p.data() + i * bsp,
                   s.alpha[static_cast<std::size_t>(i)]);
     }
     const float* v = block_rows<T>(c, c.v_offset(table[b], h, 0), n_block, s.v);
     for (std::int64_t i = 0; i < nq; ++i) {
       QueryState& qs = s.qs[static_cast<std::size_t>(i)];
       if (qs.position < start) continue;
-      accumulate_block(qs, v, std::min(bs, qs.position - start + 1), d, s.p.data() + i * bs,
+      accumulate_block(qs, v, std::min(bs, qs.position - start + 1), d, s.p.data() + i * bsp,
                        s.alpha[static_cast<std::size_t>(i)]);
     }
   }
@@ -165,9 +240,10 @@ struct Tile {
   std::int64_t begin, rows;
 };
 
-// Consecutive rows of one sequence at consecutive positions, at most kTileRows each.
-std::vector<Tile> make_tiles(const AttnRow* rows, std::int64_t n) {
-  std::vector<Tile> tiles;
+// Consecutive rows of one sequence at consecutive positions, at most kTileRows each, into `tiles`
+// (the caller's reused buffer: no allocation per call once it has grown).
+void make_tiles(const AttnRow* rows, std::int64_t n, std::vector<Tile>& tiles) {
+  tiles.clear();
   for (std::int64_t r = 0; r < n; ++r) {
     if (!tiles.empty()) {
       Tile& t = tiles.back();
@@ -179,14 +255,15 @@ std::vector<Tile> make_tiles(const AttnRow* rows, std::int64_t n) {
     }
     tiles.push_back({r, 1});
   }
-  return tiles;
 }
 
 }  // namespace
 
 void paged_attention(ThreadPool& pool, const float* q, std::int64_t rows, std::int64_t num_heads,
                      const AttnRow* row_info, KvLayer cache, float scale, float* out) {
-  const std::vector<Tile> tiles = make_tiles(row_info, rows);
+  thread_local std::vector<Tile> caller_tiles;
+  std::vector<Tile>& tiles = caller_tiles;  // a reference: the workers must read the caller's tiles, not theirs
+  make_tiles(row_info, rows, tiles);
   const std::int64_t kvh = cache.num_kv_heads, items = static_cast<std::int64_t>(tiles.size()) * kvh;
   with_kv_type(cache.dtype, [&](auto elem) {
     using T = decltype(elem);

@@ -82,7 +82,7 @@ std::chrono::microseconds ThreadPool::spin_time() {
 
 ThreadPool::ThreadPool(unsigned threads) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  for (unsigned i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker(i); });
+  for (unsigned i = 1; i < threads; ++i) workers_.emplace_back([this] { worker(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -92,31 +92,48 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::parallel_for(std::int64_t n, std::int64_t grain,
-                              const std::function<void(std::int64_t, std::int64_t)>& fn) {
+void ThreadPool::run(std::int64_t n, std::int64_t grain, Job job) {
   if (n <= 0) return;
-  const std::int64_t max_parts = std::max<std::int64_t>(1, n / std::max<std::int64_t>(1, grain));
-  const auto parts = std::min<std::int64_t>(size(), max_parts);
+  grain = std::max<std::int64_t>(1, grain);
+  const auto parts = std::min<std::int64_t>(size(), std::max<std::int64_t>(1, n / grain));
   if (parts <= 1) {
-    fn(0, n);
+    job.call(job.fn, 0, n);
     return;
   }
-  job_ = &fn;
+  const std::int64_t min_chunk = std::max<std::int64_t>(1, grain / kChunksPerThread);
+  const std::int64_t want = std::clamp<std::int64_t>(n / min_chunk, parts, std::min<std::int64_t>(parts * kChunksPerThread, 0xffff));
+  job_ = job;
   job_n_ = n;
-  job_chunk_ = (n + parts - 1) / parts;
-  job_parts_ = static_cast<unsigned>(parts);
-  pending_.store(static_cast<unsigned>(workers_.size()), std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);  // publishes job_* and pending_
-  generation_.notify_all();                             // no syscall when no worker sleeps
-  fn(0, std::min(job_chunk_, n));                       // the caller's share: index 0
-  if (!spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; })) {
-    for (unsigned p; (p = pending_.load(std::memory_order_acquire)) != 0;) pending_.wait(p, std::memory_order_acquire);
+  job_chunk_ = (n + want - 1) / want;
+  const auto chunks = static_cast<std::uint64_t>((n + job_chunk_ - 1) / job_chunk_);
+  const std::uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  done_.store(0, std::memory_order_relaxed);
+  claim_.store((std::uint64_t{gen} << 32) | (chunks << 16), std::memory_order_release);
+  generation_.store(gen, std::memory_order_release);  // publishes job_*, done_ and claim_
+  generation_.notify_all();                           // no syscall when no worker sleeps
+  run_chunks();
+  const auto all = static_cast<std::uint32_t>(chunks);
+  if (!spin_until([&] { return done_.load(std::memory_order_acquire) == all; })) {
+    for (std::uint32_t d; (d = done_.load(std::memory_order_acquire)) != all;) done_.wait(d, std::memory_order_acquire);
   }
-  job_ = nullptr;
 }
 
-void ThreadPool::worker(unsigned index) {
-  std::uint64_t seen = 0;
+void ThreadPool::run_chunks() {
+  std::uint64_t v = claim_.load(std::memory_order_acquire);
+  for (;;) {
+    const auto chunks = static_cast<std::uint32_t>((v >> 16) & 0xffff), next = static_cast<std::uint32_t>(v & 0xffff);
+    if (next >= chunks) return;
+    // On failure v is the word now: another chunk was claimed, or (a late worker) another job began.
+    if (!claim_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+    const std::int64_t begin = next * job_chunk_, end = std::min(job_n_, begin + job_chunk_);
+    job_.call(job_.fn, begin, end);
+    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) done_.notify_one();
+    ++v;  // most often the word as it is now; if not, the exchange fails and reloads it
+  }
+}
+
+void ThreadPool::worker() {
+  std::uint32_t seen = 0;
   for (;;) {
     if (!spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; })) {
       generation_.wait(seen, std::memory_order_acquire);
@@ -124,12 +141,7 @@ void ThreadPool::worker(unsigned index) {
     }
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load(std::memory_order_relaxed)) return;
-    // Threads beyond the job's parts (a small n) have nothing to do but must still check in.
-    if (index < job_parts_) {
-      const std::int64_t begin = index * job_chunk_, end = std::min(job_n_, begin + job_chunk_);
-      if (begin < end) (*job_)(begin, end);
-    }
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+    run_chunks();
   }
 }
 

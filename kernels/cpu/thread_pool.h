@@ -1,21 +1,25 @@
-// A fixed pool of worker threads for the CPU kernels. parallel_for splits [0, n) into contiguous ranges,
-// one per thread; the split depends only on n, grain and the pool size (never on timing), and it never
-// changes what any single output element computes, so results do not depend on the number of threads (the
-// kernels are batch- and thread-invariant by construction).
+// A fixed pool of worker threads for the CPU kernels. parallel_for cuts [0, n) into contiguous chunks, a
+// few per thread, that the threads claim in order through one atomic word: a thread that is done (or a
+// worker the OS has not run yet) leaves the rest to the others, so no thread waits at the end of an op
+// for one that was slower or descheduled. Which thread runs a chunk never changes what any single output
+// element computes, so results do not depend on the number of threads or on timing (the kernels are
+// batch- and thread-invariant by construction); the chunk boundaries depend only on n, grain and the
+// pool size.
 //
-// Hand-off: a decode step is ~100 ops of tens of microseconds each, so waking a worker through a mutex and a
+// Hand-off: a decode step is ~60 ops of tens of microseconds each, so waking a worker through a mutex and a
 // condition variable (60-85 us per op on a VM, issue 20) costs as much as the work. Workers and the caller
-// instead wait on an atomic generation counter / pending count: a short spin (spin_time(), when the machine
-// has a free core), then
-// std::atomic::wait (a futex). Between steps the workers fall asleep and cost nothing.
+// instead wait on an atomic generation counter / done count: a short spin (spin_time(), when the machine
+// has a free core), then std::atomic::wait (a futex). Between steps the workers fall asleep and cost
+// nothing. The body is passed by reference (no std::function, no allocation per op).
 // Thread-safety: one caller at a time (the engine thread owns the pool).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <functional>
+#include <memory>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace kvfleet {
@@ -30,9 +34,20 @@ class ThreadPool {
 
   unsigned size() const { return static_cast<unsigned>(workers_.size()) + 1; }
 
-  // Calls fn(begin, end) on disjoint ranges covering [0, n), in parallel, each at least `grain` long
-  // (except the last), and returns when all are done. The caller's thread does one share.
-  void parallel_for(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& fn);
+  // Calls fn(begin, end) on disjoint ranges covering [0, n) and returns when all are done. At most
+  // min(size(), n / grain) threads take part (none but the caller when that is 1: no hand-off), and the
+  // range is cut into up to kChunksPerThread chunks per such thread, each at least max(1, grain /
+  // kChunksPerThread) long. The caller's thread claims chunks too.
+  template <class Fn>
+  void parallel_for(std::int64_t n, std::int64_t grain, Fn&& fn) {
+    using F = std::remove_reference_t<Fn>;
+    run(n, grain, {const_cast<void*>(static_cast<const void*>(std::addressof(fn))),
+                   [](void* f, std::int64_t b, std::int64_t e) { (*static_cast<F*>(f))(b, e); }});
+  }
+
+  // Ops that went to the workers (parallel_for calls with more than one thread) since construction:
+  // what the tests count per decode step.
+  std::uint64_t handoffs() const { return generation_.load(std::memory_order_relaxed); }
 
   // How long a waiting thread spins on its own before std::atomic::wait (which itself spins a few
   // iterations and yields before its futex): KVFLEET_POOL_SPIN_US, read once (0: never spin). Unset, the
@@ -41,16 +56,29 @@ class ThreadPool {
   // oversubscribed one every spin lost (a spinning thread holds a core the thread it waits for needs).
   static std::chrono::microseconds spin_time();
 
+  static constexpr std::int64_t kChunksPerThread = 4;
+
  private:
-  void worker(unsigned index);
+  struct Job {
+    void* fn;
+    void (*call)(void*, std::int64_t, std::int64_t);
+  };
+  void run(std::int64_t n, std::int64_t grain, Job job);
+  void run_chunks();  // claims and runs chunks of the current job until none is left
+  void worker();
 
   std::vector<std::thread> workers_;
-  const std::function<void(std::int64_t, std::int64_t)>* job_ = nullptr;
+  Job job_{};
   std::int64_t job_n_ = 0, job_chunk_ = 0;
-  unsigned job_parts_ = 0;
-  // generation_ publishes a job (release) to the workers; pending_ counts the workers still running it.
-  alignas(64) std::atomic<std::uint64_t> generation_{0};
-  alignas(64) std::atomic<unsigned> pending_{0};
+  // claim_: generation (high 32 bits) | chunks of the job (16) | next chunk to claim (16). A thread claims
+  // chunk c by a compare-exchange from the word it read, so a late worker holding an old job's word can
+  // never claim a chunk of the next job; job_* are written only while no chunk is claimed and undone.
+  alignas(64) std::atomic<std::uint64_t> claim_{0};
+  // generation_ wakes the workers (release: job_* and claim_ are written before); done_ counts the
+  // chunks finished, which the caller waits for.
+  // 32 bits: std::atomic::wait is then a futex on the word itself (a 64-bit one waits through a shared proxy).
+  alignas(64) std::atomic<std::uint32_t> generation_{0};
+  alignas(64) std::atomic<std::uint32_t> done_{0};
   std::atomic<bool> stop_{false};
 };
 

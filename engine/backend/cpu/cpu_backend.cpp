@@ -65,11 +65,11 @@ class CpuBackend final : public Backend {
     cpu::embedding(ref(table), dim, ids, n, out);
   }
   void rms_norm(const float* x, std::int64_t rows, std::int64_t dim, DeviceWeight w, float eps, float* out) override {
-    cpu::rms_norm(x, rows, dim, ref(w), eps, out);
+    cpu::rms_norm(pool_, x, rows, dim, ref(w), eps, out);
   }
   void add_rms_norm(float* residual, const float* delta, std::int64_t rows, std::int64_t dim, DeviceWeight w,
                     float eps, float* out) override {
-    cpu::add_rms_norm(residual, delta, rows, dim, ref(w), eps, out);
+    cpu::add_rms_norm(pool_, residual, delta, rows, dim, ref(w), eps, out);
   }
   void linear(const float* x, std::int64_t rows, std::int64_t in, DeviceWeight w, std::int64_t out, DeviceWeight bias,
               float* y) override {
@@ -80,11 +80,11 @@ class CpuBackend final : public Backend {
     for (const LinearOut& o : parts) parts_.push_back({packed(o.w, o.out, in), o.out, ref(o.bias), o.d_y});
     cpu::linear_multi(pool_, x, rows, in, parts_.data(), static_cast<std::int64_t>(parts_.size()));
   }
-  void silu_mul(float* gate, const float* up, std::int64_t n) override { cpu::silu_mul(gate, up, n); }
+  void silu_mul(float* gate, const float* up, std::int64_t n) override { cpu::silu_mul(pool_, gate, up, n); }
 
   void rope_store_kv(std::int64_t layer, const float* inv_freq, float* q, const float* k, const float* v,
                      std::int64_t num_heads, const AttentionMeta& meta) override {
-    cpu::rope_store_kv({inv_freq, shape_.head_dim}, q, k, v, meta.rows, num_heads, meta.d_positions, meta.d_slots,
+    cpu::rope_store_kv(pool_, {inv_freq, shape_.head_dim}, q, k, v, meta.rows, num_heads, meta.d_positions, meta.d_slots,
                        layer_view(layer));
   }
   void paged_attention(std::int64_t layer, const float* q, std::int64_t num_heads, const AttentionMeta& meta,
