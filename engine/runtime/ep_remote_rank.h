@@ -11,13 +11,14 @@
 #include <unordered_map>
 
 #include "engine/runtime/ep_channel.h"
+#include "engine/runtime/ep_paced_comm.h"
 #include "kvfleet/ep_group.h"
 
 namespace kvfleet::ep {
 
 inline std::string channel_key(int rank) { return "kvfleet/ep/channel/" + std::to_string(rank); }
 
-class RemoteRank final : public EpRank {
+class RemoteRank final : public EpRank, public VotePeer {
  public:
   // `fd`: connected to rank `rank`'s channel. `ring`: where its KV events go (block size and root as
   // rank 0's own). Starts the channel.
@@ -30,10 +31,11 @@ class RemoteRank final : public EpRank {
   EngineStats stats() const override;
   std::shared_ptr<KvEventRing> kv_events() const override { return ring_; }
   void on_failure(std::function<void(const std::string&)> handler) override;
+  void kv_state(std::function<void(boost::json::object)> done) override;  // a `query` over the channel
   // Lockstep without polling (ep_paced_comm.h): rank 0 sends a vote ticket before each of its votes;
   // `handler` runs (reader thread) when this rank rings, i.e. has news for the group.
-  void send_vote() { channel_->send(Message{{"t", "vote"}}); }
-  void on_ring(std::function<void()> handler);
+  void send_vote() override { channel_->send(Message{{"t", "vote"}}); }
+  void on_ring(std::function<void()> handler) override;
 
  private:
   struct Ack {
@@ -49,6 +51,8 @@ class RemoteRank final : public EpRank {
   mutable std::mutex mu_;
   std::unordered_map<RequestId, OutputCallback> callbacks_;
   std::unordered_map<RequestId, std::promise<Ack>> acks_;
+  std::unordered_map<std::uint64_t, std::function<void(boost::json::object)>> queries_;  // by query id
+  std::uint64_t next_query_ = 1;
   EngineStats stats_;
   std::string failure_;
   std::function<void(const std::string&)> on_failure_;
