@@ -38,7 +38,7 @@ Replica::Replica(ReplicaConfig config)
       if (config_.ep_rank != 0) throw std::invalid_argument("only rank 0 of an expert-parallel group serves HTTP");
       std::fprintf(stderr, "kvfleet-replica: expert-parallel rank 0 of %d: waiting for the other ranks on %s\n",
                    config_.ep_size, config_.ep_master.c_str());
-      ep_ = std::make_unique<EpGroup>(model_, config_.engine, ep_gloo_options(config_));
+      ep_ = std::make_unique<EpGroup>(model_, config_.engine, ep_comm_options(config_));
     } else {
       ep_ = std::make_unique<EpGroup>(model_, config_.engine, config_.ep_size);
     }

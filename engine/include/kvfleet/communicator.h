@@ -95,6 +95,8 @@ struct NcclOptions {
   std::string master;  // HOST:PORT as GlooOptions::master
   int device = -1;     // CUDA device ordinal; -1: rank % visible devices (one GPU per local rank)
   std::chrono::milliseconds timeout{30000};
+  std::chrono::milliseconds join_timeout{0};  // the rendezvous and ncclCommInitRank, when longer; 0: timeout
+  std::chrono::milliseconds join() const { return std::max(timeout, join_timeout); }
 };
 // True when this build links NCCL (KVFLEET_CUDA and nccl.h + libnccl found at configure time).
 bool nccl_available();
@@ -117,9 +119,16 @@ struct EpCommOptions {
   std::string backend_kind = "cpu";  // BackendOptions::kind of this rank
   int device = -1;                   // NCCL only: as NcclOptions::device
   std::chrono::milliseconds timeout{30000};
+  std::chrono::milliseconds join_timeout{0};  // as GlooOptions::join_timeout
 };
-// "gloo" or "nccl" for options (throws std::invalid_argument for an unknown kind).
+// "gloo" or "nccl" for options. Throws std::invalid_argument, saying what to do, for an unknown kind and
+// for nccl where it cannot run: a CPU backend, or a build without NCCL.
 std::string resolve_ep_comm(const EpCommOptions& options);
 std::unique_ptr<Communicator> make_ep_communicator(const EpCommOptions& options);
+// The same for a rank whose engine runs on `backend` (backend_kind taken from it): with NCCL, the rank's
+// device (options.device, or rank % visible devices) is written into backend.device, so that the engine
+// computes on the GPU the communicator exchanges from.
+struct BackendOptions;
+std::unique_ptr<Communicator> make_ep_communicator(EpCommOptions options, BackendOptions& backend);
 
 }  // namespace kvfleet
