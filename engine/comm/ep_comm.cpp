@@ -26,14 +26,11 @@ void Communicator::all_to_all_v_device(const void* d_send, const std::vector<std
 }
 
 std::string resolve_ep_comm(const EpCommOptions& o) {
-  if (o.kind == "nccl" && o.backend_kind == "cpu")
-    throw std::invalid_argument("--ep-comm nccl exchanges device memory: it needs --backend cuda (or auto on a GPU); "
-                                "CPU ranks use --ep-comm gloo");
+  check_ep_comm(o);
   if (o.kind == "nccl" && !nccl_available())
     throw std::invalid_argument("--ep-comm nccl: this build has no NCCL (configure with KVFLEET_CUDA on where nccl.h "
                                 "and libnccl are found); use --ep-comm gloo or auto");
   if (o.kind == "gloo" || o.kind == "nccl") return o.kind;
-  if (o.kind != "auto") throw std::invalid_argument("--ep-comm '" + o.kind + "': use gloo, nccl or auto");
   bool cuda_rank = o.backend_kind == "cuda";
 #ifdef KVFLEET_HAVE_CUDA
   if (o.backend_kind == "auto") cuda_rank = cuda_device_count() > 0;  // make_backend's own choice

@@ -27,7 +27,8 @@ void check_ep(const ReplicaConfig& c) {
     throw std::invalid_argument("--ep-rank " + std::to_string(c.ep_rank) + " must be below --ep-size " + std::to_string(c.ep_size));
   if (c.ep_comm != "auto" && !c.ep_processes())
     throw std::invalid_argument("--ep-comm needs --ep-rank (in-process ranks exchange through memory)");
-  if (c.ep_processes()) resolve_ep_comm(ep_comm_options(c));  // an unknown kind, nccl on a CPU backend or without NCCL
+  // An unknown kind or nccl on a CPU backend; a build without NCCL says so at startup (resolve_ep_comm).
+  if (c.ep_processes()) check_ep_comm(ep_comm_options(c));
 }
 
 // "ucx,tcp" in order of preference; a build without UCX refuses ucx by name.

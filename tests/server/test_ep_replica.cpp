@@ -125,8 +125,9 @@ TEST_CASE("ep_size, ep_rank, ep_master, ep_bind, ep_timeout_ms: YAML keys and fl
   // NCCL where it cannot run fails at startup with why, not at the first collective nor after the join
   // timeout: no GPU visible (or a build without NCCL).
   if (!cuda_visible()) {
-    const auto nccl = test::run_command(replica + "--model " + (dir / "m").string() + " --backend auto --ep-size 2 --ep-rank 0 "
-                                        "--ep-master " + test::free_master() + " --ep-comm nccl 2>&1");
+    const auto nccl = test::run_command(test::bin_dir() + "/kvfleet-replica --port 0 --backend auto --model " +
+                                        (dir / "m").string() + " --ep-size 2 --ep-rank 0 --ep-master " + test::free_master() +
+                                        " --ep-comm nccl 2>&1");
     CAPTURE(nccl.out);
     CHECK(nccl.status != 0);
     CHECK(nccl.out.find(nccl_available() ? "NCCL needs a CUDA device and this process sees none" : "this build has no NCCL") !=

@@ -121,8 +121,17 @@ struct EpCommOptions {
   std::chrono::milliseconds timeout{30000};
   std::chrono::milliseconds join_timeout{0};  // as GlooOptions::join_timeout
 };
-// "gloo" or "nccl" for options. Throws std::invalid_argument, saying what to do, for an unknown kind and
-// for nccl where it cannot run: a CPU backend, or a build without NCCL.
+// The checks that need nothing built (a config parser's): throws std::invalid_argument, saying what to do,
+// for an unknown kind and for nccl on a CPU backend.
+inline void check_ep_comm(const EpCommOptions& o) {
+  if (o.kind != "gloo" && o.kind != "nccl" && o.kind != "auto")
+    throw std::invalid_argument("--ep-comm '" + o.kind + "': use gloo, nccl or auto");
+  if (o.kind == "nccl" && o.backend_kind == "cpu")
+    throw std::invalid_argument("--ep-comm nccl exchanges device memory: it needs --backend cuda (or auto on a GPU); "
+                                "CPU ranks use --ep-comm gloo");
+}
+// "gloo" or "nccl" for options. Throws std::invalid_argument as check_ep_comm, and for nccl in a build
+// without NCCL.
 std::string resolve_ep_comm(const EpCommOptions& options);
 std::unique_ptr<Communicator> make_ep_communicator(const EpCommOptions& options);
 // The same for a rank whose engine runs on `backend` (backend_kind taken from it): with NCCL, the rank's
