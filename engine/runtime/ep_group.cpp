@@ -341,10 +341,12 @@ void EpGroup::abort_all(const std::string& error) {
   for (auto& r : ranks_) r->abort_all(error);
 }
 
-EngineStats EpGroup::stats() const {
+namespace {
+
+// The group's figures from its ranks' (see EpGroup::stats).
+EngineStats sum_of(const std::vector<EngineStats>& ranks) {
   EngineStats sum;
-  for (const auto& rank : ranks_) {
-    const EngineStats s = rank->stats();
+  for (const EngineStats& s : ranks) {
     sum.prompt_tokens += s.prompt_tokens;
     sum.generated_tokens += s.generated_tokens;
     sum.steps = std::max(sum.steps, s.steps);  // lockstep: every rank counts the group's steps it computed in
@@ -368,6 +370,36 @@ EngineStats EpGroup::stats() const {
     sum.moe.imbalance_sum = std::max(sum.moe.imbalance_sum, s.moe.imbalance_sum);
   }
   return sum;
+}
+
+}  // namespace
+
+EngineStats EpGroup::stats() const {
+  std::vector<EngineStats> all;
+  for (const auto& rank : ranks_) all.push_back(rank->stats());
+  return sum_of(all);
+}
+
+void EpGroup::stats_now(std::function<void(EngineStats)> done) const {
+  struct Gather {
+    std::mutex mu;
+    std::vector<EngineStats> answers;
+    std::size_t left;
+    std::function<void(EngineStats)> done;
+  };
+  auto g = std::make_shared<Gather>();
+  g->answers.resize(ranks_.size());
+  g->left = ranks_.size();
+  g->done = std::move(done);
+  for (std::size_t r = 0; r < ranks_.size(); ++r)
+    ranks_[r]->stats_now([g, r](EngineStats s) {
+      {
+        std::lock_guard lock(g->mu);
+        g->answers[r] = std::move(s);
+        if (--g->left > 0) return;
+      }
+      g->done(sum_of(g->answers));  // the last answer: nobody else touches answers now
+    });
 }
 
 std::shared_ptr<KvEventRing> EpGroup::kv_events() const { return state_->merged; }

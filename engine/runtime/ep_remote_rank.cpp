@@ -59,7 +59,16 @@ RequestId RemoteRank::submit(GenerationRequest request, OutputCallback on_output
   throw std::runtime_error(a.error);
 }
 
-void RemoteRank::kv_state(std::function<void(boost::json::object)> done) {
+void RemoteRank::kv_state(std::function<void(boost::json::object)> done) { query("kv_state", std::move(done)); }
+
+void RemoteRank::stats_now(std::function<void(EngineStats)> done) {
+  query("stats", [this, done = std::move(done)](json::object a) {
+    if (const auto* s = a.if_contains("s")) return done(stats_from_json(s->as_object()));
+    done(stats());  // gone: what it sent last
+  });
+}
+
+void RemoteRank::query(const std::string& what, std::function<void(boost::json::object)> done) {
   std::uint64_t id = 0;
   std::string failed;
   {
@@ -71,7 +80,7 @@ void RemoteRank::kv_state(std::function<void(boost::json::object)> done) {
     }
   }
   if (id == 0) return done(json::object{{"error", failed}});
-  channel_->send(Message{{"t", "query"}, {"id", id}, {"what", "kv_state"}});
+  channel_->send(Message{{"t", "query"}, {"id", id}, {"what", what}});
 }
 
 void RemoteRank::abort(RequestId id) { channel_->send(Message{{"t", "abort"}, {"id", id}}); }

@@ -32,6 +32,7 @@ class RemoteRank final : public EpRank, public VotePeer {
   std::shared_ptr<KvEventRing> kv_events() const override { return ring_; }
   void on_failure(std::function<void(const std::string&)> handler) override;
   void kv_state(std::function<void(boost::json::object)> done) override;  // a `query` over the channel
+  void stats_now(std::function<void(EngineStats)> done) override;         // the same
   // Lockstep without polling (ep_paced_comm.h): rank 0 sends a vote ticket before each of its votes;
   // `handler` runs (reader thread) when this rank rings, i.e. has news for the group.
   void send_vote() override { channel_->send(Message{{"t", "vote"}}); }
@@ -44,6 +45,8 @@ class RemoteRank final : public EpRank, public VotePeer {
   };
   void on_message(Message& m);
   void on_closed(const std::string& why);
+  // Sends {t: query, id, what}; `done` gets the answer, or {"error": why} once the rank is gone.
+  void query(const std::string& what, std::function<void(boost::json::object)> done);
 
   const int rank_, size_;
   const std::chrono::milliseconds timeout_;

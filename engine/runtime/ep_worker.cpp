@@ -93,6 +93,10 @@ struct EpWorker::Impl {
 
   // Caller holds mu. A question rank 0 asks for fresh figures; the answer travels as {t: answer, id, a}.
   void query(std::uint64_t id, std::string_view what) {
+    if (what == "stats") {
+      channel->send(Message{{"t", "answer"}, {"id", id}, {"a", json::object{{"s", ep::to_json(engine->stats())}}}});
+      return;
+    }
     if (what != "kv_state") {
       channel->send(Message{{"t", "answer"}, {"id", id}, {"a", json::object{{"error", "unknown query '" + std::string(what) + "'"}}}});
       return;

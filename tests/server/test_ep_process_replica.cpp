@@ -272,7 +272,7 @@ json::object kv_state(const test::EpProcessGroup& group) {
 
 }  // namespace
 
-TEST_CASE("kvfleet-replica --ep-rank: /internal/kv_state reports every rank with its dp_rank, fresh") {
+TEST_CASE("kvfleet-replica --ep-rank: /internal/kv_state reports every rank with its dp_rank; it and /metrics are fresh") {
   test::EpProcessGroup group(2, {"--num-kv-blocks", "24", "--ep-timeout-ms", "10000"});
   const auto idle = kv_state(group);
   REQUIRE(idle.at("ranks").as_array().size() == 2);
@@ -291,6 +291,8 @@ TEST_CASE("kvfleet-replica --ep-rank: /internal/kv_state reports every rank with
   json::object body = request_body(std::string(300, 's') + " to rank one", 0, false, 3);
   body["data_parallel_rank"] = 1;
   REQUIRE(group.post(json::serialize(body)).status == 200);
+  // A scrape asks the ranks too: rank 1's finished request counts at once, not after its next stats frame.
+  CHECK(metric_of(group.get("/metrics").body, "kvfleet_requests_finished_total{finish_reason=\"length\"}") == 1);
   const auto after = kv_state(group);
   const auto& r0 = after.at("ranks").at(0).as_object();
   const auto& r1 = after.at("ranks").at(1).as_object();

@@ -61,6 +61,9 @@ class EpRank {
   // steps, fresh: a remote rank asks over its channel. `done` runs once, on any thread; a rank that is
   // gone (or goes before answering) answers {"error": why}.
   virtual void kv_state(std::function<void(boost::json::object)> done) = 0;
+  // The rank's EngineStats now: a local engine's at once, a remote rank's asked over its channel (a rank
+  // that is gone answers with the figures it last sent). `done` runs once, on any thread.
+  virtual void stats_now(std::function<void(EngineStats)> done) { done(stats()); }
 };
 
 class EpGroup {
@@ -110,6 +113,9 @@ class EpGroup {
   };
   RankedSnapshot kv_snapshot_per_rank() const;
   EngineStats rank_stats(int rank) const;  // one rank's own figures (its per-rank `load` event)
+  // stats() from every rank's stats_now (a scrape: remote ranks' figures fresh, not up to 200 ms old).
+  // `done` runs once, on any thread, when every rank answered.
+  void stats_now(std::function<void(EngineStats)> done) const;
   std::int64_t unfinished(int rank) const;
   // GET /internal/kv_state of the group: every rank's figures (kv_state above) in "ranks", each with its
   // dp_rank, and at the top the counts summed and "integrity" "ok" only when every rank said so (else
