@@ -6,6 +6,7 @@
 //   --ep-size N          MoE models: N expert-parallel ranks (engines in lockstep), prompts spread by prefix
 //   --ep-rank R --ep-master HOST:PORT  with --ep-size N: this process is rank R of N processes over Gloo; every
 //                        rank reads the same prompts, runs the ones that hash to it and prints their lines
+//                        (the votes paced over a channel to rank 0: an idle group sleeps)
 #include <boost/json.hpp>
 #include <condition_variable>
 #include <cstdio>
@@ -88,7 +89,7 @@ void run(const Args& a) {
   // One engine, one per expert-parallel rank (threads of this process), each with its own cache, or this
   // process's rank of a group over Gloo.
   std::vector<std::unique_ptr<Communicator>> comms;
-  if (a.ep.over_processes()) comms.push_back(connect_ep_rank(a.ep_size, a.ep, ec.backend));
+  if (a.ep.over_processes()) comms.push_back(connect_paced_ep_rank(a.ep_size, a.ep, ec.backend));
   else if (a.ep_size > 1) comms = make_in_process_group(a.ep_size);
   std::vector<std::unique_ptr<Engine>> engines;
   for (std::size_t r = 0; r < std::max<std::size_t>(1, comms.size()); ++r) {

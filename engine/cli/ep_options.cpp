@@ -1,5 +1,7 @@
 #include "engine/cli/ep_options.h"
 
+#include "engine/runtime/ep_paced_rank.h"
+
 namespace kvfleet::cli {
 
 void add_ep_process_options(CLI::App& cmd, EpProcessOptions& o) {
@@ -26,13 +28,16 @@ std::unique_ptr<Communicator> connect_ep_rank(int ep_size, const EpProcessOption
   c.size = ep_size;
   c.master = o.master;
   c.bind_host = o.bind;
-  c.backend_kind = backend.kind;
   c.timeout = std::chrono::milliseconds(o.timeout_ms);
-  if (resolve_ep_comm(c) == "nccl") {
-    c.device = nccl_default_device(o.rank);
-    if (c.device >= 0) backend.device = c.device;  // the backend computes on the GPU NCCL exchanges from
-  }
-  return make_ep_communicator(c);
+  return make_ep_communicator(c, backend);
+}
+
+std::unique_ptr<Communicator> connect_paced_ep_rank(int ep_size, const EpProcessOptions& o, BackendOptions& backend) {
+  ep::PacedRankOptions p;
+  p.master = o.master;
+  p.bind_host = o.bind;
+  p.timeout = std::chrono::milliseconds(o.timeout_ms);
+  return ep::pace_process_rank(connect_ep_rank(ep_size, o, backend), p);
 }
 
 }  // namespace kvfleet::cli

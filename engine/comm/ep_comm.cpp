@@ -3,6 +3,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "kvfleet/backend.h"
 #include "kvfleet/communicator.h"
 
 #ifdef KVFLEET_HAVE_CUDA
@@ -25,10 +26,11 @@ void Communicator::all_to_all_v_device(const void* d_send, const std::vector<std
 }
 
 std::string resolve_ep_comm(const EpCommOptions& o) {
-  if (o.kind == "nccl" && o.backend_kind == "cpu")
-    throw std::invalid_argument("--ep-comm nccl exchanges device memory: it needs --backend cuda (or auto on a GPU)");
+  check_ep_comm(o);
+  if (o.kind == "nccl" && !nccl_available())
+    throw std::invalid_argument("--ep-comm nccl: this build has no NCCL (configure with KVFLEET_CUDA on where nccl.h "
+                                "and libnccl are found); use --ep-comm gloo or auto");
   if (o.kind == "gloo" || o.kind == "nccl") return o.kind;
-  if (o.kind != "auto") throw std::invalid_argument("--ep-comm '" + o.kind + "': use gloo, nccl or auto");
   bool cuda_rank = o.backend_kind == "cuda";
 #ifdef KVFLEET_HAVE_CUDA
   if (o.backend_kind == "auto") cuda_rank = cuda_device_count() > 0;  // make_backend's own choice
@@ -44,6 +46,7 @@ std::unique_ptr<Communicator> make_ep_communicator(const EpCommOptions& o) {
     n.master = o.master;
     n.device = o.device;
     n.timeout = o.timeout;
+    n.join_timeout = o.join_timeout;
     return make_nccl_communicator(n);
   }
   GlooOptions g;
@@ -52,7 +55,17 @@ std::unique_ptr<Communicator> make_ep_communicator(const EpCommOptions& o) {
   g.master = o.master;
   g.bind_host = o.bind_host;
   g.timeout = o.timeout;
+  g.join_timeout = o.join_timeout;
   return make_gloo_communicator(g);
+}
+
+std::unique_ptr<Communicator> make_ep_communicator(EpCommOptions o, BackendOptions& backend) {
+  o.backend_kind = backend.kind;
+  if (resolve_ep_comm(o) == "nccl") {
+    if (o.device < 0) o.device = nccl_default_device(o.rank);
+    if (o.device >= 0) backend.device = o.device;  // the backend computes on the GPU NCCL exchanges from
+  }
+  return make_ep_communicator(o);
 }
 
 }  // namespace kvfleet

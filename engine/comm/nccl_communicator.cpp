@@ -83,7 +83,7 @@ class NcclCommunicator final : public Communicator {
     if (rank_ == 0) server_ = std::make_unique<comm::TcpStoreServer>(host, port);
     ncclUniqueId id{};
     {
-      comm::TcpStoreClient client(host, port, o.timeout);
+      comm::TcpStoreClient client(host, port, o.join());  // ranks may start minutes apart
       const std::vector<char> bytes = comm::share_unique_id(client, rank_, "nccl/unique_id", sizeof id.internal, [&] {
         ncclUniqueId made{};
         const ncclResult_t r = ncclGetUniqueId(&made);
@@ -98,7 +98,7 @@ class NcclCommunicator final : public Communicator {
       cuda("cudaEventCreateWithFlags", cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
       ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
       config.blocking = 0;  // we poll under our own deadline
-      const auto deadline = Clock::now() + timeout_;
+      const auto deadline = Clock::now() + o.join();
       accept(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config), "ncclCommInitRankConfig");
       settle(deadline);
     });

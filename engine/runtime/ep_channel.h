@@ -4,9 +4,10 @@
 //
 // Frames: u32 little-endian length, then that many bytes of one JSON object with a "t" (type) member.
 // What travels (ep_wire.h has the bodies):
-//   rank 0 -> r:  submit {id, req} | abort {id} | abort_all {error} | ping
+//   rank 0 -> r:  submit {id, req} | abort {id} | abort_all {error} | vote | query {id, what: kv_state|stats} | ping
 //   r -> rank 0:  ack {id, error?, invalid?} | out {id, o} (one RequestOutput) | kv {type, h, p} (one of the
-//                 rank's KV events) | stats {s} (its EngineStats, every kStatsPeriod) | ping
+//                 rank's KV events) | stats {s} (its EngineStats, every kStatsPeriod) | ring |
+//                 answer {id, a} (a query's: kv_state_json, or {s: EngineStats}) | ping
 // Liveness: each side sends at least every heartbeat (a ping when it has nothing else) and takes a peer
 // that sends nothing within the timeout (or closes, or resets) as gone.
 //

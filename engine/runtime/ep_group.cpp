@@ -15,6 +15,7 @@
 #include "engine/comm/tcp_store.h"
 #include "engine/runtime/ep_paced_comm.h"
 #include "engine/runtime/ep_remote_rank.h"
+#include "engine/runtime/ep_wire.h"
 #include "kvfleet/communicator.h"
 
 namespace kvfleet {
@@ -31,6 +32,9 @@ class LocalRank final : public EpRank {
   void abort_all(const std::string& error) override { e_.abort_all(error); }
   EngineStats stats() const override { return e_.stats(); }
   std::shared_ptr<KvEventRing> kv_events() const override { return e_.kv_events(); }
+  void kv_state(std::function<void(boost::json::object)> done) override {
+    e_.run_kv_task([done = std::move(done)](Scheduler& s, Backend&) { done(ep::kv_state_json(s)); });
+  }
 
  private:
   Engine& e_;
@@ -203,11 +207,12 @@ EpGroup::EpGroup(const Model& model, const EngineConfig& config, int ep_size) : 
   start_merging();
 }
 
-EpGroup::EpGroup(const Model& model, const EngineConfig& config, const GlooOptions& gloo)
-    : state_(std::make_shared<State>(gloo.size)) {
-  if (gloo.rank != 0) throw std::invalid_argument("the front of an expert-parallel group is rank 0");
-  if (gloo.size > 1 && !model.config().moe.enabled()) throw std::invalid_argument("--ep-size needs a mixture-of-experts model");
-  comms_.push_back(make_gloo_communicator(gloo));
+EpGroup::EpGroup(const Model& model, const EngineConfig& config, const EpCommOptions& opts)
+    : state_(std::make_shared<State>(opts.size)) {
+  if (opts.rank != 0) throw std::invalid_argument("the front of an expert-parallel group is rank 0");
+  if (opts.size > 1 && !model.config().moe.enabled()) throw std::invalid_argument("--ep-size needs a mixture-of-experts model");
+  EngineConfig ec = config;
+  comms_.push_back(make_ep_communicator(opts, ec.backend));  // NCCL: ec.backend.device is its GPU
   auto front = std::make_unique<ep::FrontCommunicator>(*comms_[0], [s = std::weak_ptr<State>(state_)](const std::string& why) {
     auto st = s.lock();
     if (!st) return;
@@ -218,18 +223,18 @@ EpGroup::EpGroup(const Model& model, const EngineConfig& config, const GlooOptio
   });
   ep::FrontCommunicator* paced = front.get();
   comms_.push_back(std::move(front));
-  EngineConfig ec = config;
   ec.ep = comms_[1].get();
   state_->served_name = ec.served_model_name.empty() ? model.name() : ec.served_model_name;
   state_->block_size = ec.block_size;
   engines_.push_back(std::make_unique<Engine>(model, ec));
   ranks_.push_back(std::make_unique<LocalRank>(*engines_.back()));
-  const auto [host, port] = comm::parse_host_port(gloo.master);
-  comm::TcpStoreClient store(host, port, gloo.join());
+  const auto [host, port] = comm::parse_host_port(opts.master);
+  const auto join = std::max(opts.timeout, opts.join_timeout);
+  comm::TcpStoreClient store(host, port, join);
   const auto& own = engines_[0]->kv_events();
-  std::vector<ep::RemoteRank*> remotes;
+  std::vector<ep::VotePeer*> remotes;
   try {
-    for (int r = 1; r < gloo.size; ++r) {
+    for (int r = 1; r < opts.size; ++r) {
       std::vector<char> where;
       try {
         where = store.get(ep::channel_key(r));
@@ -237,9 +242,9 @@ EpGroup::EpGroup(const Model& model, const EngineConfig& config, const GlooOptio
         throw std::runtime_error("expert-parallel rank " + std::to_string(r) + " did not publish its request channel: " + e.what());
       }
       const auto [rhost, rport] = comm::parse_host_port(std::string(where.begin(), where.end()));
-      const int fd = ep::connect_tcp(rhost, rport, gloo.join());
+      const int fd = ep::connect_tcp(rhost, rport, join);
       auto ring = std::make_shared<KvEventRing>(KvCacheConfig{}.event_ring_capacity, own->block_size(), own->root());
-      auto remote = std::make_unique<ep::RemoteRank>(r, gloo.size, fd, std::move(ring), gloo.timeout);
+      auto remote = std::make_unique<ep::RemoteRank>(r, opts.size, fd, std::move(ring), opts.timeout);
       remotes.push_back(remote.get());
       ranks_.push_back(std::move(remote));
     }
@@ -336,10 +341,12 @@ void EpGroup::abort_all(const std::string& error) {
   for (auto& r : ranks_) r->abort_all(error);
 }
 
-EngineStats EpGroup::stats() const {
+namespace {
+
+// The group's figures from its ranks' (see EpGroup::stats).
+EngineStats sum_of(const std::vector<EngineStats>& ranks) {
   EngineStats sum;
-  for (const auto& rank : ranks_) {
-    const EngineStats s = rank->stats();
+  for (const EngineStats& s : ranks) {
     sum.prompt_tokens += s.prompt_tokens;
     sum.generated_tokens += s.generated_tokens;
     sum.steps = std::max(sum.steps, s.steps);  // lockstep: every rank counts the group's steps it computed in
@@ -363,6 +370,36 @@ EngineStats EpGroup::stats() const {
     sum.moe.imbalance_sum = std::max(sum.moe.imbalance_sum, s.moe.imbalance_sum);
   }
   return sum;
+}
+
+}  // namespace
+
+EngineStats EpGroup::stats() const {
+  std::vector<EngineStats> all;
+  for (const auto& rank : ranks_) all.push_back(rank->stats());
+  return sum_of(all);
+}
+
+void EpGroup::stats_now(std::function<void(EngineStats)> done) const {
+  struct Gather {
+    std::mutex mu;
+    std::vector<EngineStats> answers;
+    std::size_t left;
+    std::function<void(EngineStats)> done;
+  };
+  auto g = std::make_shared<Gather>();
+  g->answers.resize(ranks_.size());
+  g->left = ranks_.size();
+  g->done = std::move(done);
+  for (std::size_t r = 0; r < ranks_.size(); ++r)
+    ranks_[r]->stats_now([g, r](EngineStats s) {
+      {
+        std::lock_guard lock(g->mu);
+        g->answers[r] = std::move(s);
+        if (--g->left > 0) return;
+      }
+      g->done(sum_of(g->answers));  // the last answer: nobody else touches answers now
+    });
 }
 
 std::shared_ptr<KvEventRing> EpGroup::kv_events() const { return state_->merged; }

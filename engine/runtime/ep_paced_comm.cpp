@@ -2,7 +2,6 @@
 #include "engine/runtime/ep_paced_comm.h"
 
 #include "engine/runtime/ep_channel.h"
-#include "engine/runtime/ep_remote_rank.h"
 
 namespace kvfleet::ep {
 
@@ -58,14 +57,14 @@ FrontCommunicator::FrontCommunicator(Communicator& inner, std::function<void(con
   broken_ = std::move(broken);
 }
 
-void FrontCommunicator::attach(const std::vector<RemoteRank*>& remotes) {
+void FrontCommunicator::attach(const std::vector<VotePeer*>& remotes) {
   {
     std::lock_guard lock(mu_);
     remotes_ = remotes;
     attached_ = true;
   }
   cv_.notify_all();
-  for (RemoteRank* r : remotes) r->on_ring([this] { call_ring_handler(); });
+  for (VotePeer* r : remotes) r->on_ring([this] { call_ring_handler(); });
 }
 
 void FrontCommunicator::all_gather(const void* send, std::size_t bytes, void* recv) {
@@ -73,7 +72,7 @@ void FrontCommunicator::all_gather(const void* send, std::size_t bytes, void* re
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return attached_ || !down_.empty(); });
     check_down(lock);
-    for (RemoteRank* r : remotes_) r->send_vote();
+    for (VotePeer* r : remotes_) r->send_vote();
   }
   watched([&] { inner_.all_gather(send, bytes, recv); });
 }

@@ -22,7 +22,15 @@
 namespace kvfleet::ep {
 
 class Channel;
-class RemoteRank;
+
+// Rank 0's end of the channel to one rank r > 0, as the vote pacing sees it: a RemoteRank (the replica),
+// or a VoteLink (ep_paced_rank.h: kvfleet generate's bare process ranks).
+class VotePeer {
+ public:
+  virtual ~VotePeer() = default;
+  virtual void send_vote() = 0;                               // one vote ticket
+  virtual void on_ring(std::function<void()> handler) = 0;  // runs (reader thread) when the rank rings
+};
 
 // Forwards the collectives to `inner`, and rings through a handler the engine sets.
 class PacedCommunicator : public Communicator {
@@ -62,12 +70,12 @@ class PacedCommunicator : public Communicator {
 class FrontCommunicator final : public PacedCommunicator {
  public:
   FrontCommunicator(Communicator& inner, std::function<void(const std::string&)> broken);
-  void attach(const std::vector<RemoteRank*>& remotes);  // all_gather waits for this
+  void attach(const std::vector<VotePeer*>& remotes);  // all_gather waits for this
   void all_gather(const void* send, std::size_t bytes, void* recv) override;
   void ring() override {}  // rank 0's news: its own vote brings the others (the tickets ring them)
 
  private:
-  std::vector<RemoteRank*> remotes_;
+  std::vector<VotePeer*> remotes_;
   bool attached_ = false;
 };
 

@@ -59,6 +59,30 @@ RequestId RemoteRank::submit(GenerationRequest request, OutputCallback on_output
   throw std::runtime_error(a.error);
 }
 
+void RemoteRank::kv_state(std::function<void(boost::json::object)> done) { query("kv_state", std::move(done)); }
+
+void RemoteRank::stats_now(std::function<void(EngineStats)> done) {
+  query("stats", [this, done = std::move(done)](json::object a) {
+    if (const auto* s = a.if_contains("s")) return done(stats_from_json(s->as_object()));
+    done(stats());  // gone: what it sent last
+  });
+}
+
+void RemoteRank::query(const std::string& what, std::function<void(boost::json::object)> done) {
+  std::uint64_t id = 0;
+  std::string failed;
+  {
+    std::lock_guard lock(mu_);
+    failed = failure_;
+    if (failed.empty()) {
+      id = next_query_++;
+      queries_[id] = std::move(done);
+    }
+  }
+  if (id == 0) return done(json::object{{"error", failed}});
+  channel_->send(Message{{"t", "query"}, {"id", id}, {"what", what}});
+}
+
 void RemoteRank::abort(RequestId id) { channel_->send(Message{{"t", "abort"}, {"id", id}}); }
 
 void RemoteRank::abort_all(const std::string& error) { channel_->send(Message{{"t", "abort_all"}, {"error", error}}); }
@@ -100,6 +124,16 @@ void RemoteRank::on_message(Message& m) {
     const std::string_view type = m.at("type").as_string();
     const auto kind = type == "stored" ? KvEvent::Type::stored : type == "removed" ? KvEvent::Type::removed : KvEvent::Type::cleared;
     ring_->publish(kind, std::move(hashes), m.at("p").to_number<BlockHash>());
+  } else if (t == "answer") {
+    std::function<void(json::object)> done;
+    {
+      std::lock_guard lock(mu_);
+      const auto it = queries_.find(m.at("id").to_number<std::uint64_t>());
+      if (it == queries_.end()) return;  // answered as failed already
+      done = std::move(it->second);
+      queries_.erase(it);
+    }
+    done(std::move(m.at("a").as_object()));
   } else if (t == "ring") {
     std::function<void()> ring;
     {
@@ -120,6 +154,7 @@ void RemoteRank::on_closed(const std::string& why) {
   const std::string failure =
       "expert-parallel rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " is gone: " + why;
   std::unordered_map<RequestId, OutputCallback> callbacks;
+  std::unordered_map<std::uint64_t, std::function<void(json::object)>> queries;
   std::function<void(const std::string&)> handler;
   {
     std::lock_guard lock(mu_);
@@ -127,8 +162,10 @@ void RemoteRank::on_closed(const std::string& why) {
     for (auto& [id, p] : acks_) p.set_value(Ack{false, false, failure});
     acks_.clear();
     callbacks.swap(callbacks_);
+    queries.swap(queries_);
     handler = on_failure_;
   }
+  for (auto& [id, done] : queries) done(json::object{{"error", failure}});
   for (auto& [id, cb] : callbacks) {
     RequestOutput o;
     o.id = id;

@@ -11,13 +11,14 @@
 #include <unordered_map>
 
 #include "engine/runtime/ep_channel.h"
+#include "engine/runtime/ep_paced_comm.h"
 #include "kvfleet/ep_group.h"
 
 namespace kvfleet::ep {
 
 inline std::string channel_key(int rank) { return "kvfleet/ep/channel/" + std::to_string(rank); }
 
-class RemoteRank final : public EpRank {
+class RemoteRank final : public EpRank, public VotePeer {
  public:
   // `fd`: connected to rank `rank`'s channel. `ring`: where its KV events go (block size and root as
   // rank 0's own). Starts the channel.
@@ -30,10 +31,12 @@ class RemoteRank final : public EpRank {
   EngineStats stats() const override;
   std::shared_ptr<KvEventRing> kv_events() const override { return ring_; }
   void on_failure(std::function<void(const std::string&)> handler) override;
+  void kv_state(std::function<void(boost::json::object)> done) override;  // a `query` over the channel
+  void stats_now(std::function<void(EngineStats)> done) override;         // the same
   // Lockstep without polling (ep_paced_comm.h): rank 0 sends a vote ticket before each of its votes;
   // `handler` runs (reader thread) when this rank rings, i.e. has news for the group.
-  void send_vote() { channel_->send(Message{{"t", "vote"}}); }
-  void on_ring(std::function<void()> handler);
+  void send_vote() override { channel_->send(Message{{"t", "vote"}}); }
+  void on_ring(std::function<void()> handler) override;
 
  private:
   struct Ack {
@@ -42,6 +45,8 @@ class RemoteRank final : public EpRank {
   };
   void on_message(Message& m);
   void on_closed(const std::string& why);
+  // Sends {t: query, id, what}; `done` gets the answer, or {"error": why} once the rank is gone.
+  void query(const std::string& what, std::function<void(boost::json::object)> done);
 
   const int rank_, size_;
   const std::chrono::milliseconds timeout_;
@@ -49,6 +54,8 @@ class RemoteRank final : public EpRank {
   mutable std::mutex mu_;
   std::unordered_map<RequestId, OutputCallback> callbacks_;
   std::unordered_map<RequestId, std::promise<Ack>> acks_;
+  std::unordered_map<std::uint64_t, std::function<void(boost::json::object)>> queries_;  // by query id
+  std::uint64_t next_query_ = 1;
   EngineStats stats_;
   std::string failure_;
   std::function<void(const std::string&)> on_failure_;

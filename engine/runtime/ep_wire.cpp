@@ -185,4 +185,12 @@ EngineStats stats_from_json(const json::object& o) {
   return s;
 }
 
+json::object kv_state_json(Scheduler& s) {
+  const std::string problem = s.check_integrity();
+  const KvCacheStats kv = s.kv().stats();
+  return json::object{{"integrity", problem.empty() ? "ok" : problem}, {"num_blocks", kv.num_blocks},
+                      {"free_blocks", kv.num_free_blocks}, {"cached_blocks", kv.num_cached_blocks},
+                      {"pins", s.kv().num_pins()}, {"running", s.running().size()}, {"waiting", s.waiting().size()}};
+}
+
 }  // namespace kvfleet::ep

@@ -7,6 +7,7 @@
 #include <boost/json.hpp>
 
 #include "kvfleet/engine.h"
+#include "kvfleet/scheduler.h"
 
 namespace kvfleet::ep {
 
@@ -18,5 +19,9 @@ RequestOutput output_from_json(const boost::json::object& o);
 
 boost::json::object to_json(const EngineStats& s);
 EngineStats stats_from_json(const boost::json::object& o);
+
+// One engine's GET /internal/kv_state figures, taken on its engine thread (a KvTask): the integrity check
+// ("ok" or the problem) and the block, pin and queue counts. A remote rank sends it as a query's answer.
+boost::json::object kv_state_json(Scheduler& s);
 
 }  // namespace kvfleet::ep

@@ -30,7 +30,7 @@ constexpr std::chrono::milliseconds kStatsPeriod{200};
 }
 
 struct EpWorker::Impl {
-  std::unique_ptr<Communicator> gloo;
+  std::unique_ptr<Communicator> gloo;  // or NCCL (--ep-comm)
   std::unique_ptr<ep::WorkerCommunicator> comm;  // over gloo: votes on rank 0's tickets
   std::unique_ptr<Engine> engine;
   std::unique_ptr<ep::Channel> channel;
@@ -67,6 +67,7 @@ struct EpWorker::Impl {
     }
     if (t == "abort_all") return engine->abort_all(std::string(m.at("error").as_string()));
     if (t == "submit") return submit(m.at("id").to_number<RequestId>(), m.at("req").as_object());
+    if (t == "query") return query(m.at("id").to_number<std::uint64_t>(), m.at("what").as_string());
     throw std::invalid_argument("unknown message type '" + std::string(t) + "'");
   }
 
@@ -88,6 +89,23 @@ struct EpWorker::Impl {
       ack["error"] = e.what();
     }
     channel->send(std::move(ack));
+  }
+
+  // Caller holds mu. A question rank 0 asks for fresh figures; the answer travels as {t: answer, id, a}.
+  void query(std::uint64_t id, std::string_view what) {
+    if (what == "stats") {
+      channel->send(Message{{"t", "answer"}, {"id", id}, {"a", json::object{{"s", ep::to_json(engine->stats())}}}});
+      return;
+    }
+    if (what != "kv_state") {
+      channel->send(Message{{"t", "answer"}, {"id", id}, {"a", json::object{{"error", "unknown query '" + std::string(what) + "'"}}}});
+      return;
+    }
+    engine->run_kv_task([this, id](Scheduler& s, Backend&) {
+      Message answer{{"t", "answer"}, {"id", id}, {"a", ep::kv_state_json(s)}};
+      std::lock_guard lock(mu);
+      if (channel) channel->send(std::move(answer));
+    });
   }
 
   // Sends the ring's events after `seq`; when the pump fell behind the ring, the cache as it is instead.
@@ -129,32 +147,33 @@ struct EpWorker::Impl {
   }
 };
 
-EpWorker::EpWorker(const Model& model, const Tokenizer* tokenizer, const EngineConfig& config, const GlooOptions& gloo)
+EpWorker::EpWorker(const Model& model, const Tokenizer* tokenizer, const EngineConfig& config, const EpCommOptions& opts)
     : impl_(std::make_unique<Impl>()) {
-  if (gloo.rank < 1 || gloo.rank >= gloo.size)
-    throw std::invalid_argument("an expert-parallel worker is rank 1 .. " + std::to_string(gloo.size - 1) + ", not " +
-                                std::to_string(gloo.rank));
+  if (opts.rank < 1 || opts.rank >= opts.size)
+    throw std::invalid_argument("an expert-parallel worker is rank 1 .. " + std::to_string(opts.size - 1) + ", not " +
+                                std::to_string(opts.rank));
   Impl& m = *impl_;
-  const auto [master_host, master_port] = comm::parse_host_port(gloo.master);
-  const std::string address = ep::reachable_address(gloo.bind_host, master_host);
+  const auto [master_host, master_port] = comm::parse_host_port(opts.master);
+  const std::string address = ep::reachable_address(opts.bind_host, master_host);
   unsigned short port = 0;
-  const int listen_fd = ep::listen_tcp(gloo.bind_host.empty() && address != "127.0.0.1" ? "0.0.0.0" : address, port);
+  const int listen_fd = ep::listen_tcp(opts.bind_host.empty() && address != "127.0.0.1" ? "0.0.0.0" : address, port);
   struct CloseListener {
     int fd;
     ~CloseListener() { ::close(fd); }
   } close_listener{listen_fd};
-  m.gloo = make_gloo_communicator(gloo);
-  m.comm = std::make_unique<ep::WorkerCommunicator>(*m.gloo);
   EngineConfig ec = config;
+  m.gloo = make_ep_communicator(opts, ec.backend);
+  m.comm = std::make_unique<ep::WorkerCommunicator>(*m.gloo);
   ec.ep = m.comm.get();
   m.engine = std::make_unique<Engine>(model, ec);
   m.engine->set_tokenizer(tokenizer);
   const std::string where = address + ":" + std::to_string(port);
-  comm::TcpStoreClient store(master_host, master_port, gloo.join());
-  store.set(ep::channel_key(gloo.rank), std::vector<char>(where.begin(), where.end()));
-  const int fd = ep::accept_tcp(listen_fd, gloo.join());
+  const auto join = std::max(opts.timeout, opts.join_timeout);
+  comm::TcpStoreClient store(master_host, master_port, join);
+  store.set(ep::channel_key(opts.rank), std::vector<char>(where.begin(), where.end()));
+  const int fd = ep::accept_tcp(listen_fd, join);
   m.channel = std::make_unique<ep::Channel>(
-      fd, gloo.timeout, [&m](Message& msg) { m.on_message(msg); },
+      fd, opts.timeout, [&m](Message& msg) { m.on_message(msg); },
       [&m](const std::string& why) {
         m.comm->shutdown("expert-parallel rank 0 is gone: " + why);
         m.end("rank 0 is gone: " + why);

@@ -22,7 +22,7 @@ int run_ep_worker(const ReplicaConfig& config, const sigset_t& signals) {
   engine.served_model_name = config.served_model_name.empty() ? model.name() : config.served_model_name;
   std::fprintf(stderr, "kvfleet-replica: expert-parallel rank %d of %d: joining %s\n", config.ep_rank, config.ep_size,
                config.ep_master.c_str());
-  auto worker_ptr = std::make_unique<EpWorker>(model, &tokenizer, engine, ep_gloo_options(config));
+  auto worker_ptr = std::make_unique<EpWorker>(model, &tokenizer, engine, ep_comm_options(config));
   EpWorker& worker = *worker_ptr;
   // Ending the worker joins its engine, which may sit in a collective with a peer that is gone: it fails
   // within the timeout, but nothing here may keep the process from exiting, so a watchdog ends it.

@@ -4,7 +4,8 @@
 //   decode, mixed:  a completion or chat request with `x-kvfleet-prefill-from: URL` first fetches the
 //                   prompt's KV from that prefill replica (engine/pd/decode_fetcher.h); any failure means a
 //                   local prefill, never a failed request. A prefill replica ignores the header.
-//   every role:     GET /internal/kv_state, the engine-thread integrity check and the pin/lease counts.
+//   every role:     GET /internal/kv_state, the engine-thread integrity check and the pin/lease counts (an
+//                   expert-parallel group: every rank's, in "ranks" with its dp_rank; EpGroup::kv_state).
 #include <boost/json.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -12,7 +13,10 @@
 #include "engine/pd/decode_fetcher.h"
 #include "engine/pd/prefill_service.h"
 #include "engine/pd/ucx_worker.h"
+#include "engine/runtime/ep_wire.h"
 #include "engine/server/replica.h"
+#include "kvfleet/ep_group.h"
+#include "kvfleet/http/async_queue.h"
 #include "kvfleet/http/json_error.h"
 
 namespace kvfleet::server {
@@ -93,14 +97,16 @@ awaitable<std::vector<pd::FetchResult>> Replica::pd_prefetch(const http::Request
 }
 
 awaitable<void> Replica::kv_state(const http::Request&, http::ResponseWriter& w) {
-  auto check = [](Scheduler& s, Backend&) {
-    const std::string problem = s.check_integrity();
-    const KvCacheStats kv = s.kv().stats();
-    return json::object{{"integrity", problem.empty() ? "ok" : problem}, {"num_blocks", kv.num_blocks},
-                        {"free_blocks", kv.num_free_blocks}, {"cached_blocks", kv.num_cached_blocks},
-                        {"pins", s.kv().num_pins()}, {"running", s.running().size()}, {"waiting", s.waiting().size()}};
-  };
-  json::object o = co_await pd::on_engine_thread(*engine_, std::move(check));  // (named: GCC 12, see client.h)
+  json::object o;
+  if (ep_) {  // every rank's figures (EpGroup::kv_state): in process, or asked over the ranks' channels
+    auto answer = std::make_shared<http::AsyncQueue<json::object>>(co_await boost::asio::this_coro::executor);
+    ep_->kv_state([answer](json::object a) { answer->push(std::move(a)); });
+    std::optional<json::object> got = co_await answer->pop();
+    if (got) o = std::move(*got);
+  } else {
+    auto check = [](Scheduler& s, Backend&) { return ep::kv_state_json(s); };
+    o = co_await pd::on_engine_thread(*engine_, std::move(check));  // (named: GCC 12, see client.h)
+  }
   o["role"] = config_.role;
   o["leases"] = pd_prefill_ ? pd_prefill_->num_leases() : 0;
   o["leases_expired"] = pd_prefill_ ? pd_prefill_->leases_expired() : 0;

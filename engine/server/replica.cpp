@@ -1,5 +1,6 @@
 #include "engine/server/replica.h"
 
+#include <boost/asio/steady_timer.hpp>
 #include <boost/json.hpp>
 #include <chrono>
 #include <algorithm>
@@ -10,6 +11,8 @@
 #include "engine/pd/prefill_service.h"
 #include "engine/server/api_request.h"
 #include "kvfleet/chat_tokens.h"
+#include "kvfleet/ep_group.h"
+#include "kvfleet/http/async_queue.h"
 #include "kvfleet/http/json_error.h"
 
 namespace kvfleet::server {
@@ -38,7 +41,7 @@ Replica::Replica(ReplicaConfig config)
       if (config_.ep_rank != 0) throw std::invalid_argument("only rank 0 of an expert-parallel group serves HTTP");
       std::fprintf(stderr, "kvfleet-replica: expert-parallel rank 0 of %d: waiting for the other ranks on %s\n",
                    config_.ep_size, config_.ep_master.c_str());
-      ep_ = std::make_unique<EpGroup>(model_, config_.engine, ep_gloo_options(config_));
+      ep_ = std::make_unique<EpGroup>(model_, config_.engine, ep_comm_options(config_));
     } else {
       ep_ = std::make_unique<EpGroup>(model_, config_.engine, config_.ep_size);
     }
@@ -237,6 +240,28 @@ awaitable<void> Replica::models(const http::Request&, http::ResponseWriter& w) {
   co_await w.send(std::move(r));
 }
 
+namespace {
+
+// An expert-parallel group's figures for a scrape: every rank asked now (a remote rank over its channel),
+// or, when some rank has not answered within 500 ms (a frozen one, until the timeout fails the group),
+// what the ranks last sent (remote ranks' stats frames: at most 200 ms old).
+awaitable<EngineStats> ep_stats_now(const EpGroup& group) {
+  auto ex = co_await boost::asio::this_coro::executor;
+  using Answer = std::shared_ptr<const EngineStats>;  // null: the deadline came first
+  auto answer = std::make_shared<http::AsyncQueue<Answer>>(ex);
+  group.stats_now([answer](EngineStats s) { answer->push(std::make_shared<const EngineStats>(std::move(s))); });
+  auto timer = std::make_shared<boost::asio::steady_timer>(ex, std::chrono::milliseconds(500));
+  timer->async_wait([answer, timer](boost::system::error_code ec) {
+    if (!ec) answer->push(Answer{});
+  });
+  std::optional<Answer> got = co_await answer->pop();
+  timer->cancel();
+  if (got && *got) co_return **got;
+  co_return group.stats();
+}
+
+}  // namespace
+
 awaitable<void> Replica::health(const http::Request&, http::ResponseWriter& w) {
   const std::string broken = ep_ ? ep_->failure() : std::string();  // a rank of the group is gone
   http::Response r = draining_          ? http::json_error(503, "draining", "overloaded_error")
@@ -246,7 +271,10 @@ awaitable<void> Replica::health(const http::Request&, http::ResponseWriter& w) {
 }
 
 awaitable<void> Replica::metrics(const http::Request&, http::ResponseWriter& w) {
-  http::Response r = http::Response::text(200, metrics_.render(ep_ ? ep_->stats() : engine_->stats()), "text/plain; version=0.0.4; charset=utf-8");
+  EngineStats stats;
+  if (ep_) stats = co_await ep_stats_now(*ep_);  // (no co_await inside ?: : GCC 12)
+  else stats = engine_->stats();
+  http::Response r = http::Response::text(200, metrics_.render(stats), "text/plain; version=0.0.4; charset=utf-8");
   co_await w.send(std::move(r));
 }
 

@@ -25,6 +25,10 @@ void check_ep(const ReplicaConfig& c) {
   if (!c.ep_processes() && !c.ep_master.empty()) throw std::invalid_argument("--ep-master needs --ep-rank");
   if (c.ep_processes() && c.ep_rank >= c.ep_size)
     throw std::invalid_argument("--ep-rank " + std::to_string(c.ep_rank) + " must be below --ep-size " + std::to_string(c.ep_size));
+  if (c.ep_comm != "auto" && !c.ep_processes())
+    throw std::invalid_argument("--ep-comm needs --ep-rank (in-process ranks exchange through memory)");
+  // An unknown kind or nccl on a CPU backend; a build without NCCL says so at startup (resolve_ep_comm).
+  if (c.ep_processes()) check_ep_comm(ep_comm_options(c));
 }
 
 // "ucx,tcp" in order of preference; a build without UCX refuses ucx by name.
@@ -56,6 +60,7 @@ void apply_replica_yaml(const std::string& text, const std::string& source, Repl
     else if (key == "ep_rank") c.ep_rank = scalar<int>(v, source, key);
     else if (key == "ep_master") c.ep_master = scalar<std::string>(v, source, key);
     else if (key == "ep_bind") c.ep_bind = scalar<std::string>(v, source, key);
+    else if (key == "ep_comm") c.ep_comm = scalar<std::string>(v, source, key);
     else if (key == "ep_timeout_ms") c.ep_timeout = ms();
     else if (key == "ep_join_timeout_ms") c.ep_join_timeout = ms();
     else if (key == "http_threads") c.http_threads = scalar<int>(v, source, key);
@@ -116,11 +121,13 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   flags.add_option("--ep-size", c.ep_size, "MoE: expert-parallel ranks (in process, or with --ep-rank one per process; "
                                            "requests spread by cached prefix)")
       ->check(CLI::PositiveNumber);
-  flags.add_option("--ep-rank", c.ep_rank, "MoE: this process is rank R of --ep-size processes (Gloo); rank 0 serves HTTP")
+  flags.add_option("--ep-rank", c.ep_rank, "MoE: this process is rank R of --ep-size processes (Gloo or NCCL); rank 0 serves HTTP")
       ->check(CLI::NonNegativeNumber);
   flags.add_option("--ep-master", c.ep_master, "With --ep-rank: HOST:PORT where rank 0 runs the rendezvous store");
   flags.add_option("--ep-bind", c.ep_bind, "With --ep-rank: this rank's address for the collectives and the request "
                                            "channel (default: 127.0.0.1 for a loopback master, else the host name's)");
+  flags.add_option("--ep-comm", c.ep_comm, "With --ep-rank: gloo (CPU collectives over TCP), nccl (CUDA ranks, device "
+                                           "memory) or auto (nccl for a CUDA rank when built with NCCL)");
   std::int64_t ep_timeout_ms = c.ep_timeout.count(), ep_join_ms = c.ep_join_timeout.count();
   flags.add_option("--ep-timeout-ms", ep_timeout_ms, "With --ep-rank: a rank silent for this long fails the group")
       ->check(CLI::PositiveNumber);

@@ -43,19 +43,24 @@ struct ReplicaConfig {
   std::string ep_master, ep_bind;
   std::chrono::milliseconds ep_timeout{30'000};        // a silent rank fails the group after this
   std::chrono::milliseconds ep_join_timeout{300'000};  // forming the group (ranks may start minutes apart)
+  // The process ranks' collectives: gloo (CPU, over TCP; CUDA ranks stage through the host), nccl (CUDA
+  // ranks, device memory) or auto (nccl for a CUDA rank in a build with NCCL). resolve_ep_comm decides.
+  std::string ep_comm = "auto";
   bool ep_processes() const { return ep_rank >= 0; }
 };
 
-// The Gloo options of an --ep-rank process.
-inline GlooOptions ep_gloo_options(const ReplicaConfig& c) {
-  GlooOptions g;
-  g.rank = c.ep_rank;
-  g.size = c.ep_size;
-  g.master = c.ep_master;
-  g.bind_host = c.ep_bind;
-  g.timeout = c.ep_timeout;
-  g.join_timeout = c.ep_join_timeout;
-  return g;
+// The communicator options of an --ep-rank process (backend_kind from the engine's backend).
+inline EpCommOptions ep_comm_options(const ReplicaConfig& c) {
+  EpCommOptions o;
+  o.kind = c.ep_comm;
+  o.rank = c.ep_rank;
+  o.size = c.ep_size;
+  o.master = c.ep_master;
+  o.bind_host = c.ep_bind;
+  o.backend_kind = c.engine.backend.kind;
+  o.timeout = c.ep_timeout;
+  o.join_timeout = c.ep_join_timeout;
+  return o;
 }
 
 // Parses argv (and the YAML file it names). Throws std::invalid_argument with a message naming the bad key

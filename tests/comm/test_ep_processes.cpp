@@ -1,12 +1,19 @@
 // Expert parallelism over separate processes (Gloo on loopback): `kvfleet logits` and `kvfleet generate`
 // with --ep-rank R --ep-master print exactly what one engine prints, and a rank killed or frozen mid-run
-// makes the others fail with a clear error within the timeout instead of hanging.
+// makes the others fail with a clear error within the timeout instead of hanging; an idle group of
+// generate ranks sleeps.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <boost/asio.hpp>
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <memory>
+#include <sstream>
+#include <thread>
 #include <vector>
 
 #include "kvfleet/block_hash.h"
@@ -172,4 +179,116 @@ TEST_CASE("a Gloo rank killed or frozen mid-run fails the other rank with a clea
     CHECK(rest.find("\"long0\"") != std::string::npos);  // the long request ended with the error, not silently
     if (sig == SIGSTOP) ranks.procs[1]->signal(SIGKILL);
   }
+}
+
+namespace {
+
+// What a process did so far: CPU time in clock ticks (user + system, every thread) and wake-ups
+// (voluntary context switches, summed over its threads).
+struct Activity {
+  long ticks = 0, wakeups = 0;
+};
+Activity activity_of(pid_t pid) {
+  Activity a;
+  const std::string proc = "/proc/" + std::to_string(pid);
+  std::ifstream stat(proc + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  std::istringstream rest(text.substr(text.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i <= 15 && rest >> field; ++i)
+    if (i == 14 || i == 15) a.ticks += std::stol(field);
+  for (const auto& task : std::filesystem::directory_iterator(proc + "/task")) {
+    std::ifstream status(task.path() / "status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) a.wakeups += std::stol(line.substr(24));
+  }
+  return a;
+}
+
+// Waits until a process opened `fifo` for reading (a non-blocking writer's open succeeds only then) and
+// returns the writer's end; -1 after `timeout`.
+int open_fifo_writer(const std::filesystem::path& fifo, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0) return fd;
+    std::this_thread::sleep_for(20ms);
+  }
+  return -1;
+}
+
+}  // namespace
+
+// The ranks of `kvfleet generate --ep-rank` read their prompts after the group formed; from a FIFO that
+// the test writes only later, the group is idle meanwhile and must sleep (no vote every few ms), then
+// run the prompts as one engine does.
+TEST_CASE("kvfleet generate --ep-rank: an idle group of processes sleeps, then prints one engine's lines") {
+  if (!gloo_available()) {
+    MESSAGE("SKIP: built without Gloo");
+    return;
+  }
+  test::TempDir dir;
+  const std::string bin = test::bin_dir() + "/kvfleet ";
+  const std::string model = (dir / "moe").string();
+  REQUIRE(test::run_command(bin + "make-model --arch mixtral --experts 4 --vocab 128 --out " + model).status == 0);
+  std::ostringstream lines;
+  for (int i = 0; i < 6; ++i) {
+    lines << "{\"id\": " << i << ", \"prompt_ids\": [";
+    for (int t = 0; t < 6 + 7 * i; ++t) lines << (t ? "," : "") << (t * 5 + i * 13) % 128;
+    lines << "], \"max_tokens\": " << 3 + i << (i % 2 ? ", \"temperature\": 0.7, \"seed\": 9" : "") << "}\n";
+  }
+  const std::string prompts = lines.str();
+  {
+    std::ofstream f(dir / "p.jsonl");
+    f << prompts;
+  }
+  const std::string gen = bin + "generate --backend cpu --threads 1 --ignore-eos --model " + model;
+  const auto single = test::run_command(gen + " --prompts " + (dir / "p.jsonl").string());
+  REQUIRE(single.status == 0);
+  auto want = lines_of(single.out);
+  std::sort(want.begin(), want.end());
+  REQUIRE(want.size() == 6);
+
+  const int n = 2;
+  const std::string master = free_master();
+  std::vector<std::unique_ptr<test::ChildProcess>> procs;
+  std::vector<std::filesystem::path> fifos;
+  for (int r = 0; r < n; ++r) {
+    fifos.push_back(dir / (r ? "p1.fifo" : "p0.fifo"));
+    REQUIRE(::mkfifo(fifos.back().c_str(), 0600) == 0);
+    procs.push_back(std::make_unique<test::ChildProcess>(std::vector<std::string>{
+        "/bin/sh", "-c", "exec " + gen + " --prompts " + fifos.back().string() + " --ep-size " + std::to_string(n) +
+                             " --ep-rank " + std::to_string(r) + " --ep-master " + master + " 2>&1"}));
+  }
+  std::vector<int> writers;
+  for (int r = 0; r < n; ++r) {
+    writers.push_back(open_fifo_writer(fifos[static_cast<std::size_t>(r)], 60s));  // the group formed
+    REQUIRE(writers.back() >= 0);
+  }
+  std::this_thread::sleep_for(200ms);  // the first idle votes back off (or settle asleep)
+  std::vector<Activity> before;
+  for (auto& p : procs) before.push_back(activity_of(p->pid()));
+  std::this_thread::sleep_for(1s);
+  const long ticks_per_50ms = std::max(1L, ::sysconf(_SC_CLK_TCK) / 20);
+  for (int r = 0; r < n; ++r) {
+    CAPTURE(r);
+    const Activity now = activity_of(procs[static_cast<std::size_t>(r)]->pid());
+    const Activity& was = before[static_cast<std::size_t>(r)];
+    CHECK(now.ticks - was.ticks <= ticks_per_50ms);
+    // Asleep: Gloo's own event loop (an epoll_wait with a 10 ms timeout: 100 a second, whatever we do),
+    // the channel's heartbeats and its reader's 100 ms deadline checks: some 120 a second. A group that
+    // polls its votes every 1-8 ms: some 400 a second (measured with the polling build) and ~100 ms of CPU.
+    CHECK(now.wakeups - was.wakeups < 200);
+  }
+  for (int w : writers) {
+    REQUIRE(::write(w, prompts.data(), prompts.size()) == static_cast<ssize_t>(prompts.size()));
+    ::close(w);
+  }
+  std::vector<std::string> got;
+  for (auto& p : procs) {
+    while (auto l = p->read_line(60s)) got.push_back(*l);
+    CHECK(p->wait(60s) == 0);
+  }
+  std::sort(got.begin(), got.end());
+  CHECK(got == want);
 }

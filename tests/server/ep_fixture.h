@@ -85,12 +85,12 @@ inline std::string free_master() {
 // `n` kvfleet-replica processes, one expert-parallel rank each, on loopback; rank 0 serves HTTP.
 class EpProcessGroup {
  public:
-  explicit EpProcessGroup(int n, const std::vector<std::string>& extra = {}) {
+  explicit EpProcessGroup(int n, const std::vector<std::string>& extra = {}, const std::string& backend = "cpu") {
     make_tiny_mixtral(dir_ / "tiny-moe");
     const std::string master = free_master();
     for (int r = 0; r < n; ++r) {
       std::vector<std::string> argv{bin_dir() + "/kvfleet-replica", "--model", (dir_ / "tiny-moe").string(), "--port", "0",
-                                    "--backend", "cpu", "--cpu-threads", "1", "--ep-size", std::to_string(n),
+                                    "--backend", backend, "--cpu-threads", "1", "--ep-size", std::to_string(n),
                                     "--ep-rank", std::to_string(r), "--ep-master", master};
       argv.insert(argv.end(), extra.begin(), extra.end());
       ranks_.push_back(std::make_unique<ChildProcess>(argv));
@@ -103,9 +103,9 @@ class EpProcessGroup {
   http::Response get(const std::string& target) const {
     return http::http_request("127.0.0.1", port_, "GET", target, {}, {}, std::chrono::seconds(30));
   }
-  http::Response post(const std::string& body) const {
-    return http::http_request("127.0.0.1", port_, "POST", "/v1/completions", body, {{"Content-Type", "application/json"}},
-                              std::chrono::seconds(60));
+  http::Response post(const std::string& body, http::Headers headers = {}) const {
+    headers.add("Content-Type", "application/json");
+    return http::http_request("127.0.0.1", port_, "POST", "/v1/completions", body, std::move(headers), std::chrono::seconds(60));
   }
 
  private:

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <future>
 #include <sstream>
@@ -11,7 +12,12 @@
 #include <thread>
 
 #include "kvfleet/block_hash.h"
+#include "kvfleet/communicator.h"
 #include "server/ep_fixture.h"
+
+#ifdef KVFLEET_HAVE_CUDA
+#include "kernels/cuda/device_info.h"
+#endif
 
 using namespace kvfleet;
 namespace json = boost::json;
@@ -178,6 +184,11 @@ TEST_CASE("kvfleet-replica --ep-rank: a rank killed mid-run ends every request w
   const auto after = group.post(json::serialize(request_body("after", 0, false, 4)));
   CHECK(after.status == 503);
   CHECK(after.body.find("rank 1 of 2") != std::string::npos);
+  // /internal/kv_state still answers: rank 0's own figures, and for the lost rank why it cannot.
+  const auto state = json::parse(group.get("/internal/kv_state").body).as_object();
+  CHECK(std::string(state.at("integrity").as_string()).starts_with("rank 1: expert-parallel rank 1 of 2 is gone"));
+  CHECK(state.at("ranks").at(0).at("integrity").as_string() == "ok");
+  CHECK(state.at("ranks").at(1).as_object().contains("error"));
   group.rank(0).signal(SIGTERM);
   CHECK(group.rank(0).wait(std::chrono::seconds(10)) == 0);
 }
@@ -249,4 +260,89 @@ TEST_CASE("kvfleet-replica --ep-rank: a hang-up cancels on the rank running it; 
   CHECK(cpu_ticks(group.rank(0).pid()) - before0 <= ticks_per_50ms);
   CHECK(cpu_ticks(group.rank(1).pid()) - before1 <= ticks_per_50ms);
   CHECK(group.post(json::serialize(request_body("awake?", 0, false, 3))).status == 200);
+}
+
+namespace {
+
+json::object kv_state(const test::EpProcessGroup& group) {
+  const auto res = group.get("/internal/kv_state");
+  REQUIRE(res.status == 200);
+  return json::parse(res.body).as_object();
+}
+
+}  // namespace
+
+TEST_CASE("kvfleet-replica --ep-rank: /internal/kv_state reports every rank with its dp_rank; it and /metrics are fresh") {
+  test::EpProcessGroup group(2, {"--num-kv-blocks", "24", "--ep-timeout-ms", "10000"});
+  const auto idle = kv_state(group);
+  REQUIRE(idle.at("ranks").as_array().size() == 2);
+  for (std::int64_t r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    const auto& rank = idle.at("ranks").at(static_cast<std::size_t>(r)).as_object();
+    CHECK(rank.at("dp_rank").as_int64() == r);
+    CHECK(rank.at("integrity").as_string() == "ok");
+    CHECK(rank.at("num_blocks").as_int64() == 24);  // each rank its own cache
+    CHECK(rank.at("cached_blocks").as_int64() == 0);
+  }
+  CHECK(idle.at("integrity").as_string() == "ok");
+  CHECK(idle.at("num_blocks").as_int64() == 48);
+  // A prompt of full blocks on rank 1 only, named by data_parallel_rank: right after the answer, rank 1's
+  // figures show them (asked over its channel, not from its 200 ms stats), rank 0's none.
+  json::object body = request_body(std::string(300, 's') + " to rank one", 0, false, 3);
+  body["data_parallel_rank"] = 1;
+  REQUIRE(group.post(json::serialize(body)).status == 200);
+  // A scrape asks the ranks too: rank 1's finished request counts at once, not after its next stats frame.
+  CHECK(metric_of(group.get("/metrics").body, "kvfleet_requests_finished_total{finish_reason=\"length\"}") == 1);
+  const auto after = kv_state(group);
+  const auto& r0 = after.at("ranks").at(0).as_object();
+  const auto& r1 = after.at("ranks").at(1).as_object();
+  CHECK(r0.at("cached_blocks").as_int64() == 0);
+  CHECK(r1.at("cached_blocks").as_int64() >= 1);
+  CHECK(r1.at("running").as_int64() == 0);
+  CHECK(after.at("cached_blocks").as_int64() == r1.at("cached_blocks").as_int64());
+  CHECK(after.at("free_blocks").as_int64() == r0.at("free_blocks").as_int64() + r1.at("free_blocks").as_int64());
+  CHECK(after.at("integrity").as_string() == "ok");
+  CHECK(after.at("role").as_string() == "mixed");
+}
+
+// The replica's process ranks over NCCL (one GPU each): what they answer equals the same group over Gloo
+// on the same CUDA backend (which equals one CUDA engine: the group's result does not depend on ep_size
+// nor on the exchange). Needs >= 2 CUDA devices and a build with NCCL; elsewhere it prints SKIP and passes
+// (KVFLEET_REQUIRE_NCCL=1 makes the skip a failure).
+TEST_CASE("kvfleet-replica --ep-rank --ep-comm nccl: 2 GPU ranks answer as the same ranks over Gloo") {
+  int gpus = 0;
+#ifdef KVFLEET_HAVE_CUDA
+  gpus = cuda_device_count();
+#endif
+  std::string why;
+  if (!nccl_available()) why = "this build has no NCCL";
+  else if (gpus < 2) why = "needs >= 2 CUDA devices, " + std::to_string(gpus) + " visible";
+  if (!why.empty()) {
+    if (std::getenv("KVFLEET_REQUIRE_NCCL")) FAIL("KVFLEET_REQUIRE_NCCL is set but the NCCL replica test cannot run: " << why);
+    MESSAGE("SKIP: NCCL replica test not run (" << why << ")");
+    return;
+  }
+  std::vector<std::string> want;
+  {
+    test::EpProcessGroup gloo(2, {"--ep-comm", "gloo", "--ep-timeout-ms", "20000"}, "cuda");
+    want = answers(gloo.port(), 6);
+  }
+  test::EpProcessGroup nccl(2, {"--ep-comm", "nccl", "--ep-timeout-ms", "20000"}, "cuda");
+  const auto got = answers(nccl.port(), 6);
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i);
+    CHECK(got[i] == want[i]);
+  }
+  const auto state = kv_state(nccl);
+  CHECK(state.at("integrity").as_string() == "ok");
+  CHECK(state.at("ranks").as_array().size() == 2);
+  CHECK(nccl.get("/health").status == 200);
+  // A rank that goes fails the group as over Gloo: 503 with its name.
+  nccl.rank(1).signal(SIGKILL);
+  const auto t0 = Clock::now();
+  while (nccl.get("/health").status == 200 && Clock::now() - t0 < std::chrono::seconds(30))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto health = nccl.get("/health");
+  CHECK(health.status == 503);
+  CHECK(health.body.find("rank 1 of 2") != std::string::npos);
 }

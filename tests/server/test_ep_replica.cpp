@@ -7,7 +7,12 @@
 
 #include <future>
 
+#ifdef KVFLEET_HAVE_CUDA
+#include "kernels/cuda/device_info.h"
+#endif
+
 #include "engine/server/replica_config.h"
+#include "kvfleet/communicator.h"
 #include "server/ep_fixture.h"
 
 using namespace kvfleet;
@@ -15,6 +20,16 @@ namespace json = boost::json;
 using test::completion;
 using test::make_tiny_mixtral;
 using test::read_events;
+
+namespace {
+bool cuda_visible() {
+#ifdef KVFLEET_HAVE_CUDA
+  return cuda_device_count() > 0;
+#else
+  return false;
+#endif
+}
+}  // namespace
 
 TEST_CASE("kvfleet-replica --ep-size 2 and 4: the single replica's answers; prefixes meet their rank's cache") {
   test::ReplicaProcess one({"--ep-size", "1"}, make_tiny_mixtral, "tiny-moe");
@@ -46,6 +61,21 @@ TEST_CASE("kvfleet-replica --ep-size 2 and 4: the single replica's answers; pref
     CHECK(events.find("\"type\":\"stored\"") != std::string::npos);
     CHECK(events.find("\"dp_rank\"") != std::string::npos);
     CHECK(ep.metric("kvfleet_moe_steps_total") > 0);
+    // /internal/kv_state: every in-process rank's cache, with its dp_rank; the top sums them.
+    const auto state = json::parse(ep.get("/internal/kv_state").body).as_object();
+    const auto& ranks = state.at("ranks").as_array();
+    REQUIRE(ranks.size() == static_cast<std::size_t>(std::stoi(n)));
+    std::int64_t blocks = 0, cached_blocks = 0;
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      CHECK(ranks[r].at("dp_rank").as_int64() == static_cast<std::int64_t>(r));
+      CHECK(ranks[r].at("integrity").as_string() == "ok");
+      blocks += ranks[r].at("num_blocks").as_int64();
+      cached_blocks += ranks[r].at("cached_blocks").as_int64();
+    }
+    CHECK(state.at("integrity").as_string() == "ok");
+    CHECK(state.at("num_blocks").as_int64() == blocks);
+    CHECK(state.at("cached_blocks").as_int64() == cached_blocks);
+    CHECK(cached_blocks > 0);
   }
   CHECK(test::run_command(test::bin_dir() + "/kvfleet-replica --model /nonexistent --ep-size 0 2>&1").status != 0);
 }
@@ -53,14 +83,16 @@ TEST_CASE("kvfleet-replica --ep-size 2 and 4: the single replica's answers; pref
 TEST_CASE("ep_size, ep_rank, ep_master, ep_bind, ep_timeout_ms: YAML keys and flags; needs role mixed and a MoE model") {
   server::ReplicaConfig c;
   server::apply_replica_yaml("model: m\nep_size: 4\nep_rank: 2\nep_master: 10.0.0.1:29500\nep_bind: 10.0.0.3\n"
-                             "ep_timeout_ms: 1500\nep_join_timeout_ms: 90000\n", "r.yaml", c);
+                             "ep_timeout_ms: 1500\nep_join_timeout_ms: 90000\nep_comm: gloo\n", "r.yaml", c);
+  CHECK(c.ep_comm == "gloo");
+  CHECK(server::ep_comm_options(c).kind == "gloo");
   CHECK(c.ep_size == 4);
   CHECK(c.ep_rank == 2);
   CHECK(c.ep_master == "10.0.0.1:29500");
   CHECK(c.ep_bind == "10.0.0.3");
   CHECK(c.ep_timeout.count() == 1500);
   CHECK(c.ep_join_timeout.count() == 90000);
-  CHECK(server::ep_gloo_options(c).join().count() == 90000);
+  CHECK(server::ep_comm_options(c).join_timeout.count() == 90000);
   const auto parse = [](std::vector<const char*> argv) {
     argv.insert(argv.begin(), "kvfleet-replica");
     return server::parse_replica_args(static_cast<int>(argv.size()), argv.data(), nullptr);
@@ -71,6 +103,15 @@ TEST_CASE("ep_size, ep_rank, ep_master, ep_bind, ep_timeout_ms: YAML keys and fl
   CHECK_THROWS_WITH_AS(parse({"--model", "m", "--ep-size", "2", "--ep-rank", "2", "--ep-master", "h:1"}),
                        "--ep-rank 2 must be below --ep-size 2", std::invalid_argument);
   CHECK_THROWS_WITH_AS(parse({"--model", "m", "--ep-master", "h:1"}), "--ep-master needs --ep-rank", std::invalid_argument);
+  // --ep-comm gloo|nccl|auto: checked at startup, with what to do instead.
+  CHECK(parse({"--model", "m", "--ep-size", "2", "--ep-rank", "1", "--ep-master", "h:1", "--ep-comm", "gloo"}).ep_comm == "gloo");
+  CHECK_THROWS_WITH_AS(parse({"--model", "m", "--ep-size", "2", "--ep-comm", "gloo"}),
+                       "--ep-comm needs --ep-rank (in-process ranks exchange through memory)", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse({"--model", "m", "--ep-size", "2", "--ep-rank", "0", "--ep-master", "h:1", "--ep-comm", "mpi"}),
+                       "--ep-comm 'mpi': use gloo, nccl or auto", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse({"--model", "m", "--ep-size", "2", "--ep-rank", "0", "--ep-master", "h:1", "--ep-comm", "nccl",
+                              "--backend", "cpu"}),
+                       doctest::Contains("--ep-comm nccl exchanges device memory: it needs --backend cuda"), std::invalid_argument);
   const std::string replica = test::bin_dir() + "/kvfleet-replica --port 0 --backend cpu --cpu-threads 1 ";
   test::TempDir dir;
   make_tiny_mixtral(dir / "m");
@@ -81,4 +122,15 @@ TEST_CASE("ep_size, ep_rank, ep_master, ep_bind, ep_timeout_ms: YAML keys and fl
   const auto dense = test::run_command(replica + "--model " + (dir / "dense").string() + " --ep-size 2 2>&1");
   CHECK(dense.status != 0);
   CHECK(dense.out.find("--ep-size needs a mixture-of-experts model") != std::string::npos);
+  // NCCL where it cannot run fails at startup with why, not at the first collective nor after the join
+  // timeout: no GPU visible (or a build without NCCL).
+  if (!cuda_visible()) {
+    const auto nccl = test::run_command(test::bin_dir() + "/kvfleet-replica --port 0 --backend auto --model " +
+                                        (dir / "m").string() + " --ep-size 2 --ep-rank 0 --ep-master " + test::free_master() +
+                                        " --ep-comm nccl 2>&1");
+    CAPTURE(nccl.out);
+    CHECK(nccl.status != 0);
+    CHECK(nccl.out.find(nccl_available() ? "NCCL needs a CUDA device and this process sees none" : "this build has no NCCL") !=
+          std::string::npos);
+  }
 }

@@ -95,6 +95,8 @@ struct NcclOptions {
   std::string master;  // HOST:PORT as GlooOptions::master
   int device = -1;     // CUDA device ordinal; -1: rank % visible devices (one GPU per local rank)
   std::chrono::milliseconds timeout{30000};
+  std::chrono::milliseconds join_timeout{0};  // the rendezvous and ncclCommInitRank, when longer; 0: timeout
+  std::chrono::milliseconds join() const { return std::max(timeout, join_timeout); }
 };
 // True when this build links NCCL (KVFLEET_CUDA and nccl.h + libnccl found at configure time).
 bool nccl_available();
@@ -117,9 +119,25 @@ struct EpCommOptions {
   std::string backend_kind = "cpu";  // BackendOptions::kind of this rank
   int device = -1;                   // NCCL only: as NcclOptions::device
   std::chrono::milliseconds timeout{30000};
+  std::chrono::milliseconds join_timeout{0};  // as GlooOptions::join_timeout
 };
-// "gloo" or "nccl" for options (throws std::invalid_argument for an unknown kind).
+// The checks that need nothing built (a config parser's): throws std::invalid_argument, saying what to do,
+// for an unknown kind and for nccl on a CPU backend.
+inline void check_ep_comm(const EpCommOptions& o) {
+  if (o.kind != "gloo" && o.kind != "nccl" && o.kind != "auto")
+    throw std::invalid_argument("--ep-comm '" + o.kind + "': use gloo, nccl or auto");
+  if (o.kind == "nccl" && o.backend_kind == "cpu")
+    throw std::invalid_argument("--ep-comm nccl exchanges device memory: it needs --backend cuda (or auto on a GPU); "
+                                "CPU ranks use --ep-comm gloo");
+}
+// "gloo" or "nccl" for options. Throws std::invalid_argument as check_ep_comm, and for nccl in a build
+// without NCCL.
 std::string resolve_ep_comm(const EpCommOptions& options);
 std::unique_ptr<Communicator> make_ep_communicator(const EpCommOptions& options);
+// The same for a rank whose engine runs on `backend` (backend_kind taken from it): with NCCL, the rank's
+// device (options.device, or rank % visible devices) is written into backend.device, so that the engine
+// computes on the GPU the communicator exchanges from.
+struct BackendOptions;
+std::unique_ptr<Communicator> make_ep_communicator(EpCommOptions options, BackendOptions& backend);
 
 }  // namespace kvfleet

@@ -1,6 +1,7 @@
 // EpGroup: an expert-parallel group of ep_size ranks (engines in lockstep) behind one front: what
 // `kvfleet-replica --ep-size N` serves. Either every rank is a thread of this process (engine/comm's
-// in-process communicator), or each rank is its own process (`--ep-rank R --ep-master HOST:PORT`, Gloo):
+// in-process communicator), or each rank is its own process (`--ep-rank R --ep-master HOST:PORT`, Gloo
+// or NCCL, `--ep-comm`):
 // then this process is rank 0, runs its own engine, and reaches every rank r > 0 through a request
 // channel (engine/runtime/ep_channel.h): one TCP connection per rank, which rank r listens for on a port
 // it publishes in the rendezvous store, carrying submit / abort / abort_all one way and acks, per-step
@@ -28,6 +29,7 @@
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
+#include <boost/json.hpp>
 #include <functional>
 #include <memory>
 #include <span>
@@ -55,15 +57,24 @@ class EpRank {
   virtual std::shared_ptr<KvEventRing> kv_events() const = 0;
   // Called once (any thread) when the rank is gone, with why. Local engines never call it.
   virtual void on_failure(std::function<void(const std::string&)> /*handler*/) {}
+  // The rank's /internal/kv_state figures (ep_wire.h's kv_state_json), taken on its engine thread between
+  // steps, fresh: a remote rank asks over its channel. `done` runs once, on any thread; a rank that is
+  // gone (or goes before answering) answers {"error": why}.
+  virtual void kv_state(std::function<void(boost::json::object)> done) = 0;
+  // The rank's EngineStats now: a local engine's at once, a remote rank's asked over its channel (a rank
+  // that is gone answers with the figures it last sent). `done` runs once, on any thread.
+  virtual void stats_now(std::function<void(EngineStats)> done) { done(stats()); }
 };
 
 class EpGroup {
  public:
   EpGroup(const Model& model, const EngineConfig& config, int ep_size);
-  // Rank 0 of a group of processes (gloo.rank must be 0): joins the group (Gloo), starts this rank's
-  // engine, then connects to every rank r > 0's channel (its address from the rendezvous store), all
-  // within gloo.timeout each. Throws std::runtime_error naming the rank that did not come.
-  EpGroup(const Model& model, const EngineConfig& config, const GlooOptions& gloo);
+  // Rank 0 of a group of processes (comm.rank must be 0): joins the group (Gloo or NCCL, as
+  // resolve_ep_comm(comm) says; an NCCL rank's engine computes on the communicator's GPU), starts this
+  // rank's engine, then connects to every rank r > 0's channel (its address from the rendezvous store),
+  // all within comm.join_timeout (or timeout) each. Throws std::runtime_error naming the rank that did
+  // not come, std::invalid_argument for a communicator that cannot run here (resolve_ep_comm).
+  EpGroup(const Model& model, const EngineConfig& config, const EpCommOptions& comm);
   ~EpGroup();
   EpGroup(const EpGroup&) = delete;
   EpGroup& operator=(const EpGroup&) = delete;
@@ -102,7 +113,14 @@ class EpGroup {
   };
   RankedSnapshot kv_snapshot_per_rank() const;
   EngineStats rank_stats(int rank) const;  // one rank's own figures (its per-rank `load` event)
+  // stats() from every rank's stats_now (a scrape: remote ranks' figures fresh, not up to 200 ms old).
+  // `done` runs once, on any thread, when every rank answered.
+  void stats_now(std::function<void(EngineStats)> done) const;
   std::int64_t unfinished(int rank) const;
+  // GET /internal/kv_state of the group: every rank's figures (kv_state above) in "ranks", each with its
+  // dp_rank, and at the top the counts summed and "integrity" "ok" only when every rank said so (else
+  // "rank R: problem; ..."). `done` runs once, on any thread, when every rank answered.
+  void kv_state(std::function<void(boost::json::object)> done) const;
   // Empty while every rank is there; otherwise why the group broke (names the rank).
   std::string failure() const;
 
