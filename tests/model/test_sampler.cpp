@@ -289,3 +289,31 @@ TEST_CASE("log_normalizer with the float exp stays within 1e-6 of a double log-s
     CHECK(std::abs(log_normalizer(logits) - (max_l + std::log(sum))) < 1e-6);
   }
 }
+
+TEST_CASE("top alternatives (logprobs) are a full sort's first k: descending, ties to the lower id, NaN last") {
+  std::mt19937 rng(23);
+  std::vector<float> logits(5000);
+  for (auto& l : logits) l = static_cast<float>(static_cast<int>(rng() % 40)) * 0.25f - 5.0f;  // many ties
+  logits[10] = -0.0f;
+  logits[11] = 0.0f;
+  logits[12] = std::numeric_limits<float>::quiet_NaN();
+  logits[13] = -std::numeric_limits<float>::infinity();
+  std::vector<TokenId> all(logits.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<TokenId>(i);
+  auto key = [&](TokenId t) {
+    const float l = logits[static_cast<std::size_t>(t)];
+    return std::isnan(l) ? -std::numeric_limits<float>::infinity() : l;
+  };
+  std::stable_sort(all.begin(), all.end(), [&](TokenId a, TokenId b) { return key(a) > key(b); });
+  SamplerScratch scratch;
+  std::vector<TokenLogprob> top;
+  for (const int k : {1, 3, 20, 137, 5000}) {
+    top_alternatives(logits, k, 0.0, scratch, top);
+    REQUIRE(top.size() == static_cast<std::size_t>(k));
+    for (int i = 0; i < k; ++i) {
+      CAPTURE(k);
+      CAPTURE(i);
+      CHECK(top[static_cast<std::size_t>(i)].id == all[static_cast<std::size_t>(i)]);
+    }
+  }
+}
