@@ -122,39 +122,6 @@ TokenId sample_reference(std::span<const float> logits, const SamplingParams& p,
 
 namespace {
 
-// A 32-bit key whose unsigned order is ByLogit's (descending logit; NaN as -inf, -0 as +0): equal keys are
-// equal logits, which ByLogit orders by id.
-std::uint32_t desc_key(float logit) {
-  float l = ordered(logit);
-  if (l == 0.0f) l = 0.0f;  // -0 sorts with +0, as the comparator has it
-  const auto u = std::bit_cast<std::uint32_t>(l);
-  const std::uint32_t asc = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-  return ~asc;
-}
-
-// The first k ids of ByLogit's order, in that order, into s.ids: the k-th smallest key by nth_element over a
-// copy of the keys (contiguous integers, no indirection), every id below it, the ids equal to it lowest
-// first (ties by id) up to k, then a sort of those k. O(vocabulary + k log k).
-void top_k_ids(std::span<const float> logits, std::size_t k, SamplerScratch& s) {
-  const std::size_t n = logits.size();
-  s.keys.resize(2 * n);
-  std::uint32_t* key = s.keys.data();
-  for (std::size_t i = 0; i < n; ++i) key[i] = desc_key(logits[i]);
-  std::copy(key, key + n, key + n);
-  std::nth_element(key + n, key + n + (k - 1), key + 2 * n);
-  const std::uint32_t kth = key[n + k - 1];
-  std::vector<TokenId>& ids = s.ids;
-  ids.clear();
-  for (std::size_t i = 0; i < n; ++i)
-    if (key[i] < kth) ids.push_back(static_cast<TokenId>(i));
-  for (std::size_t i = 0; i < n && ids.size() < k; ++i)
-    if (key[i] == kth) ids.push_back(static_cast<TokenId>(i));
-  std::sort(ids.begin(), ids.end(), [key](TokenId a, TokenId b) {
-    const std::uint32_t ka = key[static_cast<std::size_t>(a)], kb = key[static_cast<std::size_t>(b)];
-    return ka < kb || (ka == kb && a < b);
-  });
-}
-
 // ids (ascending) sorted by logit descending, ties by id: a stable LSD radix sort on a 32-bit key whose
 // unsigned order is the reverse of ByLogit's float order (NaN as -inf, -0 as +0), 4 passes of 8 bits.
 // The same order as std::sort with ByLogit, in O(n).
@@ -169,7 +136,13 @@ void radix_sort_desc(std::span<const float> logits, std::vector<TokenId>& ids, s
   swap.resize(n);
   std::uint32_t* key = keys.data();
   std::uint32_t* key_swap = keys.data() + n;
-  for (std::size_t i = 0; i < n; ++i) key[i] = desc_key(logits[static_cast<std::size_t>(ids[i])]);
+  for (std::size_t i = 0; i < n; ++i) {
+    float l = ordered(logits[static_cast<std::size_t>(ids[i])]);
+    if (l == 0.0f) l = 0.0f;  // -0 sorts with +0, as the comparator has it
+    const auto u = std::bit_cast<std::uint32_t>(l);
+    const std::uint32_t asc = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    key[i] = ~asc;
+  }
   TokenId* a = ids.data();
   TokenId* b = swap.data();
   for (int shift = 0; shift < 32; shift += 8) {
@@ -195,9 +168,11 @@ void radix_sort_desc(std::span<const float> logits, std::vector<TokenId>& ids, s
 // id) and returns its size; with top_k, the first top_k of the whole vocabulary as the reference has them.
 std::size_t sorted_head(std::span<const float> logits, const SamplingParams& p, SamplerScratch& s) {
   std::vector<TokenId>& ids = s.ids;
-  if (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < logits.size()) {  // top-k: a selection, then k sorted
-    top_k_ids(logits, static_cast<std::size_t>(p.top_k), s);
-    return logits.size();  // draw_from_head reads the first top_k ids only
+  if (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < logits.size()) {  // top-k: a k-heap over everything
+    ids.resize(logits.size());
+    std::iota(ids.begin(), ids.end(), 0);
+    std::partial_sort(ids.begin(), ids.begin() + p.top_k, ids.end(), ByLogit{logits});
+    return logits.size();
   }
   float max_l = -std::numeric_limits<float>::infinity();
   for (float l : logits) max_l = std::max(max_l, ordered(l));
@@ -508,10 +483,11 @@ void top_alternatives(std::span<const float> logits, int top, double log_z, Samp
                       std::vector<TokenLogprob>& out) {
   out.clear();
   if (top <= 0) return;
-  if (logits.empty()) return;
-  const auto k = std::min<std::size_t>(static_cast<std::size_t>(top), logits.size());
-  top_k_ids(logits, k, scratch);
-  const std::vector<TokenId>& ids = scratch.ids;
+  std::vector<TokenId>& ids = scratch.ids;
+  ids.resize(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  const auto k = std::min<std::size_t>(static_cast<std::size_t>(top), ids.size());
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), ByLogit{logits});
   for (std::size_t i = 0; i < k; ++i)
     out.push_back({ids[i], static_cast<float>(logits[static_cast<std::size_t>(ids[i])] - log_z)});
 }
