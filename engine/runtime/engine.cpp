@@ -9,6 +9,7 @@
 #include <random>
 #include <stdexcept>
 #include <unordered_map>
+#include <utility>
 
 #include "kernels/cpu/thread_pool.h"
 #include "kvfleet/communicator.h"
@@ -48,6 +49,7 @@ struct Engine::Active {
   std::vector<std::pair<TokenId, float>> raw_logits;
   PenaltyState penalty_state;  // counts of prompt and output tokens, when penalties are on
   RequestOutput out;           // emit_token's output, reused token after token (no allocation per token)
+  bool* delivered = nullptr;   // Impl::delivered: set by every delivery, so that the loop turn ends with outputs_done
 };
 
 namespace {
@@ -55,6 +57,7 @@ using Active = Engine::Active;
 
 // Callbacks run on the engine thread; one that throws must not take the engine (or other requests) down.
 void deliver(Active& a, const RequestOutput& out) noexcept {
+  if (a.delivered) *a.delivered = true;
   try {
     if (a.callback) a.callback(out);
   } catch (...) {
@@ -142,6 +145,17 @@ struct Engine::Impl {
     if (ep) ep->ring();
   }
 
+  // Engine thread only: set_outputs_done's hook, and whether a callback ran since it last did.
+  std::function<void()> outputs_done;
+  bool delivered = false;
+  void flush_outputs() noexcept {
+    if (!std::exchange(delivered, false) || !outputs_done) return;
+    try {
+      outputs_done();
+    } catch (...) {  // like a callback's: it must not take the engine down
+    }
+  }
+
   mutable std::mutex stats_mu;
   EngineStats stats;  // guarded by stats_mu
 };
@@ -211,6 +225,8 @@ Engine::~Engine() {
 }
 
 void Engine::set_tokenizer(const Tokenizer* tokenizer) { impl_->tokenizer = tokenizer; }
+
+void Engine::set_outputs_done(std::function<void()> done) { impl_->outputs_done = std::move(done); }
 
 RequestId Engine::submit(GenerationRequest r, OutputCallback on_output) {
   if (r.prompt.empty()) throw std::invalid_argument("prompt must not be empty");
@@ -299,6 +315,7 @@ void Engine::loop() {
   Impl& m = *impl_;
   Scheduler& sched = *m.scheduler;
   for (;;) {
+    m.flush_outputs();  // the last turn's outputs (aborts, failures, a step's tokens) are all delivered
     std::vector<Submission> subs;
     std::vector<Impl::Abort> aborts;
     std::optional<std::string> abort_everything;
@@ -382,6 +399,7 @@ void Engine::loop() {
   }
   // Shutting down: every request still here ends as aborted.
   for (auto& [seq, a] : m.active) emit_final(a, FinishReason::aborted, {}, "the engine is shutting down");
+  m.flush_outputs();
   std::vector<KvTask> tasks;
   {
     std::lock_guard lock(m.mu);
@@ -397,6 +415,7 @@ void Engine::admit(Submission& s) {
   a.request = std::move(s.request);
   a.callback = std::move(s.callback);
   a.submitted = s.at;
+  a.delivered = &m.delivered;
   try {
     SequenceParams p;
     p.prompt = a.request.prompt;
@@ -537,6 +556,7 @@ void Engine::step() {
       std::lock_guard lock(m.stats_mu);
       count_experts();
     }
+    m.flush_outputs();  // this turn's aborts must not wait for the pause
     std::unique_lock lock(m.mu);
     m.wake.wait_for(lock, std::chrono::milliseconds(1));
     return;
@@ -610,6 +630,7 @@ void Engine::step() {
       }
     }
   }
+  m.flush_outputs();  // inside the step's time: the hand-over to the consumer is the engine's work too
   std::lock_guard lock(m.stats_mu);
   m.stats.scheduler = sched.stats();
   m.stats.forward_seconds += forward_s;

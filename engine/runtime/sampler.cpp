@@ -238,8 +238,10 @@ constexpr int kBuckets = 1024;  // over the row's x = (l - max) / T, at most [-8
 // its sums by at most (n + 2) ulp of the total each (positive terms), so a draw farther than 4 (n + 4) ulp
 // from every boundary it is compared with picks the reference's token; a nearer one (a chance of order
 // n^2 2^-53) returns -1 and the caller leaves it to the reference.
-TokenId draw_bucketed(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index,
-                      SamplerScratch& s) {
+// Every id's weight (the reference's, sampler_weights.h) and bucket, and each bucket's weight sum; returns
+// the row's largest logit (throws without a finite one). Bucket b holds x in (-(b + 1), -b] * span / kBuckets:
+// monotone in x (so in the sorted order) whatever the rounding. Returns the bucket width in x through `width_x`.
+float bucket_row(std::span<const float> logits, float t, SamplerScratch& s, float* width_x = nullptr) {
   const std::size_t n = logits.size();
   const Range range = row_range(logits);
   const float max_l = range.max;
@@ -248,10 +250,9 @@ TokenId draw_bucketed(std::span<const float> logits, const SamplingParams& p, st
   s.bucket.resize(n);
   float* w = s.weights.data();
   std::uint16_t* bucket = s.bucket.data();
-  // Buckets over the x the row has: monotone in x (so in the sorted order) whatever the rounding.
-  const float t = p.temperature;
   const float width = std::min(88.0f, (max_l - range.min) / t);
   const float span = width > 0.0f ? width : 1.0f, to_bucket = static_cast<float>(kBuckets) / span;
+  if (width_x) *width_x = span / static_cast<float>(kBuckets);
   for (std::size_t i = 0; i < n; ++i) {  // vectorised: no call, no branch
     const float x = (ordered(logits[i]) - max_l) / t;
     w[i] = sampler_detail::exp_weight(x);
@@ -261,6 +262,15 @@ TokenId draw_bucketed(std::span<const float> logits, const SamplingParams& p, st
   s.bucket_sum.assign(kBuckets, 0.0);
   double* sum = s.bucket_sum.data();
   for (std::size_t i = 0; i < n; ++i) sum[bucket[i]] += w[i];  // a zero weight adds nothing
+  return max_l;
+}
+
+TokenId draw_bucketed(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index,
+                      SamplerScratch& s) {
+  const std::size_t n = logits.size();
+  bucket_row(logits, p.temperature, s);
+  const float* w = s.weights.data();
+  const std::uint16_t* bucket = s.bucket.data();
   double total = 0.0;
   for (double sum : s.bucket_sum) total += sum;
   const double target = uniform_draw(p.seed, draw_index) * total;
@@ -286,6 +296,89 @@ bool temperature_only(const SamplingParams& p, std::size_t vocab) {
   return !(p.top_k > 0 && static_cast<std::size_t>(p.top_k) < vocab) && p.top_p >= 1.0f && p.min_p <= 0.0f;
 }
 
+// The reference's top-p and min-p cuts and draw over the exact sorted prefix `ids` of the reference's order,
+// normalised by `total` (the bucket sums' total, not the reference's left-to-right sum: they differ by at
+// most `tol` relative, as do every prob and partial sum below). Every comparison that decides the answer
+// must clear its boundary by more than that, else -1 (the caller takes the exact path). `tail`: the
+// reference has candidates after the prefix (a cut that does not happen inside it needs them).
+TokenId cut_and_draw(const SamplingParams& p, std::uint64_t draw_index, SamplerScratch& s, double total, double tol,
+                     bool tail) {
+  const std::vector<TokenId>& ids = s.ids;
+  std::vector<double>& probs = s.probs;
+  std::size_t keep = ids.size();
+  probs.resize(keep);
+  for (std::size_t i = 0; i < keep; ++i) probs[i] = s.weights[static_cast<std::size_t>(ids[i])] / total;
+  const auto near = [tol](double a, double b) { return std::abs(a - b) <= tol * std::max(std::abs(a), std::abs(b)); };
+  if (p.top_p < 1.0f) {
+    double cum = 0.0;
+    std::size_t n = 0;
+    for (; n < keep; cum += probs[n++]) {
+      if (near(cum, p.top_p)) return -1;
+      if (!(cum < p.top_p)) break;
+    }
+    // Every prefix id taken: the last sum decides (the reference's cut, or its candidates beyond the prefix).
+    if (n == keep && (near(cum, p.top_p) || (cum < p.top_p && tail))) return -1;
+    keep = std::max<std::size_t>(n, 1);
+    tail = false;
+  }
+  if (p.min_p > 0.0f) {
+    std::size_t n = 1;
+    for (; n < keep; ++n) {
+      const double bar = p.min_p * probs[0];
+      if (near(probs[n], bar)) return -1;
+      if (!(probs[n] >= bar)) break;
+    }
+    if (n == keep && tail) return -1;
+    keep = n;
+    tail = false;
+  }
+  if (tail) return -1;
+  double mass = 0.0;
+  for (std::size_t i = 0; i < keep; ++i) mass += probs[i];
+  const double target = uniform_draw(p.seed, draw_index) * mass;
+  double cum = 0.0;
+  for (std::size_t i = 0; i < keep; ++i) {
+    const double before = cum;
+    cum += probs[i];
+    if (target < cum) return near(target, before) || near(target, cum) ? -1 : ids[i];
+  }
+  return -1;  // the reference's fall-through (rounding at the very end): leave it to the exact path
+}
+
+// top-p and/or min-p without top-k: the reference's answer without sorting the vocabulary. The buckets
+// (draw_bucketed's) are walked from the top until they hold top_p of the total mass with room to spare (or,
+// min-p alone, until their weights fall below min_p of the largest, 1); only their ids are sorted, and the
+// cuts and the draw run over that exact prefix of the reference's order. -1: the exact path decides.
+TokenId draw_bucketed_cut(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index,
+                          SamplerScratch& s) {
+  const std::size_t n = logits.size();
+  float width_x = 0.0f;
+  bucket_row(logits, p.temperature, s, &width_x);
+  double total = 0.0;
+  for (double sum : s.bucket_sum) total += sum;
+  const double tol = (8.0 * static_cast<double>(n) + 64.0) * 0x1p-53;
+  int last = kBuckets - 1;  // the last bucket of the prefix
+  if (p.top_p < 1.0f) {
+    double cum = 0.0;
+    const double want = (static_cast<double>(p.top_p) + 4.0 * tol) * total;
+    for (last = 0; last < kBuckets; ++last)
+      if ((cum += s.bucket_sum[static_cast<std::size_t>(last)]) >= want) break;
+    if (last == kBuckets) return -1;  // top_p within rounding of the whole mass
+  } else {  // min-p alone: weights >= min_p, i.e. x >= log(min_p), and one bucket more for rounding
+    const double x_cut = std::log(static_cast<double>(p.min_p));
+    last = static_cast<int>(std::min<double>(kBuckets - 1, -x_cut / static_cast<double>(width_x) + 1.0));
+  }
+  std::vector<TokenId>& ids = s.ids;
+  ids.clear();
+  const float* w = s.weights.data();
+  const std::uint16_t* bucket = s.bucket.data();
+  for (std::size_t i = 0; i < n; ++i)  // zero weights sort after every positive one: never in the prefix
+    if (bucket[i] <= last && w[i] > 0.0f) ids.push_back(static_cast<TokenId>(i));
+  if (ids.empty()) return -1;
+  radix_sort_desc(logits, ids, s.keys, s.swap);
+  return cut_and_draw(p, draw_index, s, total, tol, ids.size() < n);
+}
+
 }  // namespace
 
 TokenId sample(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index) {
@@ -301,6 +394,8 @@ TokenId sample(std::span<const float> logits, const SamplingParams& p, std::uint
     if (const TokenId t = draw_bucketed(logits, p, draw_index, scratch); t >= 0) return t;
     return sample_reference(logits, p, draw_index);
   }
+  if (!(p.top_k > 0 && static_cast<std::size_t>(p.top_k) < logits.size()))
+    if (const TokenId t = draw_bucketed_cut(logits, p, draw_index, scratch); t >= 0) return t;
   const std::size_t head = sorted_head(logits, p, scratch);
   const float max_l = ordered(logits[static_cast<std::size_t>(scratch.ids[0])]);
   if (!std::isfinite(max_l)) no_finite_logit();
@@ -330,9 +425,12 @@ void apply_penalties(std::span<float> logits, const Penalties& p, std::span<cons
 
 void PenaltyState::observe(std::span<const TokenId> prompt, std::span<const TokenId> output) {
   auto add = [&](TokenId t, std::int32_t n) {
-    auto [it, fresh] = count_.try_emplace(t, 0);
-    if (fresh) distinct_.push_back(t);
-    it->second += n;
+    auto [it, fresh] = index_.try_emplace(t, static_cast<std::uint32_t>(distinct_.size()));
+    if (fresh) {
+      distinct_.push_back(t);
+      count_.push_back(0);
+    }
+    count_[it->second] += n;
   };
   if (!has_prompt_) {
     for (TokenId t : prompt) add(t, 0);
@@ -357,19 +455,27 @@ void PenaltyState::apply(std::span<float> logits, const Penalties& p) const {
     }
   }
   if (p.frequency != 0.0f || p.presence != 0.0f) {
-    for (TokenId t : distinct_) {
-      const std::int32_t n = count_.at(t);
+    for (std::size_t i = 0; i < distinct_.size(); ++i) {
+      const TokenId t = distinct_[i];
+      const std::int32_t n = count_[i];
       if (n > 0 && t >= 0 && t < vocab) logits[static_cast<std::size_t>(t)] -= p.frequency * static_cast<float>(n) + p.presence;
     }
   }
 }
 
+// log sum exp(l), with the sampler's float weights (sampler_weights.h: relative error under 2e-7 per term, far
+// below a float logprob's own rounding once max_l is added back) summed in double over 8 fixed lanes, combined
+// in a fixed order: no libm call per entry, and the same value whatever the batch or the thread.
 double log_normalizer(std::span<const float> logits) {
-  float max_l = -std::numeric_limits<float>::infinity();
-  for (float l : logits) max_l = std::max(max_l, ordered(l));
+  const float max_l = row_range(logits).max;
   if (!std::isfinite(max_l)) no_finite_logit();
-  double sum = 0.0;
-  for (float l : logits) sum += std::exp(static_cast<double>(ordered(l)) - max_l);
+  constexpr std::size_t kLanes = 8;
+  double lane[kLanes] = {};
+  const std::size_t n = logits.size(), whole = n - n % kLanes;
+  for (std::size_t i = 0; i < whole; i += kLanes)
+    for (std::size_t j = 0; j < kLanes; ++j) lane[j] += sampler_detail::exp_weight(ordered(logits[i + j]) - max_l);
+  for (std::size_t i = whole; i < n; ++i) lane[i - whole] += sampler_detail::exp_weight(ordered(logits[i]) - max_l);
+  const double sum = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
   return max_l + std::log(sum);
 }
 

@@ -1,5 +1,6 @@
 // POST /v1/completions and /v1/chat/completions: requests become engine requests (n choices per prompt),
-// whose tokens stream back through an AsyncQueue and leave as one JSON response or as SSE chunks.
+// whose tokens come back through the job's OutputInbox (woken once per engine step, output_relay.h) and
+// leave as one JSON response or as SSE chunks (one write per step for all of a job's choices).
 #include <boost/json.hpp>
 #include <chrono>
 #include <cstdio>
@@ -8,8 +9,8 @@
 #include "engine/pd/decode_fetcher.h"
 #include "engine/server/api_request.h"
 #include "engine/server/choice_stream.h"
+#include "engine/server/output_relay.h"
 #include "engine/server/replica.h"
-#include "kvfleet/http/async_queue.h"
 
 namespace kvfleet::server {
 namespace json = boost::json;
@@ -33,8 +34,7 @@ struct Replica::Job {
   };
   std::vector<Choice> choices;
   Reservation reservation;  // one sequence per choice, released as each finishes
-  using Queue = http::AsyncQueue<std::pair<std::size_t, RequestOutput>>;
-  std::shared_ptr<Queue> queue;  // the engine thread's outputs, tagged with the choice
+  std::shared_ptr<OutputInbox> inbox;  // the engine thread's outputs, tagged with the choice
   Clock::time_point arrival = Clock::now();
 };
 
@@ -183,8 +183,6 @@ json::object usage_of(const Replica::Job& job) {
           {"prompt_tokens_details", json::object{{"cached_tokens", cached}}}};
 }
 
-constexpr const char* kEngineStopped = "the engine stopped before the request finished";
-
 }  // namespace
 
 std::string Replica::take_output(Job& job, std::size_t i, const RequestOutput& out) {
@@ -205,7 +203,7 @@ std::string Replica::take_output(Job& job, std::size_t i, const RequestOutput& o
 }
 
 awaitable<void> Replica::run_job(Job& job, http::ResponseWriter& w) {
-  job.queue = std::make_shared<Job::Queue>(co_await boost::asio::this_coro::executor);
+  job.inbox = std::make_shared<OutputInbox>(co_await boost::asio::this_coro::executor);
   for (auto& ch : job.choices)
     ch.stream = std::make_unique<ChoiceStream>(tokenizer_, ch.request.stop);
   // On every way out, an exception included: unhook the disconnect callback (it refers to this frame and
@@ -229,8 +227,7 @@ awaitable<void> Replica::run_job(Job& job, http::ResponseWriter& w) {
   } hook{*engine_, ep_.get(), job, w};
   try {
     for (std::size_t i = 0; i < job.choices.size(); ++i) {
-      auto queue = job.queue;
-      auto on_output = [queue, i](const RequestOutput& o) { queue->push({i, o}); };
+      OutputCallback on_output = relay_->callback(job.inbox, i);
       if (ep_) {
         const auto s = ep_->submit(job.choices[i].request, std::move(on_output), job.params.dp_rank.value_or(-1));
         job.choices[i].rank = s.rank;
@@ -247,11 +244,13 @@ awaitable<void> Replica::run_job(Job& job, http::ResponseWriter& w) {
     co_await stream_job(job, w);
     co_return;
   }
+  std::vector<OutputInbox::Item> items;  // the engine always ends every request with a final output
   for (std::size_t remaining = job.choices.size(); remaining > 0;) {
-    auto item = co_await job.queue->pop();
-    if (!item) throw ApiError(500, kEngineStopped, "server_error");
-    take_output(job, item->first, item->second);
-    if (item->second.finished) --remaining;
+    co_await job.inbox->take(items);
+    for (const auto& [i, out] : items) {
+      take_output(job, i, out);
+      if (out.finished) --remaining;
+    }
   }
   json::array choices;
   for (std::size_t i = 0; i < job.choices.size(); ++i) {
@@ -308,22 +307,22 @@ awaitable<void> Replica::stream_job(Job& job, http::ResponseWriter& w) {
   // chunk when asked for, and always [DONE].
   std::string tail;
   try {
+    std::vector<OutputInbox::Item> items;  // the engine always ends every request with a final output
+    std::string lines;                     // one step's events for all the job's choices: one write
     for (std::size_t remaining = job.choices.size(); remaining > 0;) {
-      auto item = co_await job.queue->pop();
-      if (!item) {
-        tail = error_event(kEngineStopped);
-        break;
+      co_await job.inbox->take(items);
+      lines.clear();
+      for (const auto& [i, out] : items) {
+        Job::Choice& ch = job.choices.at(i);
+        const std::size_t lp_from = ch.stream->logprobs().size();
+        const std::string piece = take_output(job, i, out);
+        if (out.finished) --remaining;
+        if (out.finished && !ch.stream->error().empty()) lines += error_event(ch.stream->error());
+        else if (!piece.empty() || out.finished || (job.chat && !ch.role_sent)) lines += sse(chunk(i, piece, lp_from));
       }
-      const std::size_t i = item->first;
-      const RequestOutput& out = item->second;
-      Job::Choice& ch = job.choices.at(i);
-      const std::size_t lp_from = ch.stream->logprobs().size();
-      const std::string piece = take_output(job, i, out);
-      if (out.finished) --remaining;
-      std::string line;
-      if (out.finished && !ch.stream->error().empty()) line = error_event(ch.stream->error());
-      else if (!piece.empty() || out.finished || (job.chat && !ch.role_sent)) line = sse(chunk(i, piece, lp_from));
-      if (!line.empty() && !co_await w.write(line)) co_return;  // the client is gone
+      if (lines.empty()) continue;
+      const bool sent = co_await w.write(lines);
+      if (!sent) co_return;  // the client is gone
     }
     if (tail.empty() && job.params.include_usage)
       tail = sse(json::object{{"id", job.id}, {"object", object}, {"created", job.created}, {"model", name_},

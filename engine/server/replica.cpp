@@ -10,6 +10,7 @@
 #include "engine/pd/decode_fetcher.h"
 #include "engine/pd/prefill_service.h"
 #include "engine/server/api_request.h"
+#include "engine/server/output_relay.h"
 #include "kvfleet/chat_tokens.h"
 #include "kvfleet/ep_group.h"
 #include "kvfleet/http/async_queue.h"
@@ -35,6 +36,9 @@ Replica::Replica(ReplicaConfig config)
   if (!chat_template_)
     std::fprintf(stderr, "kvfleet-replica: no usable chat template (%s); /v1/chat/completions will answer 400\n", why.c_str());
   config_.engine.served_model_name = name_;
+  // An expert-parallel group signals no step end (remote ranks' outputs come off channel threads): there each
+  // output wakes its job at once.
+  relay_ = std::make_unique<OutputRelay>(/*immediate=*/config_.ep_size > 1);
   if (config_.ep_size > 1) {
     if (config_.role != "mixed") throw std::invalid_argument("--ep-size needs role mixed (KV transfer serves one engine)");
     if (config_.ep_processes()) {
@@ -50,6 +54,7 @@ Replica::Replica(ReplicaConfig config)
   } else {
     own_engine_ = std::make_unique<Engine>(model_, config_.engine);
     own_engine_->set_tokenizer(&tokenizer_);
+    own_engine_->set_outputs_done([relay = relay_.get()] { relay->flush(); });
     engine_ = own_engine_.get();
     start_pd();
   }
@@ -58,7 +63,7 @@ Replica::Replica(ReplicaConfig config)
 
 Replica::~Replica() {
   if (server_) server_->stop(std::chrono::milliseconds(0));
-  // The engine's callbacks push to AsyncQueues bound to the server's io_context: end the engine (its last
+  // The engine's callbacks fill OutputInboxes bound to the server's io_context: end the engine (its last
   // callbacks run now) before the io_context goes away with the server. KV transfer first: it frees its
   // pins through the engine.
   pd_prefill_.reset();

@@ -2,8 +2,8 @@
 // chat template, engine, metrics and HTTP server.
 //
 // Threading: construct, start(), drain() and the destructor on the main thread. Handlers run on the HTTP io
-// threads; they talk to the engine through Engine::submit/abort and receive tokens through an AsyncQueue that
-// the engine thread pushes to.
+// threads; they talk to the engine through Engine::submit/abort and receive tokens through their job's
+// OutputInbox, which the engine thread fills and the relay wakes once per engine step (output_relay.h).
 #pragma once
 
 #include <atomic>
@@ -31,6 +31,7 @@ namespace kvfleet::server {
 struct CompletionRequest;
 struct ChatRequest;
 struct GenerateParams;
+class OutputRelay;
 
 class Replica {
  public:
@@ -117,6 +118,8 @@ class Replica {
   std::string name_;
   Tokenizer tokenizer_;
   std::optional<ChatTemplate> chat_template_;
+  // The engine's outputs to the jobs' inboxes; outlives the engine, whose callbacks and step-end hook use it.
+  std::unique_ptr<OutputRelay> relay_;
   // engine_ is the replica's engine: own_engine_, or rank 0 of ep_ (--ep-size N > 1), where requests go to
   // the rank ep_ picks and KV events are ep_'s merged stream.
   std::unique_ptr<Engine> own_engine_;

@@ -55,10 +55,24 @@ std::string ReplicaMetrics::render(const EngineStats& s) {
     advance(*generation_tokens_, s.generated_tokens, last_.generated_tokens);
     for (int i = 1; i < 4; ++i) advance(*finished_[i], s.finished[static_cast<std::size_t>(i)], last_.finished[static_cast<std::size_t>(i)]);
     update_moe(s.moe);
+    update_steps(s);
     vllm_.update(s);
     last_ = s;
   }
   return registry_.render() + vllm_.render();
+}
+
+// The engine's steps and their wall time, all of it and the forward pass within it: the difference is the
+// engine's own work per step (schedule, sample, stop checks, outputs). Caller holds mu_.
+void ReplicaMetrics::update_steps(const EngineStats& now) {
+  advance(registry_.counter("kvfleet_engine_steps_total", "Engine steps that ran a forward pass"), now.steps, last_.steps);
+  auto seconds = [](prometheus::Counter& c, double now_s, double before_s) {
+    if (now_s > before_s) c.Increment(now_s - before_s);
+  };
+  seconds(registry_.counter("kvfleet_engine_step_seconds_total", "Wall time of the engine's steps"), now.step_seconds,
+          last_.step_seconds);
+  seconds(registry_.counter("kvfleet_engine_forward_seconds_total", "Wall time of the forward passes within the steps"),
+          now.forward_seconds, last_.forward_seconds);
 }
 
 // Created at the first scrape that has MoE numbers, so dense replicas expose none of them.

@@ -29,6 +29,7 @@ class ReplicaMetrics {
 
  private:
   void update_moe(const MoeLoadStats& now);  // MoE models only; caller holds mu_
+  void update_steps(const EngineStats& now);  // caller holds mu_
 
   http::MetricsRegistry registry_;
   VllmMetrics vllm_;

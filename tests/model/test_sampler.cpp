@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -231,6 +232,88 @@ TEST_CASE("PenaltyState gives apply_penalties' logits, token after token") {
       state.apply(got, pen);
       REQUIRE(got == want);
       output.push_back(id(rng));
+    }
+  }
+}
+
+TEST_CASE("top-p and min-p without top-k: the bucketed cut picks the reference's token on large rows") {
+  // Flat rows (the kept prefix spans many buckets and ids), peaked ones (a few ids), and cuts that land
+  // at the edge of the whole mass (top_p 0.999999, min_p 1e-30: the exact path's fallback).
+  std::mt19937 rng(17);
+  SamplerScratch scratch;
+  int checked = 0;
+  for (const float spread : {0.05f, 2.0f, 8.0f, 40.0f}) {
+    std::normal_distribution<float> normal(0.0f, spread);
+    std::vector<float> logits(32000);
+    for (auto& l : logits) l = normal(rng);
+    logits[100] = logits[31000];  // a tie across the row
+    logits[7] = -std::numeric_limits<float>::infinity();
+    for (const float t : {0.7f, 1.3f})
+      for (const float top_p : {1.0f, 0.5f, 0.95f, 0.999999f})
+        for (const float min_p : {0.0f, 0.1f, 1e-30f, 1.0f}) {
+          if (top_p == 1.0f && min_p == 0.0f) continue;  // temperature alone: the test above
+          SamplingParams p;
+          p.temperature = t;
+          p.top_p = top_p;
+          p.min_p = min_p;
+          for (std::uint64_t i = 0; i < 4; ++i) {
+            p.seed = 131 * i + 5;
+            CAPTURE(spread);
+            CAPTURE(t);
+            CAPTURE(top_p);
+            CAPTURE(min_p);
+            CAPTURE(i);
+            REQUIRE(sample(logits, p, i, scratch) == sample_reference(logits, p, i));
+            ++checked;
+          }
+        }
+  }
+  CHECK(checked == 4 * 2 * 15 * 4);
+}
+
+TEST_CASE("log_normalizer with the float exp stays within 1e-6 of a double log-sum-exp") {
+  std::mt19937 rng(5);
+  for (const float spread : {0.1f, 3.0f, 30.0f}) {
+    std::normal_distribution<float> normal(0.0f, spread);
+    std::vector<float> logits(50021);  // not a multiple of the 8 lanes
+    for (auto& l : logits) l = normal(rng);
+    logits[3] = -std::numeric_limits<float>::infinity();
+    logits[4] = std::numeric_limits<float>::quiet_NaN();  // counts as -inf
+    double max_l = -1e300;
+    for (float l : logits)
+      if (!std::isnan(l)) max_l = std::max(max_l, static_cast<double>(l));
+    double sum = 0.0;
+    for (float l : logits)
+      if (!std::isnan(l)) sum += std::exp(static_cast<double>(l) - max_l);
+    CAPTURE(spread);
+    CHECK(std::abs(log_normalizer(logits) - (max_l + std::log(sum))) < 1e-6);
+  }
+}
+
+TEST_CASE("top alternatives (logprobs) are a full sort's first k: descending, ties to the lower id, NaN last") {
+  std::mt19937 rng(23);
+  std::vector<float> logits(5000);
+  for (auto& l : logits) l = static_cast<float>(static_cast<int>(rng() % 40)) * 0.25f - 5.0f;  // many ties
+  logits[10] = -0.0f;
+  logits[11] = 0.0f;
+  logits[12] = std::numeric_limits<float>::quiet_NaN();
+  logits[13] = -std::numeric_limits<float>::infinity();
+  std::vector<TokenId> all(logits.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<TokenId>(i);
+  auto key = [&](TokenId t) {
+    const float l = logits[static_cast<std::size_t>(t)];
+    return std::isnan(l) ? -std::numeric_limits<float>::infinity() : l;
+  };
+  std::stable_sort(all.begin(), all.end(), [&](TokenId a, TokenId b) { return key(a) > key(b); });
+  SamplerScratch scratch;
+  std::vector<TokenLogprob> top;
+  for (const int k : {1, 3, 20, 137, 5000}) {
+    top_alternatives(logits, k, 0.0, scratch, top);
+    REQUIRE(top.size() == static_cast<std::size_t>(k));
+    for (int i = 0; i < k; ++i) {
+      CAPTURE(k);
+      CAPTURE(i);
+      CHECK(top[static_cast<std::size_t>(i)].id == all[static_cast<std::size_t>(i)]);
     }
   }
 }

@@ -133,6 +133,12 @@ class Engine {
 
   // Optional: enables stop strings (decoded incrementally). Call before the first submit.
   void set_tokenizer(const Tokenizer* tokenizer);
+  // Optional, before the first submit: runs on the engine thread once at the end of every loop turn in which
+  // output callbacks ran (a step's tokens, aborts, failures, the shutdown's final outputs), after the last of
+  // them and inside the step's time. A consumer whose callbacks only queue their output wakes its readers
+  // here, once per step, instead of once per output (the replica's OutputRelay). The rules of a callback
+  // apply; an exception it throws is dropped.
+  void set_outputs_done(std::function<void()> done);
 
   // Queues a request. Throws std::invalid_argument for a request that can never run (empty prompt, bad
   // sampling values, prompt + max_tokens beyond max_model_len, a prompt longer than the whole cache, or

@@ -73,8 +73,10 @@ class PenaltyState {
  private:
   bool has_prompt_ = false;
   std::size_t outputs_seen_ = 0;
+  // Each new token costs one hash lookup (observe); apply() walks the two arrays, no lookup per id.
   std::vector<TokenId> distinct_;                    // ids of prompt and output, each once
-  std::unordered_map<TokenId, std::int32_t> count_;  // every distinct id -> its count in the output
+  std::vector<std::int32_t> count_;                  // [i]: distinct_[i]'s count in the output
+  std::unordered_map<TokenId, std::uint32_t> index_;  // id -> its index in distinct_
 };
 
 struct TokenLogprob {
