@@ -3,6 +3,7 @@
 // computes is fixed by linear_kernels.h, so neither the split, the weight layout nor the kernel changes a
 // single bit (except the opt-in avx512bf16 mode, which is consistent with itself).
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -56,13 +57,18 @@ Path path_for(Isa isa, DType dt) {
   return {detail::gemm_scalar, false};
 }
 
-// x arranged for `path` into a thread_local buffer (valid until this thread's next call).
+// x arranged for `path` into a thread_local buffer (valid until this thread's next call), starting on a
+// cache line: rows are kp floats (a multiple of 128 bytes), so every 64-byte load of x in the kernels is
+// then one line, not a split across two (measured: 1.05-1.25x on the AVX-512 GEMM, bench_matvec).
 const float* arranged_x(const Path& path, const float* x, std::int64_t rows, std::int64_t in, std::int64_t kp, DType dt) {
-  thread_local std::vector<float> xa;
-  xa.resize(static_cast<std::size_t>(rows * kp));
-  if (path.bf16_x) detail::arrange_bf16(x, rows, in, kp, xa.data());
-  else arrange(x, rows, in, kp, dt, xa.data());
-  return xa.data();
+  constexpr std::size_t kLine = 64 / sizeof(float);
+  thread_local std::vector<float> buf;
+  buf.resize(static_cast<std::size_t>(rows * kp) + kLine);
+  const auto misaligned = reinterpret_cast<std::uintptr_t>(buf.data()) / sizeof(float) % kLine;
+  float* xa = buf.data() + (misaligned ? kLine - misaligned : 0);
+  if (path.bf16_x) detail::arrange_bf16(x, rows, in, kp, xa);
+  else arrange(x, rows, in, kp, dt, xa);
+  return xa;
 }
 
 std::int64_t units_of(std::int64_t out) { return (out + kPanel - 1) / kPanel; }
