@@ -63,6 +63,18 @@ const std::uint8_t* feature(const GemmArgs& g, std::int64_t n) {
   return g.w + static_cast<std::size_t>(n / kPanel) * g.panel_bytes + static_cast<std::size_t>(n % kPanel) * g.feature_bytes;
 }
 
+// One row (GEMV) is memory-bound. Measured on one thread by CPU time (bf16, 2048 columns): 8 weight rows
+// side by side, each prefetched by software 4 blocks (256 bytes of bf16) ahead, read 5-13% faster from
+// memory (512 MiB) than 16 rows with the hardware prefetcher alone, and ~5% faster from L2 (3 MiB); 16
+// rows with the same prefetch lost 10-15% from L2 (twice the prefetches and loads per FMA).
+constexpr std::size_t kAhead = 4;
+
+template <DType Dt>
+inline void prefetch_block(const std::uint8_t* p) {  // may point past the weights: a prefetch never faults
+  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+  if constexpr (Dt == DType::f32) _mm_prefetch(reinterpret_cast<const char*>(p) + 64, _MM_HINT_T0);
+}
+
 // M rows x N features from row t0, feature n0; the reduction loop innermost, no branch inside it (the
 // dtype is a template argument). Per half-block, the N weight vectors are widened once and each x vector
 // is loaded once for the N features; per accumulator the order stays lo then hi, block by block.
@@ -79,6 +91,8 @@ void tile(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
   std::int64_t b = 0;
   for (; b < g.full; b += kBlock) {
     __m512 lo[N], hi[N];
+    if constexpr (M == 1)  // GEMV: each weight stream prefetched kAhead blocks ahead (from memory)
+      for (int n = 0; n < N; ++n) prefetch_block<Dt>(w[n] + kAhead * step);
     for (int n = 0; n < N; ++n) lo[n] = load_half<Dt, 0>(w[n]);
     for (int m = 0; m < M; ++m) {
       const __m512 xv = _mm512_loadu_ps(x + m * kp + b);
@@ -111,7 +125,7 @@ void tile(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
 }
 
 constexpr int kM = 6, kN = 4;
-constexpr int kGemvN = 16;             // one row: 16 features side by side
+constexpr int kGemvN = 8;              // one row: 8 features (weight streams) side by side
 constexpr std::int64_t kChunk = 64;    // features whose weights stay in L2 while every row tile sweeps them
 
 template <DType Dt, int M>
@@ -126,7 +140,6 @@ void gemm(const GemmArgs& g, std::int64_t n0, std::int64_t n1) {
   if (g.rows == 1) {
     std::int64_t n = n0;
     for (; n + kGemvN <= n1; n += kGemvN) tile<Dt, 1, kGemvN>(g, 0, n);
-    for (; n + kPanel <= n1; n += kPanel) tile<Dt, 1, kPanel>(g, 0, n);
     for (; n < n1; ++n) tile<Dt, 1, 1>(g, 0, n);
     return;
   }
