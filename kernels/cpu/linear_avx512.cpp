@@ -85,8 +85,9 @@ void tile(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
     for (int n = 0; n < N; ++n) acc[m][n] = _mm512_setzero_ps();
   const std::uint8_t* w[N];
   for (int n = 0; n < N; ++n) w[n] = feature(g, n0 + n);
+  // x in row tiles (arrange_tiled): block b of the tile's row m is at x + b * M + m * 32, one pointer and
+  // constant offsets (with a pointer per row, GCC ran out of general registers and spilled every block).
   const float* x = g.xa + t0 * g.kp;
-  const std::int64_t kp = g.kp;
   const std::size_t step = g.block_step;
   std::int64_t b = 0;
   for (; b < g.full; b += kBlock) {
@@ -95,21 +96,22 @@ void tile(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
       for (int n = 0; n < N; ++n) prefetch_block<Dt>(w[n] + kAhead * step);
     for (int n = 0; n < N; ++n) lo[n] = load_half<Dt, 0>(w[n]);
     for (int m = 0; m < M; ++m) {
-      const __m512 xv = _mm512_loadu_ps(x + m * kp + b);
+      const __m512 xv = _mm512_loadu_ps(x + m * kBlock);
       for (int n = 0; n < N; ++n) acc[m][n] = _mm512_fmadd_ps(xv, lo[n], acc[m][n]);
     }
     for (int n = 0; n < N; ++n) hi[n] = load_half<Dt, 1>(w[n]);
     for (int m = 0; m < M; ++m) {
-      const __m512 xv = _mm512_loadu_ps(x + m * kp + b + 16);
+      const __m512 xv = _mm512_loadu_ps(x + m * kBlock + kLanes);
       for (int n = 0; n < N; ++n) acc[m][n] = _mm512_fmadd_ps(xv, hi[n], acc[m][n]);
     }
     for (int n = 0; n < N; ++n) w[n] += step;
+    x += M * kBlock;
   }
-  if (b < kp) {  // the tail of a plain row
+  if (b < g.kp) {  // the tail of a plain row
     alignas(64) float tail[N][2][kLanes];
     for (int n = 0; n < N; ++n) block_weights(w[n], Dt, g.in - b, tail[n][0], tail[n][1]);
     for (int m = 0; m < M; ++m) {
-      const __m512 xl = _mm512_loadu_ps(x + m * kp + b), xh = _mm512_loadu_ps(x + m * kp + b + 16);
+      const __m512 xl = _mm512_loadu_ps(x + m * kBlock), xh = _mm512_loadu_ps(x + m * kBlock + kLanes);
       for (int n = 0; n < N; ++n)
         acc[m][n] = _mm512_fmadd_ps(xh, _mm512_load_ps(tail[n][1]), _mm512_fmadd_ps(xl, _mm512_load_ps(tail[n][0]), acc[m][n]));
     }
@@ -128,6 +130,15 @@ constexpr int kM = 6, kN = 4;
 constexpr int kGemvN = 8;              // one row: 8 features (weight streams) side by side
 constexpr std::int64_t kChunk = 64;    // features whose weights stay in L2 while every row tile sweeps them
 
+// The row tiles of a call: ceil(rows / kM) tiles as even as possible (8 rows: 4 + 4, not 6 + 2: a short
+// tile re-reads the chunk's weights for few rows). Tile i has rows_of_tile(rows, i) rows. Which tile a row
+// falls in never changes its bits; arrange_tiled and gemm must agree on it.
+struct RowTiles {
+  std::int64_t count, base, extra;
+  explicit RowTiles(std::int64_t rows) : count((rows + kM - 1) / kM), base(rows / count), extra(rows % count) {}
+  std::int64_t rows_of(std::int64_t i) const { return base + (i < extra ? 1 : 0); }
+};
+
 template <DType Dt, int M>
 void features(const GemmArgs& g, std::int64_t t, std::int64_t c0, std::int64_t c1) {
   std::int64_t n = c0;
@@ -145,11 +156,9 @@ void gemm(const GemmArgs& g, std::int64_t n0, std::int64_t n1) {
   }
   for (std::int64_t c0 = n0; c0 < n1; c0 += kChunk) {
     const std::int64_t c1 = c0 + kChunk < n1 ? c0 + kChunk : n1;
-    // Row tiles as even as possible (8 rows: 4 + 4, not 6 + 2): a short tile re-reads the chunk's
-    // weights for few rows. Which tile a row falls in never changes its bits.
-    const std::int64_t tiles = (g.rows + kM - 1) / kM, base = g.rows / tiles, extra = g.rows % tiles;
-    for (std::int64_t i = 0, t = 0; i < tiles; ++i) {
-      const std::int64_t m = base + (i < extra ? 1 : 0);
+    const RowTiles tiles(g.rows);
+    for (std::int64_t i = 0, t = 0; i < tiles.count; ++i) {
+      const std::int64_t m = tiles.rows_of(i);
       switch (m) {
         case 6: features<Dt, 6>(g, t, c0, c1); break;
         case 5: features<Dt, 5>(g, t, c0, c1); break;
@@ -164,6 +173,24 @@ void gemm(const GemmArgs& g, std::int64_t n0, std::int64_t n1) {
 }
 
 }  // namespace
+
+void arrange_tiled(const float* x, std::int64_t rows, std::int64_t in, std::int64_t kp, DType dt, float* xa) {
+  const RowTiles tiles(rows);
+  const bool pairs = dt == DType::bf16;  // linear_kernels.h: lane j takes elements 2j and 2j + 1
+  for (std::int64_t i = 0, t0 = 0; i < tiles.count; t0 += tiles.rows_of(i), ++i) {
+    const std::int64_t m_rows = tiles.rows_of(i);
+    for (std::int64_t m = 0; m < m_rows; ++m) {
+      const float* src = x + (t0 + m) * in;
+      for (std::int64_t b = 0; b < kp; b += kBlock) {
+        float* dst = xa + t0 * kp + b * m_rows + m * kBlock;
+        for (std::int64_t j = 0; j < kBlock; ++j) {
+          const std::int64_t e = b + (pairs ? (j < kLanes ? 2 * j : 2 * (j - kLanes) + 1) : j);
+          dst[j] = e < in ? src[e] : 0.0f;
+        }
+      }
+    }
+  }
+}
 
 void gemm_avx512(const GemmArgs& g, std::int64_t n0, std::int64_t n1) {
   switch (g.dtype) {
