@@ -17,6 +17,9 @@
 #endif
 #include <immintrin.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "kernels/cpu/linear_kernels.h"
 
 namespace kvfleet::cpu::detail {
@@ -78,7 +81,7 @@ inline void prefetch_block(const std::uint8_t* p) {  // may point past the weigh
 // M rows x N features from row t0, feature n0; the reduction loop innermost, no branch inside it (the
 // dtype is a template argument). Per half-block, the N weight vectors are widened once and each x vector
 // is loaded once for the N features; per accumulator the order stays lo then hi, block by block.
-template <DType Dt, int M, int N>
+template <DType Dt, int M, int N, bool Prefetch = (M == 1)>
 void tile(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
   __m512 acc[M][N];
   for (int m = 0; m < M; ++m)
@@ -92,7 +95,7 @@ void tile(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
   std::int64_t b = 0;
   for (; b < g.full; b += kBlock) {
     __m512 lo[N], hi[N];
-    if constexpr (M == 1)  // GEMV: each weight stream prefetched kAhead blocks ahead (from memory)
+    if constexpr (Prefetch)  // GEMV: each weight stream prefetched kAhead blocks ahead (from memory)
       for (int n = 0; n < N; ++n) prefetch_block<Dt>(w[n] + kAhead * step);
     for (int n = 0; n < N; ++n) lo[n] = load_half<Dt, 0>(w[n]);
     for (int m = 0; m < M; ++m) {
@@ -128,6 +131,16 @@ void tile(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
 
 constexpr int kM = 6, kN = 4;
 constexpr int kGemvN = 8;              // one row: 8 features (weight streams) side by side
+
+// KVFLEET_CPU_GEMV=16 (read once): the previous GEMV, 16 streams and no software prefetch, for A/B runs on
+// two threads, where the difference was measured only at high load (README, "Third stop"). Same bits.
+bool gemv16() {
+  static const bool on = [] {
+    const char* env = std::getenv("KVFLEET_CPU_GEMV");
+    return env && std::strcmp(env, "16") == 0;
+  }();
+  return on;
+}
 constexpr std::int64_t kChunk = 64;    // features whose weights stay in L2 while every row tile sweeps them
 
 // The row tiles of a call: ceil(rows / kM) tiles as even as possible (8 rows: 4 + 4, not 6 + 2: a short
@@ -158,6 +171,8 @@ template <DType Dt>
 void gemm(const GemmArgs& g, std::int64_t n0, std::int64_t n1) {
   if (g.rows == 1) {
     std::int64_t n = n0;
+    if (gemv16())
+      for (; n + 16 <= n1; n += 16) tile<Dt, 1, 16, false>(g, 0, n);
     for (; n + kGemvN <= n1; n += kGemvN) tile<Dt, 1, kGemvN>(g, 0, n);
     for (; n < n1; ++n) tile<Dt, 1, 1>(g, 0, n);
     return;
