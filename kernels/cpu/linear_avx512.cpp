@@ -5,10 +5,12 @@
 // a tile. This file calls no inline function of a shared header: such a function compiled here could be
 // the copy the linker keeps for every caller, and would then need AVX-512 everywhere.
 //
-// Blocking (rows > 1): the thread's features go in chunks of kChunk (their weights, 48-128 KiB of bf16,
-// stay in L2); for each chunk every row tile of kM rows sweeps the chunk in tiles of kN features, the
-// reduction innermost. So each weight is read from memory once per call, and a row tile's x (kM rows,
-// in L1/L2) is reused by the whole chunk. kM x kN = 6 x 4 = 24 accumulators + 4 weight registers.
+// Blocking (rows > 1): the row tiles go in groups of ~1 MiB of x; for each group, the thread's features
+// go in chunks of kChunk (their weights, 48-128 KiB of bf16, stay in L2); for each chunk every row tile
+// of kM rows of the group sweeps the chunk in tiles of kN features, the reduction innermost. So a weight
+// is read from memory once per call (from L2/L3 once per group), and a row tile's x (kM rows, in L1/L2,
+// laid out by arrange_tiled) is reused by the whole chunk. kM x kN = 6 x 4 = 24 accumulators + 4 weight
+// registers.
 // GCC 12 warns about the deliberately undefined source register inside its own AVX-512 intrinsics
 // (_mm512_undefined_ps in cvtph/extract): a false positive that -Werror would make fatal.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -131,6 +133,7 @@ void tile(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
 
 constexpr int kM = 6, kN = 4;
 constexpr int kGemvN = 8;              // one row: 8 features (weight streams) side by side
+constexpr std::int64_t kChunk = 64;    // features whose weights stay in L2 while every row tile sweeps them
 
 // KVFLEET_CPU_GEMV=16 (read once): the previous GEMV, 16 streams and no software prefetch, for A/B runs on
 // two threads, where the difference was measured only at high load (README, "Third stop"). Same bits.
@@ -141,11 +144,10 @@ bool gemv16() {
   }();
   return on;
 }
-constexpr std::int64_t kChunk = 64;    // features whose weights stay in L2 while every row tile sweeps them
 
 // The row tiles of a call: ceil(rows / kM) tiles as even as possible (8 rows: 4 + 4, not 6 + 2: a short
-// tile re-reads the chunk's weights for few rows). Tile i has rows_of(i) rows from first_row(i). Which tile a row
-// falls in never changes its bits; arrange_tiled and gemm must agree on it.
+// tile re-reads the chunk's weights for few rows). Tile i has rows_of(i) rows from first_row(i). Which
+// tile a row falls in never changes its bits; arrange_tiled and gemm must agree on it.
 struct RowTiles {
   std::int64_t count, base, extra;
   explicit RowTiles(std::int64_t rows) : count((rows + kM - 1) / kM), base(rows / count), extra(rows % count) {}
@@ -210,6 +212,15 @@ void arrange_tiled(const float* x, std::int64_t rows, std::int64_t in, std::int6
       const float* src = x + (t0 + m) * in;
       for (std::int64_t b = 0; b < kp; b += kBlock) {
         float* dst = xa + t0 * kp + b * m_rows + m * kBlock;
+        if (b + kBlock <= in) {  // a full block: no bound checks (the copy runs on one thread per call)
+          if (pairs) {
+            for (std::int64_t j = 0; j < kLanes; ++j) dst[j] = src[b + 2 * j];
+            for (std::int64_t j = 0; j < kLanes; ++j) dst[kLanes + j] = src[b + 2 * j + 1];
+          } else {
+            for (std::int64_t j = 0; j < kBlock; ++j) dst[j] = src[b + j];
+          }
+          continue;
+        }
         for (std::int64_t j = 0; j < kBlock; ++j) {
           const std::int64_t e = b + (pairs ? (j < kLanes ? 2 * j : 2 * (j - kLanes) + 1) : j);
           dst[j] = e < in ? src[e] : 0.0f;

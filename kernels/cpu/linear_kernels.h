@@ -43,7 +43,7 @@ inline std::int64_t arranged_len(std::int64_t in) { return (in + kBlock - 1) / k
 //  packed: panel_bytes = kPanel * kp elements, feature_bytes = 32 elements, block_step = kPanel * 32).
 // Blocks below `full` are complete; the one at `full` (plain layout only) is the row's tail.
 struct GemmArgs {
-  const float* xa = nullptr;  // arranged x: rows x kp floats
+  const float* xa = nullptr;  // arranged x: rows x kp floats (gemm_avx512: in arrange_tiled's order)
   std::int64_t rows = 0, in = 0, kp = 0, full = 0;
   const std::uint8_t* w = nullptr;
   std::size_t panel_bytes = 0, feature_bytes = 0, block_step = 0;
