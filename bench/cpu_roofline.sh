@@ -9,7 +9,7 @@
 #                         [--compare-only]
 # The final comparison of issue 20 (old = the issue's "today" and the previous stop, in one run):
 #   bench/cpu_roofline.sh --threads 1,2 --tokens 24 --rounds 3 --compare-only \
-#     --baseline /work/baseline-wt-http --baseline /work/baseline-k2
+#     --baseline /work/baseline-wt-http --baseline /work/baseline-gemm
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=$here/build/bin

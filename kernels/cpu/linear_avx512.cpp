@@ -5,10 +5,12 @@
 // a tile. This file calls no inline function of a shared header: such a function compiled here could be
 // the copy the linker keeps for every caller, and would then need AVX-512 everywhere.
 //
-// Blocking (rows > 1): the thread's features go in chunks of kChunk (their weights, 48-128 KiB of bf16,
-// stay in L2); for each chunk every row tile of kM rows sweeps the chunk in tiles of kN features, the
-// reduction innermost. So each weight is read from memory once per call, and a row tile's x (kM rows,
-// in L1/L2) is reused by the whole chunk. kM x kN = 6 x 4 = 24 accumulators + 4 weight registers.
+// Blocking (rows > 1): the row tiles go in groups of ~1 MiB of x; for each group, the thread's features
+// go in chunks of kChunk (their weights, 48-128 KiB of bf16, stay in L2); for each chunk every row tile
+// of kM rows of the group sweeps the chunk in tiles of kN features, the reduction innermost. So a weight
+// is read from memory once per call (from L2/L3 once per group), and a row tile's x (kM rows, in L1/L2,
+// laid out by arrange_tiled) is reused by the whole chunk. kM x kN = 6 x 4 = 24 accumulators + 4 weight
+// registers.
 // GCC 12 warns about the deliberately undefined source register inside its own AVX-512 intrinsics
 // (_mm512_undefined_ps in cvtph/extract): a false positive that -Werror would make fatal.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -16,6 +18,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include <immintrin.h>
+
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cpu/linear_kernels.h"
 
@@ -43,54 +48,119 @@ inline float reduce(__m512 v) {
   return _mm_cvtss_f32(_mm_add_ss(r2, _mm_shuffle_ps(r2, r2, 1)));
 }
 
+// Four accumulators to four outputs (y[0..3]) with exactly reduce()'s tree for each: every step adds the
+// same pair of lanes as reduce() does, but for four accumulators at once (the 128-bit quarters of one
+// register), so the epilogue of a 6 x 4 tile is ~14 instructions a row instead of ~32; at K = 768 the
+// per-tile reductions were ~15% of the tile's vector instructions.
+inline void reduce4(__m512 a, __m512 b, __m512 c, __m512 d, float* y) {
+  // l[i] + l[i + 8]: quarters (0 + 2, 1 + 3) of a then b, of c then d.
+  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
+  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xee));
+  // + [i + 4]: one quarter per accumulator, in the order a, b, c, d.
+  const __m512 s4 = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xdd));
+  const __m512 s2 = _mm512_add_ps(s4, _mm512_permute_ps(s4, 0x4e));  // + [i + 2]
+  const __m512 s1 = _mm512_add_ps(s2, _mm512_permute_ps(s2, 0xb1));  // [0] + [1]
+  const __m512i first = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
+  _mm_storeu_ps(y, _mm512_castps512_ps128(_mm512_permutexvar_ps(first, s1)));
+}
+
 const std::uint8_t* feature(const GemmArgs& g, std::int64_t n) {
   return g.w + static_cast<std::size_t>(n / kPanel) * g.panel_bytes + static_cast<std::size_t>(n % kPanel) * g.feature_bytes;
+}
+
+// One row (GEMV) is memory-bound. Measured on one thread by CPU time (bf16, 2048 columns): 8 weight rows
+// side by side, each prefetched by software 4 blocks (256 bytes of bf16) ahead, read 5-13% faster from
+// memory (512 MiB) than 16 rows with the hardware prefetcher alone, and ~5% faster from L2 (3 MiB); 16
+// rows with the same prefetch lost 10-15% from L2 (twice the prefetches and loads per FMA).
+constexpr std::size_t kAhead = 4;
+
+template <DType Dt>
+inline void prefetch_block(const std::uint8_t* p) {  // may point past the weights: a prefetch never faults
+  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+  if constexpr (Dt == DType::f32) _mm_prefetch(reinterpret_cast<const char*>(p) + 64, _MM_HINT_T0);
 }
 
 // M rows x N features from row t0, feature n0; the reduction loop innermost, no branch inside it (the
 // dtype is a template argument). Per half-block, the N weight vectors are widened once and each x vector
 // is loaded once for the N features; per accumulator the order stays lo then hi, block by block.
-template <DType Dt, int M, int N>
+template <DType Dt, int M, int N, bool Prefetch = (M == 1)>
 void tile(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
   __m512 acc[M][N];
   for (int m = 0; m < M; ++m)
     for (int n = 0; n < N; ++n) acc[m][n] = _mm512_setzero_ps();
   const std::uint8_t* w[N];
   for (int n = 0; n < N; ++n) w[n] = feature(g, n0 + n);
+  // x in row tiles (arrange_tiled): block b of the tile's row m is at x + b * M + m * 32, one pointer and
+  // constant offsets (with a pointer per row, GCC ran out of general registers and spilled every block).
   const float* x = g.xa + t0 * g.kp;
-  const std::int64_t kp = g.kp;
   const std::size_t step = g.block_step;
   std::int64_t b = 0;
   for (; b < g.full; b += kBlock) {
     __m512 lo[N], hi[N];
+    if constexpr (Prefetch)  // GEMV: each weight stream prefetched kAhead blocks ahead (from memory)
+      for (int n = 0; n < N; ++n) prefetch_block<Dt>(w[n] + kAhead * step);
     for (int n = 0; n < N; ++n) lo[n] = load_half<Dt, 0>(w[n]);
     for (int m = 0; m < M; ++m) {
-      const __m512 xv = _mm512_loadu_ps(x + m * kp + b);
+      const __m512 xv = _mm512_loadu_ps(x + m * kBlock);
       for (int n = 0; n < N; ++n) acc[m][n] = _mm512_fmadd_ps(xv, lo[n], acc[m][n]);
     }
     for (int n = 0; n < N; ++n) hi[n] = load_half<Dt, 1>(w[n]);
     for (int m = 0; m < M; ++m) {
-      const __m512 xv = _mm512_loadu_ps(x + m * kp + b + 16);
+      const __m512 xv = _mm512_loadu_ps(x + m * kBlock + kLanes);
       for (int n = 0; n < N; ++n) acc[m][n] = _mm512_fmadd_ps(xv, hi[n], acc[m][n]);
     }
     for (int n = 0; n < N; ++n) w[n] += step;
+    x += M * kBlock;
   }
-  if (b < kp) {  // the tail of a plain row
+  if (b < g.kp) {  // the tail of a plain row
     alignas(64) float tail[N][2][kLanes];
     for (int n = 0; n < N; ++n) block_weights(w[n], Dt, g.in - b, tail[n][0], tail[n][1]);
     for (int m = 0; m < M; ++m) {
-      const __m512 xl = _mm512_loadu_ps(x + m * kp + b), xh = _mm512_loadu_ps(x + m * kp + b + 16);
+      const __m512 xl = _mm512_loadu_ps(x + m * kBlock), xh = _mm512_loadu_ps(x + m * kBlock + kLanes);
       for (int n = 0; n < N; ++n)
         acc[m][n] = _mm512_fmadd_ps(xh, _mm512_load_ps(tail[n][1]), _mm512_fmadd_ps(xl, _mm512_load_ps(tail[n][0]), acc[m][n]));
     }
   }
-  for (int m = 0; m < M; ++m)
-    for (int n = 0; n < N; ++n) g.y[(t0 + m) * g.ldy + n0 + n] = reduce(acc[m][n]);
+  for (int m = 0; m < M; ++m) {
+    float* y = g.y + (t0 + m) * g.ldy + n0;
+    if constexpr (N % 4 == 0) {
+      for (int n = 0; n < N; n += 4) reduce4(acc[m][n], acc[m][n + 1], acc[m][n + 2], acc[m][n + 3], y + n);
+    } else {
+      for (int n = 0; n < N; ++n) y[n] = reduce(acc[m][n]);
+    }
+  }
 }
 
 constexpr int kM = 6, kN = 4;
-constexpr int kGemvN = 16;             // one row: 16 features side by side
+constexpr int kGemvN = 8;              // one row: 8 features (weight streams) side by side
 constexpr std::int64_t kChunk = 64;    // features whose weights stay in L2 while every row tile sweeps them
+
+// KVFLEET_CPU_GEMV=16 (read once): the previous GEMV, 16 streams and no software prefetch, for A/B runs on
+// two threads, where the difference was measured only at high load (README, "Third stop"). Same bits.
+bool gemv16() {
+  static const bool on = [] {
+    const char* env = std::getenv("KVFLEET_CPU_GEMV");
+    return env && std::strcmp(env, "16") == 0;
+  }();
+  return on;
+}
+
+// The row tiles of a call: ceil(rows / kM) tiles as even as possible (8 rows: 4 + 4, not 6 + 2: a short
+// tile re-reads the chunk's weights for few rows). Tile i has rows_of(i) rows from first_row(i). Which
+// tile a row falls in never changes its bits; arrange_tiled and gemm must agree on it.
+struct RowTiles {
+  std::int64_t count, base, extra;
+  explicit RowTiles(std::int64_t rows) : count((rows + kM - 1) / kM), base(rows / count), extra(rows % count) {}
+  std::int64_t rows_of(std::int64_t i) const { return base + (i < extra ? 1 : 0); }
+  std::int64_t first_row(std::int64_t i) const { return i * base + (i < extra ? i : extra); }
+};
+
+// Row blocks: the row tiles go in groups whose x (kp floats a row) fits in ~1 MiB, and each group sweeps
+// all of the thread's chunks before the next starts, so x stays in L2 (2 MiB a core here) beside a
+// chunk's weights: a 512-token prompt at K = 2048 has 4 MiB of x, which the plain chunk loop re-read
+// from L3 for every chunk. The weights are then re-read once per group (a small cost against the
+// arithmetic: the group's rows use each weight ~100 times). Only the order of the tiles changes.
+constexpr std::int64_t kXBlockBytes = 1 << 20;
 
 template <DType Dt, int M>
 void features(const GemmArgs& g, std::int64_t t, std::int64_t c0, std::int64_t c1) {
@@ -103,32 +173,62 @@ template <DType Dt>
 void gemm(const GemmArgs& g, std::int64_t n0, std::int64_t n1) {
   if (g.rows == 1) {
     std::int64_t n = n0;
+    if (gemv16())
+      for (; n + 16 <= n1; n += 16) tile<Dt, 1, 16, false>(g, 0, n);
     for (; n + kGemvN <= n1; n += kGemvN) tile<Dt, 1, kGemvN>(g, 0, n);
-    for (; n + kPanel <= n1; n += kPanel) tile<Dt, 1, kPanel>(g, 0, n);
     for (; n < n1; ++n) tile<Dt, 1, 1>(g, 0, n);
     return;
   }
-  for (std::int64_t c0 = n0; c0 < n1; c0 += kChunk) {
-    const std::int64_t c1 = c0 + kChunk < n1 ? c0 + kChunk : n1;
-    // Row tiles as even as possible (8 rows: 4 + 4, not 6 + 2): a short tile re-reads the chunk's
-    // weights for few rows. Which tile a row falls in never changes its bits.
-    const std::int64_t tiles = (g.rows + kM - 1) / kM, base = g.rows / tiles, extra = g.rows % tiles;
-    for (std::int64_t i = 0, t = 0; i < tiles; ++i) {
-      const std::int64_t m = base + (i < extra ? 1 : 0);
-      switch (m) {
-        case 6: features<Dt, 6>(g, t, c0, c1); break;
-        case 5: features<Dt, 5>(g, t, c0, c1); break;
-        case 4: features<Dt, 4>(g, t, c0, c1); break;
-        case 3: features<Dt, 3>(g, t, c0, c1); break;
-        case 2: features<Dt, 2>(g, t, c0, c1); break;
-        default: features<Dt, 1>(g, t, c0, c1); break;
+  const RowTiles tiles(g.rows);
+  const std::int64_t tile_bytes = kM * g.kp * static_cast<std::int64_t>(sizeof(float));
+  const std::int64_t group = kXBlockBytes / tile_bytes > 1 ? kXBlockBytes / tile_bytes : 1;
+  for (std::int64_t i0 = 0; i0 < tiles.count; i0 += group) {
+    const std::int64_t i1 = i0 + group < tiles.count ? i0 + group : tiles.count;
+    for (std::int64_t c0 = n0; c0 < n1; c0 += kChunk) {
+      const std::int64_t c1 = c0 + kChunk < n1 ? c0 + kChunk : n1;
+      for (std::int64_t i = i0; i < i1; ++i) {
+        const std::int64_t t = tiles.first_row(i);
+        switch (tiles.rows_of(i)) {
+          case 6: features<Dt, 6>(g, t, c0, c1); break;
+          case 5: features<Dt, 5>(g, t, c0, c1); break;
+          case 4: features<Dt, 4>(g, t, c0, c1); break;
+          case 3: features<Dt, 3>(g, t, c0, c1); break;
+          case 2: features<Dt, 2>(g, t, c0, c1); break;
+          default: features<Dt, 1>(g, t, c0, c1); break;
+        }
       }
-      t += m;
     }
   }
 }
 
 }  // namespace
+
+void arrange_tiled(const float* x, std::int64_t rows, std::int64_t in, std::int64_t kp, DType dt, float* xa) {
+  const RowTiles tiles(rows);
+  const bool pairs = dt == DType::bf16;  // linear_kernels.h: lane j takes elements 2j and 2j + 1
+  for (std::int64_t i = 0; i < tiles.count; ++i) {
+    const std::int64_t t0 = tiles.first_row(i), m_rows = tiles.rows_of(i);
+    for (std::int64_t m = 0; m < m_rows; ++m) {
+      const float* src = x + (t0 + m) * in;
+      for (std::int64_t b = 0; b < kp; b += kBlock) {
+        float* dst = xa + t0 * kp + b * m_rows + m * kBlock;
+        if (b + kBlock <= in) {  // a full block: no bound checks (the copy runs on one thread per call)
+          if (pairs) {
+            for (std::int64_t j = 0; j < kLanes; ++j) dst[j] = src[b + 2 * j];
+            for (std::int64_t j = 0; j < kLanes; ++j) dst[kLanes + j] = src[b + 2 * j + 1];
+          } else {
+            for (std::int64_t j = 0; j < kBlock; ++j) dst[j] = src[b + j];
+          }
+          continue;
+        }
+        for (std::int64_t j = 0; j < kBlock; ++j) {
+          const std::int64_t e = b + (pairs ? (j < kLanes ? 2 * j : 2 * (j - kLanes) + 1) : j);
+          dst[j] = e < in ? src[e] : 0.0f;
+        }
+      }
+    }
+  }
+}
 
 void gemm_avx512(const GemmArgs& g, std::int64_t n0, std::int64_t n1) {
   switch (g.dtype) {

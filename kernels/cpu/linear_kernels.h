@@ -43,7 +43,7 @@ inline std::int64_t arranged_len(std::int64_t in) { return (in + kBlock - 1) / k
 //  packed: panel_bytes = kPanel * kp elements, feature_bytes = 32 elements, block_step = kPanel * 32).
 // Blocks below `full` are complete; the one at `full` (plain layout only) is the row's tail.
 struct GemmArgs {
-  const float* xa = nullptr;  // arranged x: rows x kp floats
+  const float* xa = nullptr;  // arranged x: rows x kp floats (gemm_avx512: in arrange_tiled's order)
   std::int64_t rows = 0, in = 0, kp = 0, full = 0;
   const std::uint8_t* w = nullptr;
   std::size_t panel_bytes = 0, feature_bytes = 0, block_step = 0;
@@ -61,6 +61,12 @@ void gemm_scalar(const GemmArgs& a, std::int64_t n0, std::int64_t n1);
 void gemm_avx2(const GemmArgs& a, std::int64_t n0, std::int64_t n1);
 void gemm_avx512(const GemmArgs& a, std::int64_t n0, std::int64_t n1);
 void gemm_avx512bf16(const GemmArgs& a, std::int64_t n0, std::int64_t n1);
+// x in the AVX-512 kernel's row tiles (the same values and lane order as arranged x, other addresses):
+// rows split into tiles of at most 6 (as evenly as possible, linear_avx512.cpp); a tile of M rows from row
+// t0 starts at xa + t0 * kp and holds, block by block, the 32 arranged floats of each of its M rows, so
+// the M x vectors of a block are one contiguous range (a single pointer, constant offsets). One row is
+// plain arranged x.
+void arrange_tiled(const float* x, std::int64_t rows, std::int64_t in, std::int64_t kp, DType dt, float* xa);
 // x rows rounded to bf16 (nearest even), element k at position k, zero-padded to kp: the BF16 mode's operand.
 void arrange_bf16(const float* x, std::int64_t rows, std::int64_t in, std::int64_t kp, float* xa);
 

@@ -91,7 +91,12 @@ TEST_CASE("linear: every ISA path is bit-identical to the scalar kernel and clos
   };
   for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
     for (Shape s : {Shape{1, 1, 1}, Shape{1, 31, 9}, Shape{3, 32, 8}, Shape{5, 33, 17}, Shape{4, 768, 40},
-                    Shape{70, 100, 33}, Shape{1, 2050, 70}, Shape{9, 64, 3}}) {
+                    Shape{70, 100, 33}, Shape{1, 2050, 70}, Shape{9, 64, 3},
+                    // The prefetching 8-feature GEMV over whole tiles, and two 6-row tiles at K = 2048
+                    // (both reduce four accumulators at once in the AVX-512 kernel).
+                    Shape{1, 768, 200}, Shape{12, 2048, 24},
+                    // More x than one row block of the AVX-512 GEMM (~1 MiB): tiles in two groups.
+                    Shape{200, 2048, 20}}) {
       const Weights w = random_weights(s.out * s.in, dt, rng), b = random_weights(s.out, dt, rng);
       const auto x = random_x(s.rows * s.in, rng);
       cpu::set_cpu_isa(cpu::Isa::scalar);
