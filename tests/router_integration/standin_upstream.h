@@ -53,6 +53,11 @@ class StandinUpstream {
   std::atomic<int> event_padding{0};
   // Completions being answered now, and the most at once.
   std::atomic<int> in_flight{0}, max_in_flight{0};
+  // Above 0: completions are held (before hang_ms) until this many are in flight at once, then all go on
+  // together; or, when fewer ever arrive, after crowd_wait. A barrier, not a pause: it proves that the
+  // router held them all at once however slowly the machine let them arrive. Set before the requests.
+  std::atomic<int> crowd{0};
+  std::chrono::milliseconds crowd_wait{60'000};
 
   void set_kv_script(std::string script) {
     std::lock_guard lock(mutex_);
@@ -130,6 +135,7 @@ class StandinUpstream {
           std::atomic<int>& n;
           ~Leave() { --n; }
         } leave{in_flight};
+        if (crowd > 0) co_await join_crowd(now);
         if (hang_ms > 0) {
           boost::asio::steady_timer timer(stream.get_executor());
           timer.expires_after(std::chrono::milliseconds(hang_ms.load()));
@@ -156,6 +162,23 @@ class StandinUpstream {
       auto written = co_await http::async_write(stream, response, tuple);
       if (std::get<0>(written) || !request.keep_alive()) co_return;
     }
+  }
+
+  // On the io thread only (as every coroutine here): crowd_timer_'s waiters are the held completions; the
+  // one that makes the crowd complete, or the deadline, releases them all.
+  boost::asio::awaitable<void> join_crowd(int now) {
+    if (crowd_open_) co_return;
+    if (now >= crowd) {
+      crowd_open_ = true;
+      crowd_timer_.cancel();
+      co_return;
+    }
+    if (!crowd_armed_) {
+      crowd_armed_ = true;
+      crowd_timer_.expires_after(crowd_wait);
+    }
+    co_await crowd_timer_.async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
+    crowd_open_ = true;
   }
 
   // Chunked SSE, written as raw bytes; false when the router closed the connection.
@@ -217,6 +240,8 @@ class StandinUpstream {
   std::vector<std::string> kv_targets_;
   std::string last_authorization_, kv_authorization_;
   boost::asio::io_context io_;
+  boost::asio::steady_timer crowd_timer_{io_};
+  bool crowd_armed_ = false, crowd_open_ = false;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::string host_;
   std::thread thread_;
