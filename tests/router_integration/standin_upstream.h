@@ -3,8 +3,8 @@
 // a request arrives. It counts the connections that carried completions, which shows whether the
 // router reused them. GET /health always answers 200 (the router's active checks), and so does GET
 // /v1/models (with max_model_len 2048: the router reads it once). Neither counts as a completion. GET /v1/kv_events
-// answers a scripted SSE stream (kv_script), then holds the connection silent until the router closes it
-// (or closes at once with kv_close), recording each since= asked for.
+// answers a scripted SSE stream (kv_script), then sends heartbeats (or nothing, kv_heartbeat_ms = 0) until the
+// router closes it (or closes at once with kv_close), recording each since= asked for.
 #pragma once
 
 #include <boost/asio/as_tuple.hpp>
@@ -49,6 +49,9 @@ class StandinUpstream {
   // True: a streamed completion sends malformed chunk framing after its first event.
   std::atomic<bool> malformed_stream{false};
   std::atomic<bool> kv_close{false};
+  // After the script, `: ping` every this many ms, as a real replica's idle stream sends (Contract 2), so
+  // that the router keeps it; 0: silent (the router times the stream out and reconnects).
+  std::atomic<int> kv_heartbeat_ms{1000};
   // Bytes of padding in each streamed event (a big stream that backs up behind a slow client).
   std::atomic<int> event_padding{0};
   // Completions being answered now, and the most at once.
@@ -228,6 +231,16 @@ class StandinUpstream {
     }
     auto written = co_await boost::asio::async_write(stream.socket(), boost::asio::buffer(out), tuple);
     if (std::get<0>(written) || kv_close) co_return;
+    if (kv_heartbeat_ms > 0) {  // until a write fails: the router closed the stream
+      boost::asio::steady_timer timer(stream.get_executor());
+      static const std::string ping = "8\r\n: ping\n\n\r\n";  // one chunk
+      for (;;) {
+        timer.expires_after(std::chrono::milliseconds(kv_heartbeat_ms.load()));
+        co_await timer.async_wait(tuple);
+        auto sent = co_await boost::asio::async_write(stream.socket(), boost::asio::buffer(ping), tuple);
+        if (std::get<0>(sent)) co_return;
+      }
+    }
     char sink[256];  // silent from here on: wait for the router to close
     for (;;) {
       auto read = co_await stream.socket().async_read_some(boost::asio::buffer(sink), tuple);
