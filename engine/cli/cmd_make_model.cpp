@@ -33,7 +33,7 @@ void register_make_model(CLI::App& app) {
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json or a directory with tokenizer files to copy");
   cmd->add_option("--experts", o->experts, "MoE: number of experts")->check(CLI::PositiveNumber);
   cmd->add_option("--experts-per-tok", o->experts_per_tok, "MoE: experts per token (top-k)")->check(CLI::PositiveNumber);
-  cmd->add_option("--moe-intermediate", o->moe_intermediate, "qwen2_moe/qwen3_moe: expert intermediate size")
+  cmd->add_option("--moe-intermediate", o->moe_intermediate, "qwen2_moe/qwen3_moe: expert intermediate size (mixtral: --intermediate)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--shared-intermediate", o->shared_intermediate, "qwen2_moe: shared expert size (0: none)");
   cmd->add_option("--norm-topk-prob", o->norm_topk_prob, "qwen MoE: renormalise the top-k probabilities");
@@ -42,7 +42,18 @@ void register_make_model(CLI::App& app) {
   cmd->add_option("--mlp-only-layers", o->mlp_only_layers, "qwen MoE: layers with a dense MLP")->delimiter(',');
   cmd->add_flag("--packed-experts", o->packed_experts,
                 "MoE: transformers 5's packed mlp.experts.gate_up_proj/down_proj instead of experts.N.*");
-  cmd->callback([o, out, dtype] {
+  cmd->callback([cmd, o, out, dtype] {
+    // Qwen's MoE knobs have no Mixtral (or dense) counterpart in config.json: one given for another
+    // architecture would be silently dropped, so it is refused. Mixtral's expert size is --intermediate.
+    const bool qwen_moe = o->arch == "qwen2_moe" || o->arch == "qwen3_moe";
+    for (const char* flag : {"--moe-intermediate", "--shared-intermediate", "--norm-topk-prob", "--decoder-sparse-step",
+                             "--mlp-only-layers"}) {
+      if (qwen_moe || cmd->count(flag) == 0) continue;
+      const std::string hint = o->arch == "mixtral" && std::string(flag) == "--moe-intermediate"
+                                   ? " (Mixtral's experts are --intermediate wide: config.json's intermediate_size)"
+                                   : "";
+      throw CLI::ValidationError(flag, std::string("applies to --arch qwen2_moe and qwen3_moe only, not ") + o->arch + hint);
+    }
     o->dtype = *dtype == "bfloat16" ? DType::bf16 : *dtype == "float16" ? DType::f16 : DType::f32;
     make_model(*o, *out);
     std::printf("wrote %s model to %s\n", o->arch.c_str(), out->c_str());

@@ -9,6 +9,9 @@
 #include <boost/json.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <functional>
+#include <span>
+#include <string_view>
 
 #include "engine/pd/decode_fetcher.h"
 #include "engine/pd/prefill_service.h"
@@ -54,10 +57,49 @@ void Replica::start_pd_ucx() {
   if (pd_fetch_) pd_fetch_->enable_ucx(worker);
 }
 
+namespace {
+
+// Passes everything through to the connection's writer and remembers the status it answered with: P's
+// handlers write their own answers (410, 409, a stream of frames), and kvfleet_http_requests_total
+// counts what each request really got.
+class StatusRecorder final : public http::ResponseWriter {
+ public:
+  explicit StatusRecorder(http::ResponseWriter& inner) : inner_(inner) {}
+  int status() const { return status_; }
+
+  awaitable<bool> send(http::Response response) override {
+    status_ = response.status;
+    co_return co_await inner_.send(std::move(response));
+  }
+  awaitable<bool> begin_stream(int status, http::Headers headers) override {
+    status_ = status;
+    co_return co_await inner_.begin_stream(status, std::move(headers));
+  }
+  awaitable<bool> write(std::string_view piece) override { return inner_.write(piece); }
+  awaitable<bool> write_pieces(std::span<const std::string_view> pieces) override { return inner_.write_pieces(pieces); }
+  awaitable<bool> finish() override { return inner_.finish(); }
+  bool client_gone() const override { return inner_.client_gone(); }
+  void on_disconnect(std::function<void()> callback) override { inner_.on_disconnect(std::move(callback)); }
+  bool started() const override { return inner_.started(); }
+
+ private:
+  http::ResponseWriter& inner_;
+  int status_ = 500;  // what the server answers for a handler that throws before answering
+};
+
+}  // namespace
+
 void Replica::add_pd_routes(http::HttpRouter& r) {
   using Method = awaitable<void> (pd::PrefillService::*)(const http::Request&, http::ResponseWriter&);
   const auto p_side = [this](Method m) -> http::Handler {
-    return [this, m](const http::Request& req, http::ResponseWriter& w) -> awaitable<void> {
+    return [this, m](const http::Request& req, http::ResponseWriter& client) -> awaitable<void> {
+      StatusRecorder w(client);
+      struct Count {  // however the handler ends (a throw included)
+        ReplicaMetrics& metrics;
+        const http::Request& req;
+        const StatusRecorder& w;
+        ~Count() { metrics.count_http(std::string(req.path()), w.status()); }
+      } count{metrics_, req, w};
       if (!authorized(req, Access::internal)) {
         http::Response r = http::json_error(401, "a valid internal API key is required: send 'Authorization: Bearer KEY'",
                                             "authentication_error", "", "invalid_api_key");

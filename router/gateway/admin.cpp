@@ -206,26 +206,14 @@ void Gateway::forget_metrics(const ReplicaLink& link) {
     const http::MetricLabels l{{"replica", url}, {"dp_rank", std::to_string(k)}};
     if (ranks.Has(l)) ranks.Remove(&ranks.Add(l));
   }
-  // Held to the end: count_request() takes it too, and sees `removed` (set before this runs) under it.
+  // Held to the end: count_series() takes it too, and sees `removed` (set before this runs) under it.
   std::lock_guard series_lock(series_mutex_);
-  std::vector<std::pair<std::string, std::string>> series;
-  for (auto it = request_series_.begin(); it != request_series_.end();) {
-    if (it->first == url) {
-      series.push_back(*it);
-      it = request_series_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  const std::pair<const char*, const char*> counters[] = {
-      {"kvfleet_router_requests_total", "Requests answered, by replica and HTTP status"},
-      {"kvfleet_router_upstream_overloaded_total", "503/429 answers retried on another replica"}};
-  for (const auto& [name, help] : counters) {
+  for (auto it = request_series_.lower_bound({url, "", "", ""}); it != request_series_.end() && std::get<0>(*it) == url;) {
+    const auto& [replica, status, name, help] = *it;
     auto& family = prometheus::BuildCounter().Name(name).Help(help).Register(registry);
-    for (const auto& [replica, status] : series) {
-      const http::MetricLabels l{{"replica", replica}, {"status", status}};
-      if (family.Has(l)) family.Remove(&family.Add(l));
-    }
+    const http::MetricLabels l{{"replica", replica}, {"status", status}};
+    if (family.Has(l)) family.Remove(&family.Add(l));
+    it = request_series_.erase(it);
   }
 }
 

@@ -318,13 +318,21 @@ awaitable<void> Gateway::maintenance_loop() {
 
 // Under series_mutex_, which forget_metrics holds while it removes the series: a request that ends after
 // its replica's removal (`removed` is set before) adds nothing, one that ended before is removed with it.
-void Gateway::count_request(const std::string& replica, const std::string& status, const ReplicaLink* link) {
+void Gateway::count_series(const char* family, const char* help, const std::string& replica, const std::string& status,
+                           const ReplicaLink* link) {
   std::lock_guard lock(series_mutex_);
   if (link && link->removed) return;
-  metrics_.counter("kvfleet_router_requests_total", "Requests answered, by replica and HTTP status",
-                   {{"replica", replica}, {"status", status}})
-      .Increment();
-  request_series_.emplace(replica, status);
+  metrics_.counter(family, help, {{"replica", replica}, {"status", status}}).Increment();
+  request_series_.emplace(replica, status, family, help);
+}
+
+void Gateway::count_request(const std::string& replica, const std::string& status, const ReplicaLink* link) {
+  count_series("kvfleet_router_requests_total", "Requests answered, by replica and HTTP status", replica, status, link);
+}
+
+void Gateway::count_overloaded(const ReplicaLink& link, int status) {
+  count_series("kvfleet_router_upstream_overloaded_total", "503/429 answers retried on another replica", link.url,
+               std::to_string(status), &link);
 }
 
 std::shared_ptr<Policy> Gateway::policy() const {

@@ -24,6 +24,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kvfleet/chat_template.h"
@@ -226,6 +227,10 @@ class Gateway {
   static Tick now_tick();
   // `link`: not after its removal (which dropped its series), so a request that ends then cannot re-create one.
   void count_request(const std::string& replica, const std::string& status, const ReplicaLink* link = nullptr);
+  // A 503/429 retried on another replica (kvfleet_router_upstream_overloaded_total), by the same rule.
+  void count_overloaded(const ReplicaLink& link, int status);
+  void count_series(const char* family, const char* help, const std::string& replica, const std::string& status,
+                    const ReplicaLink* link);
   awaitable<void> read_max_model_len(ReplicaLink& link);
   // True when the request may use the API (no keys configured, or a configured Bearer key).
   bool authorized(const http::Request& req) const;
@@ -258,7 +263,8 @@ class Gateway {
   std::unique_ptr<Discovery> discovery_;  // null without discovery.dns
 
   std::mutex series_mutex_;
-  std::set<std::pair<std::string, std::string>> request_series_;  // (replica, status) counters made so far
+  // (replica, status, family, help) of the {replica, status} counters made so far: a removal deletes them all.
+  std::set<std::tuple<std::string, std::string, std::string, std::string>> request_series_;
 };
 
 }  // namespace kvfleet::router

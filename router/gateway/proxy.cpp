@@ -309,9 +309,7 @@ awaitable<Gateway::Outcome> Gateway::forward(ReplicaLink& link, const http::Requ
   result.verdict = verdict_of(head.status);
   http::Response response = replica_response(head, std::move(body), link.url);
   if (retry_overload) {
-    metrics_.counter("kvfleet_router_upstream_overloaded_total", "503/429 answers retried on another replica",
-                     {{"replica", link.url}, {"status", std::to_string(head.status)}})
-        .Increment();
+    count_overloaded(link, head.status);
     result.overloaded = std::move(response);
     co_return Outcome::retry;
   }

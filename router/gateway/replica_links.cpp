@@ -4,6 +4,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/error.hpp>
 #include <random>
 
 #include <boost/json.hpp>
@@ -126,6 +127,7 @@ awaitable<void> Gateway::events_loop(std::shared_ptr<ReplicaLink> link) {
     link->events_client = std::make_shared<http::HttpClient>(executor, cc);
     StreamEnd end;
     bool unsupported = false;
+    bool streaming = false;  // the head was read: a timeout from here on is the stream falling silent
     try {
       http::HttpClient& client = *link->events_client;
       const std::string host = link->address.host;
@@ -145,10 +147,16 @@ awaitable<void> Gateway::events_loop(std::shared_ptr<ReplicaLink> link) {
         unsupported = head.status == 404;
         end.why = "GET /v1/kv_events answered " + std::to_string(head.status);
       } else {
+        streaming = true;
         end = co_await read_events(*link, client);
       }
     } catch (const boost::system::system_error& e) {
-      end.why = "event stream failed: " + e.code().message();
+      // A replica sends `: ping` every few seconds: silence past kv_events_timeout means it is gone or
+      // too old to send heartbeats: approximate mode until the stream, opened again, brings a config.
+      end.why = streaming && e.code() == boost::beast::error::timeout
+                    ? "no event or heartbeat for " + std::to_string(config_.kv_events_timeout.count()) +
+                          " ms (kv_events_timeout_ms): reconnecting"
+                    : "event stream failed: " + e.code().message();
     } catch (const std::exception& e) {
       end.why = std::string("event stream failed: ") + e.what();
     }

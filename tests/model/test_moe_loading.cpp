@@ -165,3 +165,22 @@ TEST_CASE("a broken MoE checkpoint names the missing or misshapen tensor") {
   CHECK(err.find("model.layers.0.mlp.gate.weight") != std::string::npos);
   CHECK(err.find("expected") != std::string::npos);
 }
+
+TEST_CASE("kvfleet make-model: Qwen-only MoE flags are refused for mixtral and dense models, not dropped") {
+  test::TempDir dir;
+  const std::string make = test::bin_dir() + "/kvfleet make-model --vocab 64 --out " + (dir / "m").string();
+  const auto mixtral = test::run_command(make + " --arch mixtral --moe-intermediate 16 2>&1");
+  CHECK(mixtral.status != 0);
+  CHECK(mixtral.out.find("--moe-intermediate: applies to --arch qwen2_moe and qwen3_moe only, not mixtral") != std::string::npos);
+  CHECK(mixtral.out.find("Mixtral's experts are --intermediate wide") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir / "m" / "config.json"));
+  const auto dense = test::run_command(make + " --arch llama --decoder-sparse-step 2 2>&1");
+  CHECK(dense.status != 0);
+  CHECK(dense.out.find("--decoder-sparse-step: applies to --arch qwen2_moe and qwen3_moe only, not llama") != std::string::npos);
+  // Mixtral's expert size is --intermediate: it reaches config.json and the expert tensors.
+  REQUIRE(test::run_command(make + " --arch mixtral --intermediate 40 --experts 2").status == 0);
+  CHECK(ModelConfig::load(dir / "m").moe.expert_intermediate == 40);
+  const std::string qwen = test::bin_dir() + "/kvfleet make-model --vocab 64 --out " + (dir / "q").string();
+  REQUIRE(test::run_command(qwen + " --arch qwen3_moe --moe-intermediate 24 --experts 2").status == 0);
+  CHECK(ModelConfig::load(dir / "q").moe.expert_intermediate == 24);
+}

@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <boost/asio/awaitable.hpp>
 #include <boost/json.hpp>
 #include <fstream>
 #include <regex>
@@ -88,6 +89,18 @@ class RouterProcess {
   std::unique_ptr<ChildProcess> process_;
   std::uint16_t port_ = 0;
 };
+
+// Connects `client` to 127.0.0.1:`port`, sends GET `target` and returns the response head; a stream's body
+// (a replica's /v1/kv_events) then comes through client.read_some().
+inline boost::asio::awaitable<http::ResponseHead> open_get(http::HttpClient& client, std::uint16_t port, std::string target) {
+  const std::string host = "127.0.0.1";
+  co_await client.connect(host, port);
+  http::Request req;
+  req.method = "GET";
+  req.target = std::move(target);
+  co_await client.send(req);
+  co_return co_await client.read_head();
+}
 
 inline bool wait_until(const std::function<bool()>& done, std::chrono::milliseconds limit) {
   const auto end = std::chrono::steady_clock::now() + limit;

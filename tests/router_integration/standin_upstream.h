@@ -3,8 +3,8 @@
 // a request arrives. It counts the connections that carried completions, which shows whether the
 // router reused them. GET /health always answers 200 (the router's active checks), and so does GET
 // /v1/models (with max_model_len 2048: the router reads it once). Neither counts as a completion. GET /v1/kv_events
-// answers a scripted SSE stream (kv_script), then holds the connection silent until the router closes it
-// (or closes at once with kv_close), recording each since= asked for.
+// answers a scripted SSE stream (kv_script), then sends heartbeats (or nothing, kv_heartbeat_ms = 0) until the
+// router closes it (or closes at once with kv_close), recording each since= asked for.
 #pragma once
 
 #include <boost/asio/as_tuple.hpp>
@@ -49,10 +49,18 @@ class StandinUpstream {
   // True: a streamed completion sends malformed chunk framing after its first event.
   std::atomic<bool> malformed_stream{false};
   std::atomic<bool> kv_close{false};
+  // After the script, `: ping` every this many ms, as a real replica's idle stream sends (Contract 2), so
+  // that the router keeps it; 0: silent (the router times the stream out and reconnects).
+  std::atomic<int> kv_heartbeat_ms{1000};
   // Bytes of padding in each streamed event (a big stream that backs up behind a slow client).
   std::atomic<int> event_padding{0};
   // Completions being answered now, and the most at once.
   std::atomic<int> in_flight{0}, max_in_flight{0};
+  // Above 0: completions are held (before hang_ms) until this many are in flight at once, then all go on
+  // together; or, when fewer ever arrive, after crowd_wait. A barrier, not a pause: it proves that the
+  // router held them all at once however slowly the machine let them arrive. Set before the requests.
+  std::atomic<int> crowd{0};
+  std::chrono::milliseconds crowd_wait{60'000};
 
   void set_kv_script(std::string script) {
     std::lock_guard lock(mutex_);
@@ -130,6 +138,7 @@ class StandinUpstream {
           std::atomic<int>& n;
           ~Leave() { --n; }
         } leave{in_flight};
+        if (crowd > 0) co_await join_crowd(now);
         if (hang_ms > 0) {
           boost::asio::steady_timer timer(stream.get_executor());
           timer.expires_after(std::chrono::milliseconds(hang_ms.load()));
@@ -156,6 +165,23 @@ class StandinUpstream {
       auto written = co_await http::async_write(stream, response, tuple);
       if (std::get<0>(written) || !request.keep_alive()) co_return;
     }
+  }
+
+  // On the io thread only (as every coroutine here): crowd_timer_'s waiters are the held completions; the
+  // one that makes the crowd complete, or the deadline, releases them all.
+  boost::asio::awaitable<void> join_crowd(int now) {
+    if (crowd_open_) co_return;
+    if (now >= crowd) {
+      crowd_open_ = true;
+      crowd_timer_.cancel();
+      co_return;
+    }
+    if (!crowd_armed_) {
+      crowd_armed_ = true;
+      crowd_timer_.expires_after(crowd_wait);
+    }
+    co_await crowd_timer_.async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
+    crowd_open_ = true;
   }
 
   // Chunked SSE, written as raw bytes; false when the router closed the connection.
@@ -205,6 +231,16 @@ class StandinUpstream {
     }
     auto written = co_await boost::asio::async_write(stream.socket(), boost::asio::buffer(out), tuple);
     if (std::get<0>(written) || kv_close) co_return;
+    if (kv_heartbeat_ms > 0) {  // until a write fails: the router closed the stream
+      boost::asio::steady_timer timer(stream.get_executor());
+      static const std::string ping = "8\r\n: ping\n\n\r\n";  // one chunk
+      for (;;) {
+        timer.expires_after(std::chrono::milliseconds(kv_heartbeat_ms.load()));
+        co_await timer.async_wait(tuple);
+        auto sent = co_await boost::asio::async_write(stream.socket(), boost::asio::buffer(ping), tuple);
+        if (std::get<0>(sent)) co_return;
+      }
+    }
     char sink[256];  // silent from here on: wait for the router to close
     for (;;) {
       auto read = co_await stream.socket().async_read_some(boost::asio::buffer(sink), tuple);
@@ -217,6 +253,8 @@ class StandinUpstream {
   std::vector<std::string> kv_targets_;
   std::string last_authorization_, kv_authorization_;
   boost::asio::io_context io_;
+  boost::asio::steady_timer crowd_timer_{io_};
+  bool crowd_armed_ = false, crowd_open_ = false;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::string host_;
   std::thread thread_;

@@ -37,6 +37,7 @@ TEST_CASE("KV events: a new instance id restarts from since=0 even when its seq 
   const std::string root = root_text();
   up.set_kv_script(config_event(0, 1) +
                    sse(R"({"seq":1,"type":"stored","block_hashes":[21,22],"parent":)" + root + "}"));
+  up.kv_heartbeat_ms = 0;
   RouterProcess router({}, standin_flags({&up}, {"--kv-events-timeout-ms", "300"}));
   REQUIRE(wait_until([&] { return router.replica(up.url()).at("last_seq") == 1; }, std::chrono::seconds(10)));
   // The replica restarts: 40 events already, another instance. The silent stream times out, the
@@ -50,8 +51,27 @@ TEST_CASE("KV events: a new instance id restarts from since=0 even when its seq 
 TEST_CASE("KV events: a silent stream is reconnected after kv_events_timeout; heartbeats keep it") {
   StandinUpstream up;
   up.set_kv_script(config_event(0, 1));
+  up.kv_heartbeat_ms = 0;
   RouterProcess router({}, standin_flags({&up}, {"--kv-events-timeout-ms", "300"}));
   CHECK(wait_until([&] { return up.kv_targets().size() >= 3; }, std::chrono::seconds(10)));
+  // Between a timed-out stream and the next config (the backoff grows), the router says why it guesses.
+  std::string reason;
+  CHECK(wait_until([&] {
+    const json::object r = router.replica(up.url());
+    if (r.at("mode") == "approximate") reason = json::value_to<std::string>(r.at("mode_reason"));
+    return !reason.empty();
+  }, std::chrono::seconds(10)));
+  CHECK(reason == "no event or heartbeat for 300 ms (kv_events_timeout_ms): reconnecting");  // before: "event stream failed: The socket was closed due to a timeout"
+
+  // A stand-in that sends heartbeats, like a real replica, keeps its one stream.
+  StandinUpstream beating;
+  beating.set_kv_script(config_event(0, 1));
+  beating.kv_heartbeat_ms = 100;
+  RouterProcess kept({}, standin_flags({&beating}, {"--kv-events-timeout-ms", "400"}));
+  REQUIRE(wait_until([&] { return kept.replica(beating.url()).at("mode") == "exact"; }, std::chrono::seconds(10)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  CHECK(beating.kv_targets().size() == 1);
+  CHECK(kept.replica(beating.url()).at("mode") == "exact");
 
   ReplicaProcess replica({"--kv-events-heartbeat-ms", "100"});
   RouterProcess follower({&replica}, {"--kv-events-timeout-ms", "400", "--health-interval-ms", "60000"});
@@ -96,13 +116,8 @@ TEST_CASE("a real replica's snapshot (reader ahead of its ring) gives a router i
     http::HttpClientConfig cc;
     cc.io_timeout = std::chrono::seconds(5);
     http::HttpClient client(co_await asio::this_coro::executor, cc);
-    const std::string host = "127.0.0.1";
-    co_await client.connect(host, replica.port());
-    http::Request req;
-    req.method = "GET";
-    req.target = "/v1/kv_events?since=1000000";
-    co_await client.send(req);
-    const http::ResponseHead head = co_await client.read_head();
+    const std::string target = "/v1/kv_events?since=1000000";  // named: no temporaries in a co_await (GCC 12)
+    const http::ResponseHead head = co_await open_get(client, replica.port(), target);
     REQUIRE(head.status == 200);
     http::SseParser parser;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
@@ -140,13 +155,9 @@ TEST_CASE("a real replica's event stream wakes on new events, long before its he
     http::HttpClientConfig cc;
     cc.io_timeout = std::chrono::seconds(10);
     http::HttpClient client(co_await asio::this_coro::executor, cc);
-    const std::string host = "127.0.0.1";
-    co_await client.connect(host, replica.port());
-    http::Request req;
-    req.method = "GET";
-    req.target = "/v1/kv_events?since=0";
-    co_await client.send(req);
-    REQUIRE((co_await client.read_head()).status == 200);
+    const std::string target = "/v1/kv_events?since=0";  // named: no temporaries in a co_await (GCC 12)
+    const http::ResponseHead head = co_await open_get(client, replica.port(), target);
+    REQUIRE(head.status == 200);
     http::SseParser parser;
     bool configured = false;
     std::chrono::steady_clock::time_point sent;
