@@ -12,7 +12,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <latch>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/cpu/cpu_isa.h"
@@ -26,6 +28,28 @@ namespace {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// Runs part(i, parts) on `parts` threads at once (the caller is one) and returns the wall time from the
+// moment all have started. The hardware probes use plain threads, not the kernels' pool: the pool lets a
+// thread that is free take another's chunk, so a probe through it could run on fewer cores than it says.
+template <class Part>
+double on_threads(unsigned parts, Part part) {
+  std::latch ready(parts), go(1);
+  std::vector<std::thread> threads;
+  for (unsigned i = 1; i < parts; ++i) threads.emplace_back([&, i] { ready.count_down(); go.wait(); part(i, parts); });
+  ready.count_down();
+  ready.wait();
+  const auto t0 = Clock::now();
+  go.count_down();
+  part(0, parts);
+  for (auto& t : threads) t.join();
+  return seconds_since(t0);
+}
+
+// [begin, end) of part i of n items cut in `parts` contiguous pieces.
+std::pair<std::int64_t, std::int64_t> piece(std::int64_t n, unsigned i, unsigned parts) {
+  return {n * i / parts, n * (i + 1) / parts};
+}
+
 // Sums the buffer with four independent 32-byte accumulators per thread: a pure read stream.
 double read_bandwidth(ThreadPool& pool, std::size_t mib, int runs) {
   const std::size_t n = (mib << 20) / sizeof(float);
@@ -33,8 +57,8 @@ double read_bandwidth(ThreadPool& pool, std::size_t mib, int runs) {
   std::vector<float> sink(pool.size() * 16, 0.0f);
   double best = 1e30;
   for (int r = 0; r < runs; ++r) {
-    const auto t0 = Clock::now();
-    pool.parallel_for(static_cast<std::int64_t>(n / 32), 1024, [&](std::int64_t b, std::int64_t e) {
+    const double t = on_threads(pool.size(), [&](unsigned part, unsigned parts) {
+      const auto [b, e] = piece(static_cast<std::int64_t>(n / 32), part, parts);
       __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
       for (std::int64_t i = b * 32; i < e * 32; i += 32) {
         const float* p = buf.data() + i;
@@ -45,9 +69,9 @@ double read_bandwidth(ThreadPool& pool, std::size_t mib, int runs) {
       }
       float out[8];
       _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-      sink[static_cast<std::size_t>(b % static_cast<std::int64_t>(sink.size()))] += out[0];
+      sink[part * 16] += out[0];
     });
-    best = std::min(best, seconds_since(t0));
+    best = std::min(best, t);
   }
   if (sink[0] < 0) std::printf(" ");  // keeps the sums alive
   return static_cast<double>(n * sizeof(float)) / best;
@@ -64,8 +88,8 @@ double read_bandwidth_streams(ThreadPool& pool, std::size_t mib, int runs) {
   std::vector<float> sink(pool.size() * 16, 0.0f);
   double best = 1e30;
   for (int r = 0; r < runs; ++r) {
-    const auto t0 = Clock::now();
-    pool.parallel_for(static_cast<std::int64_t>(n / (16 * kStreams)), 64, [&](std::int64_t b, std::int64_t e) {
+    const double t = on_threads(pool.size(), [&](unsigned part, unsigned parts) {
+      const auto [b, e] = piece(static_cast<std::int64_t>(n / (16 * kStreams)), part, parts);
       const std::int64_t len = (e - b) * 16;  // floats per stream
       const float* base = buf.data() + b * 16 * kStreams;
       __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -76,9 +100,9 @@ double read_bandwidth_streams(ThreadPool& pool, std::size_t mib, int runs) {
         }
       float out[8];
       _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-      sink[static_cast<std::size_t>(b % static_cast<std::int64_t>(sink.size()))] += out[0];
+      sink[part * 16] += out[0];
     });
-    best = std::min(best, seconds_since(t0));
+    best = std::min(best, t);
   }
   if (sink[0] < 0) std::printf(" ");
   return static_cast<double>(n / (16 * kStreams) * 16 * kStreams * sizeof(float)) / best;
@@ -115,11 +139,9 @@ float fma_chains_256(float seed) {
 
 double fma_peak(ThreadPool& pool, bool wide) {
   std::vector<float> sink(pool.size());
-  const auto t0 = Clock::now();
-  pool.parallel_for(pool.size(), 1, [&](std::int64_t b, std::int64_t) {
-    sink[static_cast<std::size_t>(b)] = wide ? fma_chains_512(static_cast<float>(b)) : fma_chains_256(static_cast<float>(b));
+  const double s = on_threads(pool.size(), [&](unsigned part, unsigned) {
+    sink[part] = wide ? fma_chains_512(static_cast<float>(part)) : fma_chains_256(static_cast<float>(part));
   });
-  const double s = seconds_since(t0);
   if (sink[0] < 0) std::printf(" ");
   return 2.0 * (wide ? 16 : 8) * 12.0 * static_cast<double>(kFmaIters) * pool.size() / s;
 }
