@@ -96,16 +96,21 @@ void Gateway::targets_locked(const MatchResult& match, const std::vector<Replica
     s.healthy = l.healthy && std::find(exclude.begin(), exclude.end(), l.slot) == exclude.end() &&
                 l.breaker.available(now) && l.pd_pool != ReplicaPool::prefill;  // pd: D from the decode pool
     s.draining = l.draining;
-    if (l.ranks.empty()) {
-      s.in_flight_requests = l.in_flight;
-      s.in_flight_tokens = l.in_flight_tokens;
-      s.matched_blocks = match.of(l.slot);
-      if (l.load_reported && now - l.load_at <= stale_after) {
-        s.load_reported = true;
-        s.reported_waiting = l.reported_waiting;
-        s.reported_running = l.reported_running;
-        s.kv_usage = l.reported_kv_usage;
+    // The router's own in-flight counts, the cache match and the reported load (when fresh) of a
+    // replica or of one of its ranks: ReplicaLink and RankTarget keep the same fields.
+    const auto fill = [&](ReplicaState& r, const auto& src, std::size_t slot) {
+      r.in_flight_requests = src.in_flight;
+      r.in_flight_tokens = src.in_flight_tokens;
+      r.matched_blocks = match.of(slot);
+      if (src.load_reported && now - src.load_at <= stale_after) {
+        r.load_reported = true;
+        r.reported_waiting = src.reported_waiting;
+        r.reported_running = src.reported_running;
+        r.kv_usage = src.reported_kv_usage;
       }
+    };
+    if (l.ranks.empty()) {
+      fill(s, l, l.slot);
       states.push_back(std::move(s));
       targets.push_back({i, -1});
       continue;
@@ -116,15 +121,7 @@ void Gateway::targets_locked(const MatchResult& match, const std::vector<Replica
       const RankTarget& t = l.ranks[k];
       ReplicaState r = s;
       r.id = l.url + "@" + std::to_string(k);
-      r.in_flight_requests = t.in_flight;
-      r.in_flight_tokens = t.in_flight_tokens;
-      r.matched_blocks = match.of(t.slot);
-      if (t.load_reported && now - t.load_at <= stale_after) {
-        r.load_reported = true;
-        r.reported_waiting = t.reported_waiting;
-        r.reported_running = t.reported_running;
-        r.kv_usage = t.reported_kv_usage;
-      }
+      fill(r, t, t.slot);
       states.push_back(std::move(r));
       targets.push_back({i, static_cast<int>(k)});
     }
