@@ -167,6 +167,7 @@ std::size_t pull(std::uint16_t port, std::uint64_t transfer, const pd::KvLayout&
 struct Series {
   std::string transport;
   std::vector<double> pd_s, tcp_s, ratio, pd_cpu, tcp_cpu;
+  std::uint64_t p_steps = 0;  // P's engine steps during the timed parts of these reps
 };
 
 double min_of(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
@@ -222,12 +223,21 @@ std::size_t pull_over(Bench& b, const std::string& transport, const pd::Accept& 
 struct RepResult {
   std::size_t payload = 0, wire = 0;
   double pd_s = 0, pd_cpu = 0, tcp_s = 0, tcp_cpu = 0;
+  std::uint64_t p_steps = 0;  // P's engine steps during the timed part (0: P computed nothing meanwhile)
 };
 
 RepResult timed_rep(Bench& b, const std::string& transport) {
   std::vector<pd::Accept> accepts;
   for (std::size_t i = 0; i < b.hellos.size(); ++i) accepts.push_back(open_transfer(b, i, transport == "ucx"));
+  // Whatever P's engine still computes for these hellos runs before the timing, not next to the pulls (an
+  // older P recomputed each prompt's last block here, a third of the measured CPU).
+  for (const auto until = Clock::now() + std::chrono::seconds(60); Clock::now() < until;) {
+    const SchedulerStats s = b.p->engine().stats().scheduler;
+    if (s.num_running == 0 && s.num_waiting == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   RepResult r;
+  const std::uint64_t steps0 = b.p->engine().stats().scheduler.num_steps;
   const auto ticks0 = b.profile ? thread_ticks() : std::map<std::string, long>{};
   for (std::size_t i = 0; i < accepts.size(); ++i) {
     std::size_t w = 0;
@@ -242,6 +252,7 @@ RepResult timed_rep(Bench& b, const std::string& transport) {
     r.tcp_s += tcp_copy(w);
     r.tcp_cpu += cpu_seconds() - cpu1;
   }
+  r.p_steps = b.p->engine().stats().scheduler.num_steps - steps0;
   if (b.profile) {
     std::string line = transport + " (and copies) cpu ticks by thread:";
     for (const auto& [tid, t] : thread_ticks()) {
@@ -259,10 +270,11 @@ void print_series(const Series& s, int tokens, std::size_t prompts, std::size_t 
   std::printf("{\"transport\": \"%s\", \"tokens\": %d, \"prompts\": %zu, \"blocks\": %zu, \"payload_bytes\": %zu, "
               "\"reps\": %zu, \"warmup\": %d, \"pull_blocks\": %u, \"pd_pull_gbps\": %.3f, \"tcp_copy_gbps\": %.3f, "
               "\"ratio\": %.3f, \"ratio_min\": %.3f, \"ratio_max\": %.3f, \"ratios\": %s, \"pd_cpu_s_per_gb\": %.3f, "
-              "\"tcp_cpu_s_per_gb\": %.3f, \"pd_ms_median\": %.1f}\n",
+              "\"tcp_cpu_s_per_gb\": %.3f, \"pd_ms_median\": %.1f, \"p_engine_steps_timed\": %llu}\n",
               s.transport.c_str(), tokens, prompts, blocks, payload, s.ratio.size(), warmup, pull_blocks,
               gb / median(s.pd_s), wire_gb / median(s.tcp_s), median(s.ratio), min_of(s.ratio), max_of(s.ratio),
-              joined(s.ratio).c_str(), median(s.pd_cpu) / gb, median(s.tcp_cpu) / wire_gb, median(s.pd_s) * 1e3);
+              joined(s.ratio).c_str(), median(s.pd_cpu) / gb, median(s.tcp_cpu) / wire_gb, median(s.pd_s) * 1e3,
+              static_cast<unsigned long long>(s.p_steps));
 }
 
 }  // namespace
@@ -335,7 +347,7 @@ int main(int argc, char** argv) {
   b.cache.resize(static_cast<std::size_t>(tokens / 16) * b.hellos[0].layout.block_bytes());
   std::size_t payload = 0, wire = 0;
   std::vector<Series> series;
-  for (const auto& t : transports) series.push_back(Series{t, {}, {}, {}, {}, {}});
+  for (const auto& t : transports) series.push_back(Series{t, {}, {}, {}, {}, {}, 0});
   try {
     // P computes each prompt once, untimed (P accepts as soon as the first block is computed and streams the
     // rest as it is computed: timed pulls would include the compute); every rep then reuses P's prefix cache.
@@ -357,6 +369,7 @@ int main(int argc, char** argv) {
         s.tcp_s.push_back(tcp_s);
         s.pd_cpu.push_back(pd_cpu);
         s.tcp_cpu.push_back(tcp_cpu);
+        s.p_steps += got.p_steps;
         // pull GB/s over copy GB/s of the same rep: (payload / pd_s) / (wire / tcp_s)
         s.ratio.push_back(static_cast<double>(payload) * tcp_s / (static_cast<double>(wire) * pd_s));
       }

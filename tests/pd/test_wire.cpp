@@ -257,3 +257,21 @@ TEST_CASE("a frame's checksum over pieces (P sends the layers from the cache) is
     CHECK(std::memcmp(&sum, whole.data() + whole.size() - kFrameTrailerBytes, sizeof sum) == 0);
   }
 }
+
+TEST_CASE("checksums are XXH3-64 whichever implementation computes them (wire.cpp may use the AVX dispatch)") {
+  // Large enough for XXH3's long-input loop (the vectorised part) and with odd lengths and splits; this
+  // file calls libxxhash's plain XXH3_64bits, so a P and a D built with and without dispatch agree.
+  const std::string body = payload(300 * 1024 + 13, 3);
+  const std::string whole = encode_block(5, 99, 0, 8, body);
+  const std::size_t covered = whole.size() - kFrameTrailerBytes;
+  const std::uint64_t plain = XXH3_64bits(whole.data(), covered);
+  std::uint64_t written = 0;
+  std::memcpy(&written, whole.data() + covered, sizeof written);
+  CHECK(written == plain);
+  for (std::size_t split : {std::size_t{7}, std::size_t{4096}, std::size_t{65536 + 3}}) {
+    std::vector<std::string_view> pieces;
+    for (std::size_t at = 0; at < covered; at += split) pieces.push_back(std::string_view(whole).substr(at, std::min(split, covered - at)));
+    CHECK(frame_checksum(pieces) == plain);
+  }
+  CHECK(peek_frame(whole, whole.size()).has_value());
+}
