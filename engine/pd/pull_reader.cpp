@@ -85,6 +85,9 @@ class HttpBodySource : public ByteSource {
  public:
   explicit HttpBodySource(http::HttpClient& c) : c_(c) {}
   awaitable<std::size_t> read_some_into(std::span<char> into) override { return c_.read_some_into(into); }
+  awaitable<std::size_t> read_some_scattered(std::span<const std::span<char>> into) override {
+    return c_.read_some_scattered(into);
+  }
 
  private:
   http::HttpClient& c_;
@@ -103,6 +106,25 @@ awaitable<void> read_exact(ByteSource& in, char* p, std::size_t n, std::chrono::
     if (got == 0) throw PdFailure("peer_closed", "the stream ended inside a frame");
     if (std::chrono::steady_clock::now() > deadline) throw PdFailure("timeout", "the transfer took longer than its deadline");
     p += got, n -= got;
+  }
+}
+
+// Fills every buffer of `parts` in order (scattered reads: a block's layers, its trailer and the next
+// frame's header in as few reads as the socket allows), or PdFailure as read_exact.
+awaitable<void> read_all(ByteSource& in, std::vector<std::span<char>>& parts, std::chrono::steady_clock::time_point deadline) {
+  std::size_t first = 0;
+  while (first < parts.size()) {
+    std::size_t got = co_await in.read_some_scattered(std::span<const std::span<char>>(parts).subspan(first));
+    if (got == 0) throw PdFailure("peer_closed", "the stream ended inside a frame");
+    if (std::chrono::steady_clock::now() > deadline) throw PdFailure("timeout", "the transfer took longer than its deadline");
+    for (; got > 0 && first < parts.size(); ++first) {
+      if (got < parts[first].size()) {
+        parts[first] = parts[first].subspan(got);
+        break;
+      }
+      got -= parts[first].size();
+    }
+    while (first < parts.size() && parts[first].empty()) ++first;
   }
 }
 
@@ -136,10 +158,11 @@ awaitable<void> read_pull_frames_into(ByteSource& in, const KvLayout& layout, st
   const std::size_t layer_bytes = layout.block_bytes() / layers;
   if (dst.size() != std::size_t{count} * layers) throw std::invalid_argument("read_pull_frames_into: a destination per layer");
   char head[kBlockPayloadOffset];
-  char tail[kFrameTrailerBytes];
+  char tail[kFrameTrailerBytes + kFrameHeaderBytes];  // a block's trailer, then the next frame's header
   std::vector<std::string_view> pieces(layers + 1);
+  std::vector<std::span<char>> parts;
+  co_await read_exact(in, head, kFrameHeaderBytes, deadline);
   for (std::size_t got = 0;; ++got) {
-    co_await read_exact(in, head, kFrameHeaderBytes, deadline);
     if (std::memcmp(head, "KVF1", 4) != 0) throw WireError(WireError::Kind::malformed, "bad frame magic");
     if (static_cast<FrameType>(head[4]) != FrameType::block) {
       co_await read_other(in, head, got, count, deadline);  // the end frame (or an error frame: throws)
@@ -150,12 +173,15 @@ awaitable<void> read_pull_frames_into(ByteSource& in, const KvLayout& layout, st
       throw PdFailure("malformed", "block " + std::to_string(from + got) + " has the wrong layer range or size");
     co_await read_exact(in, head + kFrameHeaderBytes, kBlockFieldsBytes, deadline);
     pieces[0] = std::string_view(head, sizeof head);
+    parts.clear();
     for (std::size_t l = 0; l < layers; ++l) {
       char* to = dst[got * layers + l];
-      co_await read_exact(in, to, layer_bytes, deadline);
+      parts.emplace_back(to, layer_bytes);
       pieces[1 + l] = std::string_view(to, layer_bytes);
     }
-    co_await read_exact(in, tail, sizeof tail, deadline);
+    // Every frame is longer than a header, so the next one's can be read with this one's trailer.
+    parts.emplace_back(tail, sizeof tail);
+    co_await read_all(in, parts, deadline);
     if (frame_checksum(pieces) != field_at<std::uint64_t>(tail)) throw WireError(WireError::Kind::checksum, "frame checksum mismatch");
     BlockView b;
     const char* f = head + kFrameHeaderBytes;
@@ -166,6 +192,7 @@ awaitable<void> read_pull_frames_into(ByteSource& in, const KvLayout& layout, st
     if (field_at<std::uint32_t>(f + 16) != layout.block_bytes()) throw WireError(WireError::Kind::malformed, "block payload length");
     b.payload = std::string_view(dst[got * layers], layout.block_bytes());  // (its size only: the layers lie apart)
     check_block(b, layout, hashes, from, count, got);
+    std::memcpy(head, tail + kFrameTrailerBytes, kFrameHeaderBytes);
   }
   // Read the answer to its end (HTTP: the last chunk), so the connection is ready for the next pull.
   char rest[64];
