@@ -114,7 +114,8 @@ awaitable<void> read_exact(ByteSource& in, char* p, std::size_t n, std::chrono::
 awaitable<void> read_all(ByteSource& in, std::vector<std::span<char>>& parts, std::chrono::steady_clock::time_point deadline) {
   std::size_t first = 0;
   while (first < parts.size()) {
-    std::size_t got = co_await in.read_some_scattered(std::span<const std::span<char>>(parts).subspan(first));
+    const auto rest = std::span<const std::span<char>>(parts).subspan(first);  // (named: GCC 12)
+    std::size_t got = co_await in.read_some_scattered(rest);
     if (got == 0) throw PdFailure("peer_closed", "the stream ended inside a frame");
     if (std::chrono::steady_clock::now() > deadline) throw PdFailure("timeout", "the transfer took longer than its deadline");
     for (; got > 0 && first < parts.size(); ++first) {
