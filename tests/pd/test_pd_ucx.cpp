@@ -7,8 +7,13 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <future>
+#include <iterator>
 #include <thread>
 
 #include "engine/pd/pull_reader.h"
@@ -68,6 +73,38 @@ auto run_coro(boost::asio::io_context& io, F f) {
 }
 
 }  // namespace
+
+TEST_CASE("UCX settings: our tcp segment defaults reach UCX's tcp transport (UCX names none it could not apply)") {
+  // UCX prints "invalid configuration(s): NAME=VALUE" (to stdout, its log) for a ucp_config_modify name that no
+  // transport took: so our defaults went nowhere when they were spelled TCP_TX_SEG_SIZE. Captured here.
+  std::fflush(stdout);
+  char path[] = "/tmp/kvfleet-ucx-log-XXXXXX";
+  const int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  const int saved = ::dup(1);
+  ::dup2(fd, 1);
+  {
+    std::string why;
+    auto worker = pd::UcxWorker::create(why);
+    REQUIRE_MESSAGE(worker, why);
+    auto handler = [](const pd::UcxPullRequest&, pd::PullSink& sink) -> boost::asio::awaitable<void> { co_await sink.finish(); };
+    pd::UcxPullServer server(worker, "127.0.0.1", 0, std::chrono::milliseconds(5000), handler);
+    pd::UcxPullClient client(worker);
+    boost::asio::io_context io;
+    auto fut = boost::asio::co_spawn(io, client.acquire("127.0.0.1", server.port(), Clock::now() + std::chrono::seconds(5)),
+                                     boost::asio::use_future);
+    io.run();
+    CHECK(fut.get() != nullptr);  // a connected endpoint: the tcp transport's lanes are set up
+  }
+  std::fflush(stdout);
+  ::dup2(saved, 1);
+  ::close(saved);
+  ::close(fd);
+  std::ifstream in(path);
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(path);
+  CHECK_MESSAGE(log.find("invalid configuration") == std::string::npos, log);
+}
 
 TEST_CASE("UCX endpoints: READY exchange, a 24 MiB answer byte for byte, a refused connect, a deadline") {
   std::string why;
