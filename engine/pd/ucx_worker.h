@@ -76,6 +76,8 @@ class UcxEndpoint {
   enum class Op { send, send_iov, recv };
   // send_iov: `buffer` is an array of `n` UCP iov entries.
   boost::asio::awaitable<void> run(Op op, char* buffer, std::size_t n, Clock::time_point deadline);
+  // Any thread: marks `s` broken and closes it by force on the worker thread (pending operations fail).
+  static void close_by_force(const std::shared_ptr<UcxWorker>& w, const std::shared_ptr<UcxEpState>& s);
 
   std::shared_ptr<UcxWorker> worker_;
   std::shared_ptr<UcxEpState> state_;
