@@ -93,6 +93,20 @@ class HttpBodySource : public ByteSource {
 
 ReceivedPull::~ReceivedPull() { SpareBuffers::instance().give(std::move(bytes), capacity); }
 
+std::shared_ptr<ReceivedPull> pull_buffer(const KvLayout& layout, std::uint32_t count, std::shared_ptr<ReceivedPull> reuse) {
+  const std::size_t capacity = std::size_t{count} * block_frame_bytes(layout.block_bytes()) + kTailBytes;
+  std::shared_ptr<ReceivedPull> pull = reuse ? std::move(reuse) : std::make_shared<ReceivedPull>();
+  if (pull->capacity < capacity) {
+    SpareBuffers::instance().give(std::move(pull->bytes), pull->capacity);
+    std::tie(pull->bytes, pull->capacity) = SpareBuffers::instance().take(capacity);
+  }
+  if (!pull->bytes) {
+    pull->bytes = std::make_unique_for_overwrite<char[]>(capacity);
+    pull->capacity = capacity;
+  }
+  return pull;
+}
+
 awaitable<std::shared_ptr<ReceivedPull>> read_pull(http::HttpClient& c, const KvLayout& layout,
                                                    std::span<const BlockHash> hashes, std::uint32_t from,
                                                    std::uint32_t count, std::chrono::steady_clock::time_point deadline,
@@ -114,15 +128,7 @@ awaitable<std::shared_ptr<ReceivedPull>> read_pull_frames(ByteSource& c, const K
                                                           std::shared_ptr<ReceivedPull> reuse) {
   const std::size_t capacity = std::size_t{count} * block_frame_bytes(layout.block_bytes()) + kTailBytes;
   const std::size_t max_payload = kBlockFieldsBytes + layout.block_bytes() + kTailBytes;
-  std::shared_ptr<ReceivedPull> pull = reuse ? std::move(reuse) : std::make_shared<ReceivedPull>();
-  if (pull->capacity < capacity) {
-    SpareBuffers::instance().give(std::move(pull->bytes), pull->capacity);
-    std::tie(pull->bytes, pull->capacity) = SpareBuffers::instance().take(capacity);
-  }
-  if (!pull->bytes) {
-    pull->bytes = std::make_unique_for_overwrite<char[]>(capacity);
-    pull->capacity = capacity;
-  }
+  std::shared_ptr<ReceivedPull> pull = pull_buffer(layout, count, std::move(reuse));
   pull->blocks.clear();
   pull->blocks.reserve(count);
   char* const buf = pull->bytes.get();
