@@ -47,13 +47,13 @@ void sorted_bucket(std::span<const float> logits, int b, SamplerScratch& s) {
 
 bool near(double a, double b, double tol) { return std::abs(a - b) <= tol * std::max(std::abs(a), std::abs(b)); }
 
-// The draw's id among s.ids (sorted, their probabilities w / total following `cum`): the first whose
-// cumulative sum passes target, or -1 when target is within tol of a boundary or passes them all.
-TokenId walk_ids(const SamplerScratch& s, std::size_t count, double cum, double total, double target, double tol) {
+// The draw's id among s.ids[0, count) (sorted, their weights following `cum`): the first whose cumulative
+// sum passes target, or -1 when target is within tol of a boundary or passes them all.
+TokenId walk_ids(const SamplerScratch& s, std::size_t count, double cum, double target, double tol) {
   for (std::size_t i = 0; i < count; ++i) {
     const double before = cum;
     const TokenId id = s.ids[i];
-    cum += static_cast<double>(s.weights[static_cast<std::size_t>(id)]) / total;
+    cum += s.weights[static_cast<std::size_t>(id)];
     if (target < cum) return near(target, before, tol) || near(target, cum, tol) ? -1 : id;
   }
   return -1;
@@ -88,20 +88,22 @@ TokenId draw_bucketed(std::span<const float> logits, const SamplingParams& p, st
 // The reference's top-p loop keeps ids while the sum of the probabilities before them is < top_p. In
 // bucket terms: every bucket before the first whose end reaches top_p is kept whole; that bucket (c) is
 // sorted and walked id by id to the cut. The draw then lands in a bucket before c (sorted in turn) or among
-// c's kept ids. The mass the draw scales is the kept ids' sum, as the reference's.
+// c's kept ids. The mass the draw scales is the kept ids' sum, as the reference's. Everything runs in
+// weight units (the reference's probabilities times the total: one rounding more, within tol), so that
+// the walks over the buckets are additions, not a division per bucket.
 TokenId draw_top_p(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index, SamplerScratch& s) {
   const std::size_t n = logits.size();
   bucket_row(logits, p.temperature, s);
   const double* sum = s.bucket_sum.data();
   double total = 0.0;
   for (int b = 0; b < kBuckets; ++b) total += sum[b];
-  const double tol = tolerance(n), top_p = p.top_p;
-  double cum = 0.0;  // the probability before bucket c
+  const double tol = tolerance(n), want = static_cast<double>(p.top_p) * total;
+  double cum = 0.0;  // the weight before bucket c
   int c = 0;
   for (; c < kBuckets; ++c) {
-    const double next = cum + sum[c] / total;
-    if (near(next, top_p, tol)) return -1;
-    if (next >= top_p) break;
+    const double next = cum + sum[c];
+    if (near(next, want, tol)) return -1;
+    if (next >= want) break;
     cum = next;
   }
   if (c == kBuckets) return -1;  // top_p within rounding of the whole mass
@@ -109,21 +111,21 @@ TokenId draw_top_p(std::span<const float> logits, const SamplingParams& p, std::
   std::size_t kept = 0;  // c's ids the cut keeps
   double mass = cum;
   for (; kept < s.ids.size(); ++kept) {
-    if (near(mass, top_p, tol)) return -1;
-    if (!(mass < top_p)) break;
-    mass += static_cast<double>(s.weights[static_cast<std::size_t>(s.ids[kept])]) / total;
+    if (near(mass, want, tol)) return -1;
+    if (!(mass < want)) break;
+    mass += s.weights[static_cast<std::size_t>(s.ids[kept])];
   }
-  if (kept == s.ids.size() && (near(mass, top_p, tol) || mass < top_p)) return -1;  // the bucket sum said >=
+  if (kept == s.ids.size() && (near(mass, want, tol) || mass < want)) return -1;  // the bucket sum said >=
   const double target = kernels::uniform_draw(p.seed, draw_index) * mass;
   if (near(target, cum, tol)) return -1;
-  if (!(target < cum)) return walk_ids(s, kept, cum, total, target, tol);  // among c's kept ids
+  if (!(target < cum)) return walk_ids(s, kept, cum, target, tol);  // among c's kept ids
   double at = 0.0;
   for (int b = 0; b < c; ++b) {
-    const double next = at + sum[b] / total;
+    const double next = at + sum[b];
     if (near(target, next, tol)) return -1;
     if (target < next) {
       sorted_bucket(logits, b, s);
-      return walk_ids(s, s.ids.size(), at, total, target, tol);
+      return walk_ids(s, s.ids.size(), at, target, tol);
     }
     at = next;
   }

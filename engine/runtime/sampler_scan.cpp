@@ -56,11 +56,10 @@ Range row_range_generic(std::span<const float> logits) {
 
 template <bool kWeights>
 void bucket_generic(const float* l, std::size_t n, const Bucketing& g, float* w, std::uint16_t* bucket) {
-  const float max_l = g.max_l, t = g.t, span = g.span, to_bucket = g.to_bucket;
+  const float max_l = g.max_l, t = g.t, neg_to_bucket = -g.to_bucket, last = kBuckets - 1;
   auto one = [&](std::size_t i, float x) {
     if constexpr (kWeights) w[i] = exp_weight(x);
-    const int b = static_cast<int>(std::min(-x, span) * to_bucket);
-    bucket[i] = static_cast<std::uint16_t>(std::min(b, kBuckets - 1));
+    bucket[i] = static_cast<std::uint16_t>(static_cast<int>(std::min(x * neg_to_bucket, last)));
   };
   if (t == 1.0f) {  // x / 1 == x exactly: the same bits without the division
     for (std::size_t i = 0; i < n; ++i) one(i, ordered(l[i]) - max_l);
@@ -116,9 +115,8 @@ KVFLEET_TARGET_AVX512 __m512 exp_weight16(__m512 x) {
 template <bool kWeights>
 KVFLEET_TARGET_AVX512 void bucket_avx512(const float* l, std::size_t n, const Bucketing& g, float* w,
                                          std::uint16_t* bucket) {
-  const __m512 max_l = _mm512_set1_ps(g.max_l), t = _mm512_set1_ps(g.t), span = _mm512_set1_ps(g.span);
-  const __m512 to_bucket = _mm512_set1_ps(g.to_bucket), neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  const __m512i sign = _mm512_set1_epi32(static_cast<std::int32_t>(0x80000000u)), last = _mm512_set1_epi32(kBuckets - 1);
+  const __m512 max_l = _mm512_set1_ps(g.max_l), t = _mm512_set1_ps(g.t), neg_to_bucket = _mm512_set1_ps(-g.to_bucket);
+  const __m512 last = _mm512_set1_ps(kBuckets - 1), neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const bool unit = g.t == 1.0f;  // x / 1 == x exactly
   for (std::size_t i = 0; i < n; i += 16) {
     const auto m = static_cast<__mmask16>(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);
@@ -127,9 +125,8 @@ KVFLEET_TARGET_AVX512 void bucket_avx512(const float* l, std::size_t n, const Bu
     __m512 x = _mm512_sub_ps(v, max_l);
     if (!unit) x = _mm512_div_ps(x, t);
     if constexpr (kWeights) _mm512_mask_storeu_ps(w + i, m, exp_weight16(x));
-    const __m512 neg_x = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), sign));
-    const __m512 c = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(span, neg_x, _CMP_LT_OQ), neg_x, span);  // std::min
-    const __m512i b = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(c, to_bucket)), last);
+    // std::min(y, last) is (last < y ? last : y): vminps(y, last) returns last when they are equal, the same value.
+    const __m512i b = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_mul_ps(x, neg_to_bucket), last));
     _mm256_mask_storeu_epi16(bucket + i, m, _mm512_cvtepi32_epi16(b));
   }
 }

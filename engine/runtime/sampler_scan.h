@@ -23,8 +23,9 @@ struct Range {
 };
 Range row_range(std::span<const float> logits);
 
-// Bucket b holds x in (-(b + 1), -b] * span / kBuckets (x below -span: the last bucket), x = (ordered(l) -
-// max_l) / t: monotone in the logit (a larger logit never gets a larger bucket) whatever the rounding.
+// Bucket b holds the x with b = floor(min(x * -to_bucket, kBuckets - 1)), x = (ordered(l) - max_l) / t, that
+// is x in (-(b + 1), -b] * span / kBuckets (below -span: the last bucket): monotone in the logit (a larger
+// logit never gets a larger bucket) whatever the rounding, since x <= 0 and every step is monotone.
 struct Bucketing {
   float max_l, t, span, to_bucket;
 };
