@@ -192,6 +192,7 @@ TokenId draw_bucketed_cut(std::span<const float> logits, const SamplingParams& p
   double total = 0.0;
   for (double sum : s.bucket_sum) total += sum;
   const double tol = tolerance(n);
+  bool past_prefix_matters = true;
   int last = kBuckets - 1;  // the last bucket of the prefix
   if (p.top_p < 1.0f) {
     double cum = 0.0;
@@ -202,6 +203,12 @@ TokenId draw_bucketed_cut(std::span<const float> logits, const SamplingParams& p
   } else {  // min-p alone: weights >= min_p, i.e. x >= log(min_p), and one bucket more for rounding
     const double x_cut = std::log(static_cast<double>(p.min_p));
     last = static_cast<int>(std::min<double>(kBuckets - 1, -x_cut / static_cast<double>(width_x) + 1.0));
+    // An id past the prefix has x < log(min_p) - width_x + 2e-5 (the bucket's float product rounds by 2^-24
+    // of at most 1024 buckets' 88): with buckets 1e-3 wide its weight is below min_p by far more than
+    // exp_weight's error (2e-7), so the reference's min-p cut ends inside the prefix or at its end and
+    // the ids past it are not needed (without this, a row whose buckets just past the cut are empty
+    // would go to the exact path).
+    if (width_x >= 1e-3f) past_prefix_matters = false;
   }
   std::vector<TokenId>& ids = s.ids;
   ids.clear();
@@ -210,7 +217,7 @@ TokenId draw_bucketed_cut(std::span<const float> logits, const SamplingParams& p
   std::erase_if(ids, [w](TokenId id) { return !(w[static_cast<std::size_t>(id)] > 0.0f); });  // never in the prefix
   if (ids.empty()) return -1;
   radix_sort_desc(logits, ids, s.keys, s.swap);
-  return cut_and_draw(p, draw_index, s, total, tol, ids.size() < n);
+  return cut_and_draw(p, draw_index, s, total, tol, past_prefix_matters && ids.size() < n);
 }
 
 // Buckets over l - max (temperature 1: only the order matters) are monotone in the logit, so the ids of the
