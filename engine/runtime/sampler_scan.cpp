@@ -173,8 +173,16 @@ void bucket_block(const float* l, std::size_t n, const Bucketing& g, float* w, s
 #else
   bucket_generic<kWeights>(l, n, g, w, bucket);
 #endif
-  if constexpr (kWeights) {
-    for (std::size_t i = 0; i < n; ++i) sum[bucket[i]] += w[i];  // a zero weight adds nothing
+  if constexpr (kWeights) {  // in id order per bucket (a zero weight adds nothing); 4 at a time schedules better
+    std::size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      const double w0 = w[i], w1 = w[i + 1], w2 = w[i + 2], w3 = w[i + 3];
+      sum[bucket[i]] += w0;
+      sum[bucket[i + 1]] += w1;
+      sum[bucket[i + 2]] += w2;
+      sum[bucket[i + 3]] += w3;
+    }
+    for (; i < n; ++i) sum[bucket[i]] += w[i];
   } else {
     for (std::size_t i = 0; i < n; ++i) ++count[bucket[i]];
   }
