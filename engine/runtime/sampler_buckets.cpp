@@ -21,6 +21,47 @@ namespace {
 
 double tolerance(std::size_t n) { return (8.0 * static_cast<double>(n) + 64.0) * 0x1p-53; }
 
+// The bucket sums in blocks of 16 and their total, so that the walks below are 64 dependent additions and
+// 16, not 1,024: sums of the same positive terms in another grouping, within the rounding bound above.
+constexpr int kPerBlock = 16, kBlocks = kBuckets / kPerBlock;
+struct Blocks {
+  double sum[kBlocks];
+  double total;
+};
+void block_sums(const double* bucket_sum, Blocks& out) {
+  for (int k = 0; k < kBlocks; ++k) {  // independent chains: they overlap
+    double s = 0.0;
+    for (int j = 0; j < kPerBlock; ++j) s += bucket_sum[k * kPerBlock + j];
+    out.sum[k] = s;
+  }
+  double t = 0.0;
+  for (double x : out.sum) t += x;
+  out.total = t;
+}
+
+// Walks the buckets from the top: `stop(end)` gets the running sum at the end of each block, then of each
+// bucket of the block it stopped at, and says 1 (here), 0 (on) or -1 (too close to call). Returns the bucket
+// stopped at, with `cum` the sum before it; kBuckets when nothing stopped; -1 for a -1, or when a block
+// stopped and none of its buckets did (their sums round differently).
+template <class Stop>
+int walk_buckets(const double* bucket_sum, const Blocks& blocks, double& cum, Stop stop) {
+  int k = 0;
+  for (; k < kBlocks; ++k) {
+    const int r = stop(cum + blocks.sum[k]);
+    if (r < 0) return -1;
+    if (r > 0) break;
+    cum += blocks.sum[k];
+  }
+  if (k == kBlocks) return kBuckets;
+  for (int b = k * kPerBlock; b < (k + 1) * kPerBlock; ++b) {
+    const int r = stop(cum + bucket_sum[b]);
+    if (r < 0) return -1;
+    if (r > 0) return b;
+    cum += bucket_sum[b];
+  }
+  return -1;
+}
+
 // Every id's weight and bucket, each bucket's weight sum, in s; returns the bucket width in x.
 float bucket_row(std::span<const float> logits, float t, SamplerScratch& s) {
   const std::size_t n = logits.size();
@@ -67,15 +108,14 @@ TokenId draw_bucketed(std::span<const float> logits, const SamplingParams& p, st
                       SamplerScratch& s) {
   const std::size_t n = logits.size();
   bucket_row(logits, p.temperature, s);
-  const double* sum = s.bucket_sum.data();
-  double total = 0.0;
-  for (int b = 0; b < kBuckets; ++b) total += sum[b];
+  Blocks blocks;
+  block_sums(s.bucket_sum.data(), blocks);
+  const double total = blocks.total;
   const double target = kernels::uniform_draw(p.seed, draw_index) * total;
   const double margin = total * (4.0 * static_cast<double>(n) + 16.0) * 0x1p-53;
   double cum = 0.0;
-  int b = 0;
-  while (b < kBuckets && !(target < cum + sum[b])) cum += sum[b++];
-  if (b == kBuckets || target - cum < margin) return -1;
+  const int b = walk_buckets(s.bucket_sum.data(), blocks, cum, [target](double end) { return target < end ? 1 : 0; });
+  if (b < 0 || b == kBuckets || target - cum < margin) return -1;
   sorted_bucket(logits, b, s);
   for (TokenId id : s.ids) {
     const double before = cum;
@@ -95,18 +135,14 @@ TokenId draw_top_p(std::span<const float> logits, const SamplingParams& p, std::
   const std::size_t n = logits.size();
   bucket_row(logits, p.temperature, s);
   const double* sum = s.bucket_sum.data();
-  double total = 0.0;
-  for (int b = 0; b < kBuckets; ++b) total += sum[b];
-  const double tol = tolerance(n), want = static_cast<double>(p.top_p) * total;
+  Blocks blocks;
+  block_sums(sum, blocks);
+  const double tol = tolerance(n), want = static_cast<double>(p.top_p) * blocks.total;
   double cum = 0.0;  // the weight before bucket c
-  int c = 0;
-  for (; c < kBuckets; ++c) {
-    const double next = cum + sum[c];
-    if (near(next, want, tol)) return -1;
-    if (next >= want) break;
-    cum = next;
-  }
-  if (c == kBuckets) return -1;  // top_p within rounding of the whole mass
+  const int c = walk_buckets(sum, blocks, cum, [want, tol](double end) {
+    return near(end, want, tol) ? -1 : end >= want ? 1 : 0;
+  });
+  if (c < 0 || c == kBuckets) return -1;  // too close to call, or top_p within rounding of the whole mass
   sorted_bucket(logits, c, s);
   std::size_t kept = 0;  // c's ids the cut keeps
   double mass = cum;
@@ -120,16 +156,12 @@ TokenId draw_top_p(std::span<const float> logits, const SamplingParams& p, std::
   if (near(target, cum, tol)) return -1;
   if (!(target < cum)) return walk_ids(s, kept, cum, target, tol);  // among c's kept ids
   double at = 0.0;
-  for (int b = 0; b < c; ++b) {
-    const double next = at + sum[b];
-    if (near(target, next, tol)) return -1;
-    if (target < next) {
-      sorted_bucket(logits, b, s);
-      return walk_ids(s, s.ids.size(), at, target, tol);
-    }
-    at = next;
-  }
-  return -1;
+  const int b = walk_buckets(sum, blocks, at, [target, tol](double end) {
+    return near(target, end, tol) ? -1 : target < end ? 1 : 0;
+  });
+  if (b < 0 || b >= c) return -1;  // rounding put the draw past the kept buckets' sums
+  sorted_bucket(logits, b, s);
+  return walk_ids(s, s.ids.size(), at, target, tol);
 }
 
 namespace {
@@ -189,8 +221,9 @@ TokenId draw_bucketed_cut(std::span<const float> logits, const SamplingParams& p
                           SamplerScratch& s) {
   const std::size_t n = logits.size();
   const float width_x = bucket_row(logits, p.temperature, s);
-  double total = 0.0;
-  for (double sum : s.bucket_sum) total += sum;
+  Blocks blocks;
+  block_sums(s.bucket_sum.data(), blocks);
+  const double total = blocks.total;
   const double tol = tolerance(n);
   bool past_prefix_matters = true;
   int last = kBuckets - 1;  // the last bucket of the prefix

@@ -92,12 +92,13 @@ KVFLEET_TARGET_AVX512 Range row_range_avx512(std::span<const float> logits) {
   return {key_float(_mm512_reduce_max_epi32(hi)), key_float(_mm512_reduce_min_epi32(lo))};
 }
 
-// exp_weight() on 16 lanes, the same operations in the same order (sampler_weights.h).
+// exp_weight() on 16 lanes of x <= 0 (x = (l - max) / t with max the row's maximum: never above 0, never
+// NaN), the same operations in the same order (sampler_weights.h). For such x its clamp to [-87, 0] is
+// max(x, -87) (vmaxps returns the larger of two numbers).
 KVFLEET_TARGET_AVX512 __m512 exp_weight16(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-87.0f), zero = _mm512_setzero_ps(), big = _mm512_set1_ps(12582912.0f);
+  const __m512 lo = _mm512_set1_ps(-87.0f), big = _mm512_set1_ps(12582912.0f);
   const __mmask16 below = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-  __m512 xc = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, zero, _CMP_GT_OQ), x, zero);
-  xc = _mm512_mask_blend_ps(below, xc, lo);
+  const __m512 xc = _mm512_max_ps(x, lo);
   const __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)), big), big);
   const __m512 r = _mm512_sub_ps(_mm512_sub_ps(xc, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f))),
                                  _mm512_mul_ps(n, _mm512_set1_ps(-2.12194440e-4f)));
