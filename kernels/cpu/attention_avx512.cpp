@@ -109,24 +109,41 @@ inline void scores_pack(const float* const* q, const float* kt, std::int64_t d, 
     out[p] = _mm512_add_ps(_mm512_add_ps(s[p][0], s[p][1]), _mm512_add_ps(s[p][2], s[p][3]));
 }
 
-// One query's online-softmax step over slots [0, n) of a block whose scaled scores are in w (groups of 16):
-// the block's max, the new running max, alpha = exp(m_old - m_new), the weights exp(x - m_new) into w,
-// their sum in slot order, l = l * alpha + sum (fused, as paged_attention.cpp's score_block).
-inline float softmax_step(AttnQuery& s, float* w, std::int64_t n) {
-  __m512 mx = _mm512_set1_ps(-__builtin_inff());
-  for (std::int64_t g = 0; g * kKeys < n; ++g)  // max(x, mx): a NaN score is skipped, as by std::max
-    mx = _mm512_mask_max_ps(mx, first_lanes(n - g * kKeys), _mm512_loadu_ps(w + g * kKeys), mx);
-  const float mb = _mm512_reduce_max_ps(mx);
-  const float m_new = s.m < mb ? mb : s.m;
-  const float alpha = _mm512_cvtss_f32(exp_nonpositive(_mm512_set1_ps(s.m - m_new)));
-  const __m512 mv = _mm512_set1_ps(m_new);
-  for (std::int64_t g = 0; g * kKeys < n; ++g)
-    _mm512_storeu_ps(w + g * kKeys, exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(w + g * kKeys), mv)));
-  float sum = 0.0f;
-  for (std::int64_t j = 0; j < n; ++j) sum += w[j];
-  s.l = __builtin_fmaf(s.l, alpha, sum);
-  s.m = m_new;
-  return alpha;
+// The online-softmax step of P queries over slots [0, n_p) of a block whose scaled scores are in w_p
+// (groups of 16): each block max, the new running max, alpha = exp(m_old - m_new) (one 16-lane exp for all
+// P), the weights exp(x - m_new) into w_p, their sums in slot order (the P chains interleaved), and
+// l = l * alpha + sum (fused, as paged_attention.cpp's score_block).
+template <int P>
+inline void softmax_pack(AttnQuery* const* qs, float* const* w, const std::int64_t* n, float* alpha) {
+  alignas(64) float shift[16] = {};
+  float m_new[P];
+  for (int p = 0; p < P; ++p) {
+    __m512 mx = _mm512_set1_ps(-__builtin_inff());
+    for (std::int64_t g = 0; g * kKeys < n[p]; ++g)  // max(x, mx): a NaN score is skipped, as by std::max
+      mx = _mm512_mask_max_ps(mx, first_lanes(n[p] - g * kKeys), _mm512_loadu_ps(w[p] + g * kKeys), mx);
+    const float mb = _mm512_reduce_max_ps(mx), m = qs[p]->m;
+    m_new[p] = m < mb ? mb : m;
+    shift[p] = m - m_new[p];
+  }
+  _mm512_storeu_ps(shift, exp_nonpositive(_mm512_load_ps(shift)));
+  std::int64_t n_min = n[0];
+  for (int p = 0; p < P; ++p) {
+    alpha[p] = shift[p];
+    n_min = min64(n_min, n[p]);
+    const __m512 mv = _mm512_set1_ps(m_new[p]);
+    for (std::int64_t g = 0; g * kKeys < n[p]; ++g)
+      _mm512_storeu_ps(w[p] + g * kKeys, exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(w[p] + g * kKeys), mv)));
+  }
+  float sum[P];
+  for (int p = 0; p < P; ++p) sum[p] = 0.0f;
+  for (std::int64_t j = 0; j < n_min; ++j)
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) sum[p] += w[p][j];
+  for (int p = 0; p < P; ++p) {
+    for (std::int64_t j = n_min; j < n[p]; ++j) sum[p] += w[p][j];
+    qs[p]->l = __builtin_fmaf(qs[p]->l, alpha[p], sum[p]);
+    qs[p]->m = m_new[p];
+  }
 }
 
 // acc_p[c0, c0 + 64) = acc_p * alpha_p + sum over slots j < n_p of w_p[j] * v[j] (one FMA per slot, in
@@ -190,7 +207,7 @@ void attend_pack(AttnQuery* const* qs, const std::int64_t* n, const float* kt, c
     scores_pack<P>(q, kt + g * d * kKeys, d, s);
     for (int p = 0; p < P; ++p) _mm512_storeu_ps(wp[p] + g * kKeys, _mm512_mul_ps(s[p], sc));
   }
-  for (int p = 0; p < P; ++p) alpha[p] = softmax_step(*qs[p], wp[p], n[p]);
+  softmax_pack<P>(qs, wp, n, alpha);
   for (std::int64_t c0 = 0; c0 < d; c0 += 16 * kCols) accumulate_pack<P>(qs, wp, alpha, n, v, d, c0);
 }
 
