@@ -119,7 +119,7 @@ inline V8 exp_nonpositive(V8 x) {
 using QueryState = detail::AttnQuery;
 
 struct Scratch {
-  std::vector<float> k, kt, v, p, acc;
+  std::vector<float> k, kt, v, p, alpha, acc;
   std::vector<QueryState> qs;
 };
 
@@ -196,20 +196,17 @@ inline void accumulate_block(QueryState& s, const float* v, std::int64_t n, std:
 
 // One block into every query of qs[0, nq) that reaches it (position >= start): the AVX2 / scalar steps,
 // query by query (attention_kernels.h's attend_block_avx512 does the same for several at once).
+// alpha: room for nq floats.
 void attend_block(QueryState* qs, std::int64_t nq, std::int64_t start, std::int64_t bs, const float* kt,
-                  const float* v, std::int64_t d, float scale, float* p) {
+                  const float* v, std::int64_t d, float scale, float* p, float* alpha) {
   const std::int64_t bsp = (bs + kKeys - 1) / kKeys * kKeys;
-  thread_local std::vector<float> alpha;
-  alpha.resize(static_cast<std::size_t>(nq));
   for (std::int64_t i = 0; i < nq; ++i) {
     if (qs[i].position < start) continue;
-    score_block(qs[i], kt, std::min(bs, qs[i].position - start + 1), d, scale, p + i * bsp,
-                alpha[static_cast<std::size_t>(i)]);
+    score_block(qs[i], kt, std::min(bs, qs[i].position - start + 1), d, scale, p + i * bsp, alpha[i]);
   }
   for (std::int64_t i = 0; i < nq; ++i) {
     if (qs[i].position < start) continue;
-    accumulate_block(qs[i], v, std::min(bs, qs[i].position - start + 1), d, p + i * bsp,
-                     alpha[static_cast<std::size_t>(i)]);
+    accumulate_block(qs[i], v, std::min(bs, qs[i].position - start + 1), d, p + i * bsp, alpha[i]);
   }
 }
 
@@ -224,6 +221,7 @@ void attend_tile(const float* q, std::int64_t r0, std::int64_t nr, std::int64_t 
   s.acc.assign(static_cast<std::size_t>(nq * d), 0.0f);
   s.p.resize(static_cast<std::size_t>(nq * bsp));
   s.kt.resize(static_cast<std::size_t>(bsp * d));
+  s.alpha.resize(static_cast<std::size_t>(nq));
   if constexpr (!std::is_same_v<T, float>) {
     s.k.resize(static_cast<std::size_t>(bs * d));
     s.v.resize(static_cast<std::size_t>(bs * d));
@@ -245,7 +243,7 @@ void attend_tile(const float* q, std::int64_t r0, std::int64_t nr, std::int64_t 
       detail::attend_block_avx512(s.qs.data(), nq, start, bs, s.kt.data(), v, d, scale, s.p.data());
     } else {
       transpose_keys(k, n_block, d, s.kt.data());
-      attend_block(s.qs.data(), nq, start, bs, s.kt.data(), v, d, scale, s.p.data());
+      attend_block(s.qs.data(), nq, start, bs, s.kt.data(), v, d, scale, s.p.data(), s.alpha.data());
     }
   }
   for (std::int64_t i = 0; i < nq; ++i) {
