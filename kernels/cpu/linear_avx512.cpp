@@ -72,12 +72,23 @@ const std::uint8_t* feature(const GemmArgs& g, std::int64_t n) {
 // side by side, each prefetched by software 4 blocks (256 bytes of bf16) ahead, read 5-13% faster from
 // memory (512 MiB) than 16 rows with the hardware prefetcher alone, and ~5% faster from L2 (3 MiB); 16
 // rows with the same prefetch lost 10-15% from L2 (twice the prefetches and loads per FMA).
+// Packed panels are one stream (a panel's 8 features block by block): there 4 blocks ahead is only 2 KiB
+// of that stream, and the packed GEMV read 4-12% slower than plain rows; prefetching each line 8 blocks
+// ahead into L1 and 32 blocks (16 KiB of bf16) ahead into L2 read 5-15% faster than plain rows on one
+// thread (README, "Fourth stop").
 constexpr std::size_t kAhead = 4;
+constexpr std::size_t kAheadPacked = 8, kAheadPackedL2 = 32;
 
-template <DType Dt>
+template <DType Dt, bool L2 = false>
 inline void prefetch_block(const std::uint8_t* p) {  // may point past the weights: a prefetch never faults
-  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
-  if constexpr (Dt == DType::f32) _mm_prefetch(reinterpret_cast<const char*>(p) + 64, _MM_HINT_T0);
+  const char* c = reinterpret_cast<const char*>(p);
+  if constexpr (L2) {
+    _mm_prefetch(c, _MM_HINT_T1);
+    if constexpr (Dt == DType::f32) _mm_prefetch(c + 64, _MM_HINT_T1);
+  } else {
+    _mm_prefetch(c, _MM_HINT_T0);
+    if constexpr (Dt == DType::f32) _mm_prefetch(c + 64, _MM_HINT_T0);
+  }
 }
 
 // M rows x N features from row t0, feature n0; the reduction loop innermost, no branch inside it (the
@@ -94,11 +105,16 @@ void tile(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
   // constant offsets (with a pointer per row, GCC ran out of general registers and spilled every block).
   const float* x = g.xa + t0 * g.kp;
   const std::size_t step = g.block_step;
+  // GEMV: each weight line prefetched ahead (from memory); packed panels (no tail) also into L2, further.
+  const std::size_t ahead = (g.packed ? kAheadPacked : kAhead) * step, ahead_l2 = g.packed ? kAheadPackedL2 * step : 0;
   std::int64_t b = 0;
   for (; b < g.full; b += kBlock) {
     __m512 lo[N], hi[N];
-    if constexpr (Prefetch)  // GEMV: each weight stream prefetched kAhead blocks ahead (from memory)
-      for (int n = 0; n < N; ++n) prefetch_block<Dt>(w[n] + kAhead * step);
+    if constexpr (Prefetch) {
+      for (int n = 0; n < N; ++n) prefetch_block<Dt>(w[n] + ahead);
+      if (ahead_l2)
+        for (int n = 0; n < N; ++n) prefetch_block<Dt, true>(w[n] + ahead_l2);
+    }
     for (int n = 0; n < N; ++n) lo[n] = load_half<Dt, 0>(w[n]);
     for (int m = 0; m < M; ++m) {
       const __m512 xv = _mm512_loadu_ps(x + m * kBlock);

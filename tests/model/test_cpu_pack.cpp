@@ -1,6 +1,6 @@
-// The CPU backend's packed weights (KVFLEET_CPU_PACK=1, engine/backend/cpu): a model's logits are the same
-// bits with and without the packed copies, on every ISA path this CPU has, for prompts (the GEMM reads the
-// packed copy) and for one row (the GEMV reads the plain rows).
+// The CPU backend's packed weights (the default; KVFLEET_CPU_PACK=0 reads the plain weights): a model's logits
+// are the same bits with and without the packed copies, on every ISA path this CPU has, for prompts (the
+// GEMM) and for one row (the GEMV: it reads the packed panels too).
 #include <doctest/doctest.h>
 
 #include <cstdlib>

@@ -1,5 +1,10 @@
 // The CPU backend: host memory, the kernels of kernels/cpu, a KV cache of fp32 (default), bf16 or fp16
 // (--kv-cache-dtype; arithmetic stays fp32, 16-bit halves the KV traffic and matches the CUDA block bytes).
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -62,6 +67,8 @@ class CpuBackend final : public Backend {
   }
 
   void embedding(DeviceWeight table, std::int64_t dim, const std::int32_t* ids, std::int64_t n, float* out) override {
+    if (std::find(embedding_tables_.begin(), embedding_tables_.end(), table.data) == embedding_tables_.end())
+      embedding_tables_.push_back(table.data);  // before any linear of the step: see release_plain
     cpu::embedding(ref(table), dim, ids, n, out);
   }
   void rms_norm(const float* x, std::int64_t rows, std::int64_t dim, DeviceWeight w, float eps, float* out) override {
@@ -127,13 +134,11 @@ class CpuBackend final : public Backend {
     return cache_.data() + static_cast<std::size_t>(layer * shape_.num_blocks + block) * kv_block_bytes();
   }
 
-  // The packed copy of a linear weight (ops.h: pack_weight), made on its first use as a linear weight:
-  // only the runner knows which weights are linear (the embedding table, a tied lm_head and the MoE
-  // experts are read in their plain layout elsewhere). Same bits as the plain weight; the GEMM (rows > 1)
-  // reads the packed copy, one row reads the plain one (ops.h).
-  // Opt-in (KVFLEET_CPU_PACK=1): measured here (README, "CPU kernels") the packed GEMM is 0-10% faster than
-  // the same kernel on the plain rows, while the copy doubles the weights' memory and its first use costs
-  // start-up time (5 s for a 1.6 GB model on the loaded 2-core machine).
+  // A linear weight in pack_weight's layout (ops.h), made on its first use as a linear weight (only the
+  // runner knows which weights are linear): the only copy the kernels then read, for every row count
+  // (the GEMV reads the panels too, prefetched far ahead). Same bits as the plain weight. The plain pages
+  // are handed back to the kernel (release_plain), so the weights are not resident twice.
+  // KVFLEET_CPU_PACK=0 reads the plain weights instead (no copy, no packing time at the first step).
   cpu::WeightRef packed(DeviceWeight w, std::int64_t out, std::int64_t in) {
     if (!pack_) return ref(w);
     auto [it, fresh] = packed_.try_emplace(w.data);
@@ -144,15 +149,34 @@ class CpuBackend final : public Backend {
       if (!p) throw std::bad_alloc();
       it->second.reset(static_cast<std::byte*>(p));
       cpu::pack_weight(w.data, w.dtype, out, in, p, &pool_);
+      release_plain(w.data, static_cast<std::size_t>(out * in) * dtype_size(w.dtype));
     }
-    return {w.data, w.dtype, it->second.get()};
+    return {nullptr, w.dtype, it->second.get()};
+  }
+
+  // The whole pages of a packed weight's plain copy, given back with MADV_PAGEOUT: the checkpoint is
+  // mapped read-only from its file (engine/model/safetensors.cpp), so its clean pages are reclaimed and
+  // leave the resident set; were the range ever anonymous memory, MADV_PAGEOUT could only swap it,
+  // never lose it (MADV_DONTNEED would zero it). A page shared with another tensor is kept (the range is
+  // shrunk to whole pages inside the weight), and so is an embedding table (a tied lm_head): embedding
+  // lookups keep reading its rows, and a reclaimed page would be read from disk again.
+  void release_plain(const void* data, std::size_t bytes) {
+    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto begin = reinterpret_cast<std::uintptr_t>(data), end = begin + bytes;
+    for (const void* table : embedding_tables_) {
+      const auto t = reinterpret_cast<std::uintptr_t>(table);
+      if (t >= begin && t < end) return;
+    }
+    const std::uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
+    if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_PAGEOUT);  // a hint: errors ignored
   }
 
   ThreadPool pool_;
   const bool pack_ = [] {
     const char* env = std::getenv("KVFLEET_CPU_PACK");
-    return env && std::string_view(env) == "1";
+    return !env || std::string_view(env) != "0";
   }();
+  std::vector<const void*> embedding_tables_;
   struct Free {
     void operator()(std::byte* p) const { std::free(p); }
   };
