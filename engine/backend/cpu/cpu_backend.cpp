@@ -110,7 +110,8 @@ class CpuBackend final : public Backend {
                    std::int64_t top_k, const MoeExpertWeights& e, float* out, std::int32_t* counts) override {
     experts_.resize(static_cast<std::size_t>(e.num_experts));
     for (std::int64_t i = 0; i < e.num_experts; ++i)
-      experts_[static_cast<std::size_t>(i)] = {ref(e.gate[i]), ref(e.up[i]), ref(e.down[i])};
+      experts_[static_cast<std::size_t>(i)] = {packed(e.gate[i], e.intermediate, hidden), packed(e.up[i], e.intermediate, hidden),
+                                               packed(e.down[i], hidden, e.intermediate)};
     cpu::moe_experts(pool_, moe_scratch_, x, rows, hidden, e.intermediate, ids, weights, top_k, experts_.data(),
                      e.num_experts, out, counts);
   }
@@ -134,13 +135,13 @@ class CpuBackend final : public Backend {
     return cache_.data() + static_cast<std::size_t>(layer * shape_.num_blocks + block) * kv_block_bytes();
   }
 
-  // A linear weight in pack_weight's layout (ops.h), made on its first use as a linear weight (only the
-  // runner knows which weights are linear): the only copy the kernels then read, for every row count
-  // (the GEMV reads the panels too, prefetched far ahead). Same bits as the plain weight. The plain pages
-  // are handed back to the kernel (release_plain), so the weights are not resident twice.
+  // A linear weight (MoE experts too) in pack_weight's layout (ops.h), made on its first use as a linear
+  // weight (only the runner knows which weights are linear): the only copy the kernels then read, for
+  // every row count (the GEMV reads the panels too, prefetched far ahead). Same bits as the plain weight.
+  // The plain pages are handed back to the kernel (release_plain): the weights are not resident twice.
   // KVFLEET_CPU_PACK=0 reads the plain weights instead (no copy, no packing time at the first step).
   cpu::WeightRef packed(DeviceWeight w, std::int64_t out, std::int64_t in) {
-    if (!pack_) return ref(w);
+    if (!pack_ || !w.data) return ref(w);  // (an expert another rank serves has no weights here)
     auto [it, fresh] = packed_.try_emplace(w.data);
     if (fresh) {  // not zeroed first: pack_weight writes every byte. (Transparent huge pages were tried:
                   // with THP on madvise, compaction stalls made loading slower, 1.3-4.2 s vs 0.9 s.)
