@@ -1,7 +1,9 @@
 // Decode-shaped matrix-vector products (batch 1) on the CPU, against the machine's copy bandwidth measured
 // in the same run. A decode step reads every weight once, so its speed limit is memory bandwidth.
 //
-//   build/bin/bench_matvec [--threads N] [--mb 1024] [--rounds 3] [--kernels-only 1]
+//   build/bin/bench_matvec [--threads N] [--mb 1024] [--rounds 3] [--kernels-only 1] [--gemv-only 1]
+// --gemv-only 1: bf16 weights of --mb MiB (from memory) on the pool, plain rows vs packed panels
+// alternating: batch 1 (GEMV) and 2-32 rows (the GEMM, which at few rows still streams the weights).
 // First (AVX-512 CPUs) the kernels alone on one thread, by CPU time: main@2632b1d's kernel (copied in,
 // bench/matvec_old/), today's on plain and on packed weights, and the avx512bf16 mode, interleaved.
 //   (KVFLEET_CPU_ISA=avx512|avx2|scalar|avx512bf16 picks the kernel; plain and packed weights alternate)
@@ -70,16 +72,21 @@ double read_bandwidth(ThreadPool& pool, std::size_t bytes) {
 }
 
 // The weight as cpu::linear reads it: plain, or re-arranged by pack_weight (what the CPU backend runs).
+// The packed copy starts on a cache line, as the CPU backend's does (packed_ has 64 bytes of slack).
 struct Weight {
-  std::vector<std::uint8_t> plain, packed;
+  std::vector<std::uint8_t> plain, packed_;
   DType dt;
   std::int64_t out, in;
-  cpu::WeightRef ref(bool pack) const { return {pack ? nullptr : plain.data(), dt, pack ? packed.data() : nullptr}; }
+  const std::uint8_t* packed() const {
+    const auto p = reinterpret_cast<std::uintptr_t>(packed_.data());
+    return packed_.data() + ((64 - p % 64) % 64);
+  }
+  cpu::WeightRef ref(bool pack) const { return {pack ? nullptr : plain.data(), dt, pack ? packed() : nullptr}; }
 };
 
 void pack(Weight& w) {
-  w.packed.resize(cpu::packed_weight_bytes(w.out, w.in, w.dt));
-  cpu::pack_weight(w.plain.data(), w.dt, w.out, w.in, w.packed.data());
+  w.packed_.resize(cpu::packed_weight_bytes(w.out, w.in, w.dt) + 64);
+  cpu::pack_weight(w.plain.data(), w.dt, w.out, w.in, const_cast<std::uint8_t*>(w.packed()));
 }
 
 double matvec_bandwidth(ThreadPool& pool, const Weight& w, bool packed, int reps) {
@@ -195,7 +202,7 @@ int main(int argc, char** argv) {
     else if (a == "--kernels-only") kernels_only = argv[i + 1] == std::string("1");
     else if (a == "--gemv-only") gemv_only = argv[i + 1] == std::string("1");
   }
-  if (gemv_only) {  // bf16 batch 1 from memory, plain rows vs packed panels, alternating, on the pool
+  if (gemv_only) {  // bf16 weights from memory, plain rows vs packed panels, alternating, on the pool
     ThreadPool pool(threads);
     const Weight w = make_weight(DType::bf16, mb << 20);
     double bw[2] = {0, 0};
@@ -203,6 +210,19 @@ int main(int argc, char** argv) {
       for (int p = 0; p < 2; ++p) bw[p] = std::max(bw[p], matvec_bandwidth(pool, w, p == 1, 3));
     std::printf("gemv bf16 %zu MiB, %u threads: plain %.2f GB/s | packed %.2f GB/s   packed/plain %.3f\n", mb,
                 pool.size(), bw[0] / 1e9, bw[1] / 1e9, bw[1] / bw[0]);
+    for (std::int64_t rows : {2, 4, 8, 16, 32}) {  // small batches: the GEMM still streams the weights
+      std::vector<float> x(static_cast<std::size_t>(rows * w.in), 0.5f), y(static_cast<std::size_t>(rows * w.out));
+      double best[2] = {1e30, 1e30};
+      for (int round = 0; round < rounds; ++round)
+        for (int p = 0; p < 2; ++p)
+          best[p] = std::min(best[p], best_seconds(1, [&] {
+                               cpu::linear(pool, x.data(), rows, w.in, w.ref(p == 1), w.out, {}, y.data());
+                             }));
+      const double bytes = static_cast<double>(w.plain.size());
+      std::printf("gemm bf16 %zu MiB, %u threads, rows %2lld: plain %.2f GB/s | packed %.2f GB/s   packed/plain %.3f\n",
+                  mb, pool.size(), static_cast<long long>(rows), bytes / best[0] / 1e9, bytes / best[1] / 1e9,
+                  best[0] / best[1]);
+    }
     return 0;
   }
   if (kernels_only || cpu::cpu_supports(cpu::Isa::avx512)) {
