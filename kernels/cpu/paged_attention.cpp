@@ -24,6 +24,7 @@
 
 #include "kernels/cpu/attention_kernels.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/exp_poly.h"
 #include "kernels/cpu/kv_elem.h"
 #include "kernels/cpu/ops.h"
 
@@ -93,28 +94,9 @@ inline float exp_nonpositive(float x) {
   return tiny ? 0.0f : p * scale;
 }
 
-// exp_nonpositive on 8 lanes: the same operations (floor as truncation corrected downwards), so that a
-// block's weights are computed 8 at a time.
-typedef std::int32_t I8 __attribute__((vector_size(32)));
-
-inline V8 exp_nonpositive(V8 x) {
-  const I8 tiny = x < -87.0f;
-  x = tiny ? V8{} - 87.0f : x;
-  const V8 t = x * 1.44269504088896341f + 0.5f;
-  V8 n = __builtin_convertvector(__builtin_convertvector(t, I8), V8);
-  n = n > t ? n - 1.0f : n;
-  V8 r = x - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
-  V8 p = V8{} + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const V8 scale = (V8)((__builtin_convertvector(n, I8) + 127) << 23);
-  return tiny ? V8{} : p * scale;
-}
+// exp_nonpositive on 8 lanes: exp_poly.h (the same operations, floor as truncation corrected downwards), so
+// that a block's weights are computed 8 at a time.
+inline V8 exp_nonpositive(V8 x) { return detail::exp_poly8(x); }
 
 using QueryState = detail::AttnQuery;
 
