@@ -3,9 +3,11 @@
 // (old, new, old, new, ...) so that a loaded machine slows both alike. Shapes: a 125M llama's attention
 // (12 query heads, 4 kv heads, head_dim 64, block 16).
 //
-//   build/bin/bench_attention [--threads 2] [--reps 5] [--4k] [--cpu-time]
+//   build/bin/bench_attention [--threads 2] [--reps 5] [--4k] [--cpu-time] [--new-only] [--prefill-only]
 //   decode: 32 sequences x context 512; prefill: one 512-token prompt (causal), with --4k also one 4096-token
-//   prompt (new kernel only); new with fp32/bf16 KV.
+//   prompt (new kernel only); new with fp32/bf16 KV. --new-only leaves the old kernel out, --prefill-only the
+//   decode shapes (for profiling). The new kernel runs on the instruction set cpu_isa() chose
+//   (KVFLEET_CPU_ISA=avx2 forces the AVX2 one).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -16,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/ops.h"
 
 using namespace kvfleet;
@@ -161,23 +164,27 @@ void compare(ThreadPool& pool, const char* name, int seqs, int context, bool pre
 int main(int argc, char** argv) {
   unsigned threads = 2;
   int reps = 5;
-  bool with_4k = false;
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--4k") with_4k = true;
-    else if (std::string(argv[i]) == "--cpu-time") g_cpu_time = true;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool with_4k = false, new_only = false, prefill_only = false;
+  for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--threads") threads = static_cast<unsigned>(std::stoul(argv[i + 1]));
-    else if (a == "--reps") reps = std::stoi(argv[i + 1]);
+    if (a == "--4k") with_4k = true;
+    else if (a == "--cpu-time") g_cpu_time = true;
+    else if (a == "--new-only") new_only = true;
+    else if (a == "--prefill-only") prefill_only = true;
+    else if (a == "--threads" && i + 1 < argc) threads = static_cast<unsigned>(std::stoul(argv[++i]));
+    else if (a == "--reps" && i + 1 < argc) reps = std::stoi(argv[++i]);
   }
   ThreadPool pool(threads);
-  std::printf("threads %u, heads %lld/%lld, head_dim %lld, block %lld; best of %d interleaved runs\n", threads,
+  std::printf("kernel %s, threads %u, heads %lld/%lld, head_dim %lld, block %lld; best of %d interleaved runs\n",
+              std::string(cpu::isa_name(cpu::cpu_isa())).c_str(), threads,
               static_cast<long long>(kHeads), static_cast<long long>(kKvHeads), static_cast<long long>(kDim),
               static_cast<long long>(kBlock), reps);
-  compare(pool, "decode", 1, 512, false, reps);
-  compare(pool, "decode", 32, 512, false, reps);
-  compare(pool, "decode", 8, 4096, false, reps);
-  compare(pool, "prefill", 1, 512, true, reps);
+  if (!prefill_only) {
+    compare(pool, "decode", 1, 512, false, reps, !new_only);
+    compare(pool, "decode", 32, 512, false, reps, !new_only);
+    compare(pool, "decode", 8, 4096, false, reps, !new_only);
+  }
+  compare(pool, "prefill", 1, 512, true, reps, !new_only);
   if (with_4k) compare(pool, "prefill", 1, 4096, true, reps, false);  // the old kernel: ~10 s a rep, left out
   return 0;
 }

@@ -10,7 +10,11 @@
 // `both` runs queue and relay interleaved (queue, relay, queue, relay: --rounds) for each batch, and
 // also prints the io threads' CPU time per token.
 //
+// --top-p, --top-k, --min-p, --presence and --frequency set the other sampling modes a chat user runs
+// (each request's SamplingParams and Penalties); every request gets its own seed.
+//
 //   build/bin/bench_engine_throughput [--threads N] [--tokens 64] [--batches 1,8,32,256] [--temperature 0]
+//                                     [--top-p 1] [--top-k 0] [--min-p 0] [--presence 0] [--frequency 0]
 //                                     [--outputs none|queue|relay|both] [--rounds 2]
 #include <time.h>
 
@@ -111,7 +115,13 @@ struct Run {
   unsigned long long steps;
 };
 
-Run run_once(const Model& model, int batch, std::int32_t tokens, float temperature, unsigned threads,
+// What every request asks for besides its seed.
+struct Sampling {
+  SamplingParams params;
+  Penalties penalties;
+};
+
+Run run_once(const Model& model, int batch, std::int32_t tokens, const Sampling& sampling, unsigned threads,
              const std::string& outputs) {
   EngineConfig c;
   c.num_blocks = std::max(1024, batch * ((8 + tokens) / 16 + 2));
@@ -134,7 +144,8 @@ Run run_once(const Model& model, int batch, std::int32_t tokens, float temperatu
       r.prompt = {1 + i, 2, 3, 4, 5, 6, 7, 8};
       r.max_tokens = tokens;
       r.ignore_eos = true;
-      r.sampling.temperature = temperature;
+      r.sampling = sampling.params;
+      r.penalties = sampling.penalties;
       r.sampling.seed = static_cast<std::uint64_t>(i);
       OutputCallback cb = outputs == "queue" ? consumers->queue_callback()
                           : outputs == "relay" ? consumers->relay_callback(relay) : OutputCallback{};
@@ -158,7 +169,8 @@ Run run_once(const Model& model, int batch, std::int32_t tokens, float temperatu
 int main(int argc, char** argv) {
   unsigned threads = 0;
   std::int32_t tokens = 64;
-  float temperature = 0.0f;
+  Sampling sampling;
+  sampling.params.temperature = 0.0f;
   int rounds = 2;
   std::string outputs = "none";
   std::vector<int> batches{1, 8, 32};
@@ -166,7 +178,12 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--threads") threads = static_cast<unsigned>(std::stoul(argv[i + 1]));
     else if (a == "--tokens") tokens = std::stoi(argv[i + 1]);
-    else if (a == "--temperature") temperature = std::stof(argv[i + 1]);
+    else if (a == "--temperature") sampling.params.temperature = std::stof(argv[i + 1]);
+    else if (a == "--top-p") sampling.params.top_p = std::stof(argv[i + 1]);
+    else if (a == "--top-k") sampling.params.top_k = std::stoi(argv[i + 1]);
+    else if (a == "--min-p") sampling.params.min_p = std::stof(argv[i + 1]);
+    else if (a == "--presence") sampling.penalties.presence = std::stof(argv[i + 1]);
+    else if (a == "--frequency") sampling.penalties.frequency = std::stof(argv[i + 1]);
     else if (a == "--outputs") outputs = argv[i + 1];
     else if (a == "--rounds") rounds = std::stoi(argv[i + 1]);
     else if (a == "--batches") {
@@ -188,6 +205,9 @@ int main(int argc, char** argv) {
   std::printf("model: %lld layers, hidden %lld, %.1f MB of bf16 weights; %d tokens per sequence; outputs: %s\n",
               static_cast<long long>(o.layers), static_cast<long long>(o.hidden),
               static_cast<double>(model.weight_bytes()) / 1e6, tokens, outputs.c_str());
+  const SamplingParams& sp = sampling.params;
+  std::printf("sampling: temperature %g, top_p %g, top_k %d, min_p %g, presence %g, frequency %g\n", sp.temperature,
+              sp.top_p, sp.top_k, sp.min_p, sampling.penalties.presence, sampling.penalties.frequency);
   std::vector<std::string> modes{outputs};
   if (outputs == "both") {
     modes.clear();
@@ -196,7 +216,7 @@ int main(int argc, char** argv) {
   double base = 0.0;
   for (int batch : batches) {
     for (const std::string& mode : modes) {
-      const Run r = run_once(model, batch, tokens, temperature, threads, mode);
+      const Run r = run_once(model, batch, tokens, sampling, threads, mode);
       if (base == 0.0) base = r.tps;
       std::printf("batch %3d %-5s: %8.1f generated tokens/s  (%.2fx the first); %llu steps, engine's own share %.2f%% "
                   "(%.3f ms/step outside the forward pass)",

@@ -1,7 +1,9 @@
 // Decode-shaped matrix-vector products (batch 1) on the CPU, against the machine's copy bandwidth measured
 // in the same run. A decode step reads every weight once, so its speed limit is memory bandwidth.
 //
-//   build/bin/bench_matvec [--threads N] [--mb 1024] [--rounds 3] [--kernels-only 1]
+//   build/bin/bench_matvec [--threads N] [--mb 1024] [--rounds 3] [--kernels-only 1] [--gemv-only 1]
+// --gemv-only 1: bf16 weights of --mb MiB (from memory) on the pool, plain rows vs packed panels
+// alternating: batch 1 (GEMV) and 2-32 rows (the GEMM, which at few rows still streams the weights).
 // First (AVX-512 CPUs) the kernels alone on one thread, by CPU time: main@2632b1d's kernel (copied in,
 // bench/matvec_old/), today's on plain and on packed weights, and the avx512bf16 mode, interleaved.
 //   (KVFLEET_CPU_ISA=avx512|avx2|scalar|avx512bf16 picks the kernel; plain and packed weights alternate)
@@ -70,16 +72,21 @@ double read_bandwidth(ThreadPool& pool, std::size_t bytes) {
 }
 
 // The weight as cpu::linear reads it: plain, or re-arranged by pack_weight (what the CPU backend runs).
+// The packed copy starts on a cache line, as the CPU backend's does (packed_ has 64 bytes of slack).
 struct Weight {
-  std::vector<std::uint8_t> plain, packed;
+  std::vector<std::uint8_t> plain, packed_;
   DType dt;
   std::int64_t out, in;
-  cpu::WeightRef ref(bool pack) const { return {pack ? nullptr : plain.data(), dt, pack ? packed.data() : nullptr}; }
+  const std::uint8_t* packed() const {
+    const auto p = reinterpret_cast<std::uintptr_t>(packed_.data());
+    return packed_.data() + ((64 - p % 64) % 64);
+  }
+  cpu::WeightRef ref(bool pack) const { return {pack ? nullptr : plain.data(), dt, pack ? packed() : nullptr}; }
 };
 
 void pack(Weight& w) {
-  w.packed.resize(cpu::packed_weight_bytes(w.out, w.in, w.dt));
-  cpu::pack_weight(w.plain.data(), w.dt, w.out, w.in, w.packed.data());
+  w.packed_.resize(cpu::packed_weight_bytes(w.out, w.in, w.dt) + 64);
+  cpu::pack_weight(w.plain.data(), w.dt, w.out, w.in, const_cast<std::uint8_t*>(w.packed()));
 }
 
 double matvec_bandwidth(ThreadPool& pool, const Weight& w, bool packed, int reps) {
@@ -159,23 +166,25 @@ void kernel_ab(const Weight& w, int rounds) {
   }
 }
 
-// Batch 1 from memory (a weight far beyond L3), one thread, CPU time: old kernel vs today's on plain rows.
+// Batch 1 from memory (a weight far beyond L3), one thread, CPU time: old kernel vs today's on plain rows
+// and on packed panels.
 void gemv_ab(std::size_t mb, int rounds) {
   ThreadPool one(1);
   const Weight w = make_weight(DType::bf16, mb << 20);
   std::vector<float> x(static_cast<std::size_t>(w.in), 0.5f), y(static_cast<std::size_t>(w.out));
   const auto* wb = reinterpret_cast<const std::uint16_t*>(w.plain.data());
-  double best[2] = {1e30, 1e30};
+  double best[3] = {1e30, 1e30, 1e30};
   for (int r = 0; r < rounds; ++r)
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < 3; ++k) {
       const double t0 = thread_seconds();
       if (k == 0) bench_old::linear_bf16(x.data(), 1, w.in, wb, w.out, y.data());
-      else cpu::linear(one, x.data(), 1, w.in, w.ref(false), w.out, {}, y.data());
+      else cpu::linear(one, x.data(), 1, w.in, w.ref(k == 2), w.out, {}, y.data());
       best[k] = std::min(best[k], thread_seconds() - t0);
     }
   const double bytes = static_cast<double>(w.plain.size());
-  std::printf("one thread, CPU time, bf16 GEMV over %zu MiB: old kernel %.2f GB/s | today's %.2f GB/s   new/old %.2fx\n",
-              mb, bytes / best[0] / 1e9, bytes / best[1] / 1e9, best[0] / best[1]);
+  std::printf("one thread, CPU time, bf16 GEMV over %zu MiB: old kernel %.2f GB/s | today's %.2f GB/s | packed %.2f GB/s"
+              "   new/old %.2fx, packed/old %.2fx\n",
+              mb, bytes / best[0] / 1e9, bytes / best[1] / 1e9, bytes / best[2] / 1e9, best[0] / best[1], best[0] / best[2]);
 }
 
 }  // namespace
@@ -184,13 +193,37 @@ int main(int argc, char** argv) {
   unsigned threads = 0;
   std::size_t mb = 1024;  // far beyond this VM's 260 MiB of L3
   int rounds = 3;
-  bool kernels_only = false;
+  bool kernels_only = false, gemv_only = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--threads") threads = static_cast<unsigned>(std::stoul(argv[i + 1]));
     else if (a == "--mb") mb = std::stoul(argv[i + 1]);
     else if (a == "--rounds") rounds = std::stoi(argv[i + 1]);
     else if (a == "--kernels-only") kernels_only = argv[i + 1] == std::string("1");
+    else if (a == "--gemv-only") gemv_only = argv[i + 1] == std::string("1");
+  }
+  if (gemv_only) {  // bf16 weights from memory, plain rows vs packed panels, alternating, on the pool
+    ThreadPool pool(threads);
+    const Weight w = make_weight(DType::bf16, mb << 20);
+    double bw[2] = {0, 0};
+    for (int round = 0; round < rounds; ++round)
+      for (int p = 0; p < 2; ++p) bw[p] = std::max(bw[p], matvec_bandwidth(pool, w, p == 1, 3));
+    std::printf("gemv bf16 %zu MiB, %u threads: plain %.2f GB/s | packed %.2f GB/s   packed/plain %.3f\n", mb,
+                pool.size(), bw[0] / 1e9, bw[1] / 1e9, bw[1] / bw[0]);
+    for (std::int64_t rows : {2, 4, 8, 16, 32}) {  // small batches: the GEMM still streams the weights
+      std::vector<float> x(static_cast<std::size_t>(rows * w.in), 0.5f), y(static_cast<std::size_t>(rows * w.out));
+      double best[2] = {1e30, 1e30};
+      for (int round = 0; round < rounds; ++round)
+        for (int p = 0; p < 2; ++p)
+          best[p] = std::min(best[p], best_seconds(1, [&] {
+                               cpu::linear(pool, x.data(), rows, w.in, w.ref(p == 1), w.out, {}, y.data());
+                             }));
+      const double bytes = static_cast<double>(w.plain.size());
+      std::printf("gemm bf16 %zu MiB, %u threads, rows %2lld: plain %.2f GB/s | packed %.2f GB/s   packed/plain %.3f\n",
+                  mb, pool.size(), static_cast<long long>(rows), bytes / best[0] / 1e9, bytes / best[1] / 1e9,
+                  best[0] / best[1]);
+    }
+    return 0;
   }
   if (kernels_only || cpu::cpu_supports(cpu::Isa::avx512)) {
     const Weight gate = gate_weight();

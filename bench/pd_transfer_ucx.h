@@ -36,9 +36,10 @@ inline std::size_t pull_ucx(pd::UcxPullClient& client, std::uint16_t ucx_port, s
       pd::UcxPullRequest req;
       req.transfer = transfer, req.from = at, req.count = n;
       co_await pd::send_pull_request(*ep, req, Clock::now() + std::chrono::seconds(5));
-      pd::UcxPullSource source(*ep, std::chrono::milliseconds(5000));
       const auto deadline = Clock::now() + std::chrono::seconds(60);
       std::shared_ptr<pd::ReceivedPull>& buffer = buffers[turn++ % 2];
+      buffer = pd::pull_buffer(layout, n, std::move(buffer));
+      pd::UcxPullSource source(*ep, std::chrono::milliseconds(5000), buffer);  // as D's: received ahead into it
       buffer = co_await pd::read_pull_frames(source, layout, hashes, at, n, deadline, std::move(buffer));
       std::shared_ptr<pd::ReceivedPull> got = buffer;
       if (importing.valid()) importing.get();

@@ -1,5 +1,6 @@
 // sample() against sample_reference() (the full sort it replaced), interleaved in one run, on logits shaped
-// like a trained model's (a normal spread of std `spread` over the vocabulary).
+// like a trained model's (a normal spread of std 0.5, 2 and 4 over the vocabulary), in the modes a chat user
+// runs. Times are wall time per draw; run an older binary beside this one for an old-vs-new ratio.
 //
 //   build/bin/bench_sampler [--vocab 151936] [--reps 200]
 #include <chrono>
@@ -23,14 +24,19 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   SamplerScratch scratch;
   std::printf("vocab %zu, %d draws each, interleaved\n", vocab, reps);
-  for (const float spread : {2.0f, 4.0f}) {
+  for (const float spread : {0.5f, 2.0f, 4.0f}) {
     std::normal_distribution<float> normal(0.0f, spread);
     std::vector<float> logits(vocab);
     for (auto& l : logits) l = normal(rng);
     struct Setting { const char* name; SamplingParams p; };
-    Setting settings[] = {{"temperature 1", {}}, {"top_k 50", {}}, {"top_p 0.9", {}}};
+    Setting settings[] = {{"temperature 1", {}}, {"top_k 50", {}}, {"top_p 0.9", {}}, {"greedy", {}},
+                          {"t 0.7 top_p 0.9", {}}, {"min_p 0.05", {}}};
     settings[1].p.top_k = 50;
     settings[2].p.top_p = 0.9f;
+    settings[3].p.temperature = 0.0f;
+    settings[4].p.temperature = 0.7f;
+    settings[4].p.top_p = 0.9f;
+    settings[5].p.min_p = 0.05f;
     for (auto& [name, p] : settings) {
       double t_ref = 0, t_new = 0;
       std::uint64_t agree = 0;
@@ -45,7 +51,7 @@ int main(int argc, char** argv) {
         t_new += std::chrono::duration<double>(t2 - t1).count();
         agree += a == b;
       }
-      std::printf("logit std %.0f, %-14s: full sort %8.1f us | sample %8.1f us (%.1fx), same token %llu/%d\n", spread,
+      std::printf("logit std %.1f, %-15s: full sort %8.1f us | sample %8.1f us (%.1fx), same token %llu/%d\n", spread,
                   name, t_ref / reps * 1e6, t_new / reps * 1e6, t_ref / t_new, static_cast<unsigned long long>(agree), reps);
     }
   }

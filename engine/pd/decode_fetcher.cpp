@@ -289,8 +289,9 @@ awaitable<std::shared_ptr<ReceivedPull>> DecodeFetcher::pull_ucx(UcxEndpoint& ep
   UcxPullRequest req;
   req.transfer = id, req.from = at, req.count = n, req.key = config_.peer_api_key;
   co_await send_pull_request(ep, req, Clock::now() + config_.io_timeout);
-  UcxPullSource source(ep, config_.io_timeout);
-  co_return co_await read_pull_frames(source, layout_, plan.hashes, at, n, plan.deadline, std::move(reuse));
+  std::shared_ptr<ReceivedPull> buffer = pull_buffer(layout_, n, std::move(reuse));
+  UcxPullSource source(ep, config_.io_timeout, buffer);  // receives ahead into the buffer the reader checks
+  co_return co_await read_pull_frames(source, layout_, plan.hashes, at, n, plan.deadline, std::move(buffer));
 }
 
 awaitable<DecodeFetcher::Landing> DecodeFetcher::reserve_landing(std::uint32_t n) {

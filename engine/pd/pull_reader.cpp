@@ -97,12 +97,27 @@ class HttpBodySource : public ByteSource {
 
 ReceivedPull::~ReceivedPull() { SpareBuffers::instance().give(std::move(bytes), capacity); }
 
+std::shared_ptr<ReceivedPull> pull_buffer(const KvLayout& layout, std::uint32_t count, std::shared_ptr<ReceivedPull> reuse) {
+  const std::size_t capacity = std::size_t{count} * block_frame_bytes(layout.block_bytes()) + kTailBytes;
+  std::shared_ptr<ReceivedPull> pull = reuse ? std::move(reuse) : std::make_shared<ReceivedPull>();
+  if (pull->capacity < capacity) {
+    SpareBuffers::instance().give(std::move(pull->bytes), pull->capacity);
+    std::tie(pull->bytes, pull->capacity) = SpareBuffers::instance().take(capacity);
+  }
+  if (!pull->bytes) {
+    pull->bytes = std::make_unique_for_overwrite<char[]>(capacity);
+    pull->capacity = capacity;
+  }
+  return pull;
+}
+
 namespace {
 
 // Exactly n bytes from `in` into p (several reads), or PdFailure when the stream ends or the deadline passed.
 awaitable<void> read_exact(ByteSource& in, char* p, std::size_t n, std::chrono::steady_clock::time_point deadline) {
   while (n > 0) {
-    const std::size_t got = co_await in.read_some_into(std::span<char>(p, n));
+    const std::span<char> into(p, n);  // (named: GCC 12)
+    const std::size_t got = co_await in.read_some_into(into);
     if (got == 0) throw PdFailure("peer_closed", "the stream ended inside a frame");
     if (std::chrono::steady_clock::now() > deadline) throw PdFailure("timeout", "the transfer took longer than its deadline");
     p += got, n -= got;
@@ -234,15 +249,7 @@ awaitable<std::shared_ptr<ReceivedPull>> read_pull_frames(ByteSource& c, const K
                                                           std::shared_ptr<ReceivedPull> reuse) {
   const std::size_t capacity = std::size_t{count} * block_frame_bytes(layout.block_bytes()) + kTailBytes;
   const std::size_t max_payload = kBlockFieldsBytes + layout.block_bytes() + kTailBytes;
-  std::shared_ptr<ReceivedPull> pull = reuse ? std::move(reuse) : std::make_shared<ReceivedPull>();
-  if (pull->capacity < capacity) {
-    SpareBuffers::instance().give(std::move(pull->bytes), pull->capacity);
-    std::tie(pull->bytes, pull->capacity) = SpareBuffers::instance().take(capacity);
-  }
-  if (!pull->bytes) {
-    pull->bytes = std::make_unique_for_overwrite<char[]>(capacity);
-    pull->capacity = capacity;
-  }
+  std::shared_ptr<ReceivedPull> pull = pull_buffer(layout, count, std::move(reuse));
   pull->blocks.clear();
   pull->blocks.reserve(count);
   char* const buf = pull->bytes.get();

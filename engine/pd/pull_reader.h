@@ -38,6 +38,12 @@ struct ReceivedPull {
   std::vector<BlockView> blocks;
 };
 
+// A receive buffer sized for a pull of `count` blocks, as read_pull_frames fills it: `reuse` when it is big
+// enough, else one from the spare pool (or fresh). read_pull_frames does this itself; a transport that
+// receives ahead of the reader into the buffer (ucx, UcxPullSource) takes it first and passes it as `reuse`.
+std::shared_ptr<ReceivedPull> pull_buffer(const KvLayout& layout, std::uint32_t count,
+                                          std::shared_ptr<ReceivedPull> reuse = nullptr);
+
 // After the GET was sent: reads the answer, block frames for exactly [from, from + count) then an end
 // frame. `hashes` are D's own hashes of every wanted block (index = block index). Throws PdFailure, or
 // WireError (checksum, malformed), or system_error (I/O, timeout). `reuse`, when given and big enough, is

@@ -61,18 +61,37 @@ class UcxPullSink : public PullSink {
   std::chrono::milliseconds io_timeout_;
 };
 
-// D: reads one pull's answer from the endpoint, piece by piece straight into the caller's buffer; 0 after
-// the closing piece. Each receive has io_timeout; throws PdFailure (timeout, peer_closed, malformed).
+struct ReceivedPull;
+
+// D: reads one pull's answer from the endpoint; 0 after the closing piece. Each wait has io_timeout;
+// throws PdFailure (timeout, peer_closed, malformed).
+// With `target` (the buffer read_pull_frames will fill, pull_buffer(), passed to it as `reuse`) and a
+// first read into its start, the whole answer is received ahead of the reader into that buffer
+// (UcxEndpoint::receive_pieces: each piece's receive posted by the worker thread the moment the one before
+// completed, so UCX copies each byte once, from its receive segment into place) and each read returns what
+// is already in place, with no copy. Otherwise (no target, or reads elsewhere: the fault proxy) each read
+// receives straight into the caller's span, piece by piece. A source that goes away mid-answer closes the
+// endpoint (the stream's position is unknown); the target stays alive until UCX is done with it.
 class UcxPullSource : public ByteSource {
  public:
-  UcxPullSource(UcxEndpoint& ep, std::chrono::milliseconds io_timeout) : ep_(ep), io_timeout_(io_timeout) {}
+  UcxPullSource(UcxEndpoint& ep, std::chrono::milliseconds io_timeout, std::shared_ptr<ReceivedPull> target = nullptr);
+  ~UcxPullSource() override;
+  UcxPullSource(const UcxPullSource&) = delete;
+  UcxPullSource& operator=(const UcxPullSource&) = delete;
   boost::asio::awaitable<std::size_t> read_some_into(std::span<char> into) override;
 
  private:
+  boost::asio::awaitable<std::size_t> read_ahead(std::span<char> into);
+
   UcxEndpoint& ep_;
   std::chrono::milliseconds io_timeout_;
   std::uint64_t left_ = 0;  // bytes of the current piece not read yet
   bool ended_ = false;
+  std::shared_ptr<ReceivedPull> target_;
+  std::shared_ptr<PieceReceive> ahead_;  // the receive ahead into target_, once started
+  const char* base_ = nullptr;           // target_'s memory
+  std::size_t delivered_ = 0;            // bytes of it handed to the reader
+  PieceProgress progress_;
 };
 
 // D: sends a pull request on the endpoint.

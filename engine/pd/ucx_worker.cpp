@@ -5,6 +5,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "engine/pd/pull_reader.h"
+#include "engine/pd/ucx_state.h"
 #include "kvfleet/http/async_queue.h"
 
 #if KVFLEET_UCX
@@ -37,11 +38,6 @@ using OpQueue = http::AsyncQueue<OpResult>;
 }  // namespace
 
 #if KVFLEET_UCX
-
-struct UcxEpState {
-  ucp_ep_h ep = nullptr;  // worker thread only
-  std::atomic<bool> broken{false};
-};
 
 namespace {
 
@@ -144,12 +140,26 @@ struct UcxWorker::Impl {
 
 namespace {
 
-// Our defaults for UCX settings that the user's environment (UCX_<name>) does not set: measured with
-// bench_pd_transfer (engine/pd/README.md, "Throughput"). The tcp transport's 8 KiB segments cost a
-// copy-and-syscall round per 8 KiB of a pull; 256 KiB segments cut the CPU per byte by about a quarter.
-constexpr std::pair<const char*, const char*> kUcxDefaults[] = {
-    {"TCP_TX_SEG_SIZE", "256k"},
-    {"TCP_RX_SEG_SIZE", "256k"},
+// Our defaults for UCX settings that the user's environment (UCX_<name>) does not set (engine/pd/README.md,
+// "Transports" and "Throughput"): bigger tcp segments mean fewer sends, receives and progress rounds per
+// byte (8 KiB segments measured clearly worse; 256 KiB against UCX's 64 KiB is below the loaded VM's noise).
+// Each entry: the user's variable (UCX_ + the first name) and the name ucp_config_modify takes for it.
+// UCX 1.13 hands a name it does not know itself on to each transport's table WITHOUT the table's prefix
+// ("TCP_"), so "TCP_TX_SEG_SIZE" matched nothing there and was never applied (UCX warned "invalid
+// configurations: TCP_TX_SEG_SIZE=256k" and kept 64 KiB segments; strace showed 65541-byte sendmsg).
+struct UcxDefault {
+  const char* env;   // after UCX_
+  const char* name;  // as ucp_config_modify takes it
+  const char* value;
+};
+// MAX_IOV: P sends a piece (a frame's header, its 16 layer halves from the cache, its trailer, ...) as one
+// iov; with UCX's 6 entries per zero-copy send a 256 KiB segment went out in 1-4 sendmsg calls (strace:
+// 262149, 196717, 65565 bytes), with 16 each segment is one call (512 instead of about 1270 per 128 MiB).
+// (UCX 1.13 asserts at 30 and more: `(max_iov + 1) * sizeof(uct_iov_t) <= 1200`.)
+constexpr UcxDefault kUcxDefaults[] = {
+    {"TCP_TX_SEG_SIZE", "TX_SEG_SIZE", "256k"},
+    {"TCP_RX_SEG_SIZE", "RX_SEG_SIZE", "256k"},
+    {"TCP_MAX_IOV", "MAX_IOV", "16"},
 };
 
 // The UCP configuration: UCX's own reading of the environment, then our defaults where it says nothing.
@@ -160,10 +170,10 @@ ucp_config_t* read_config(std::string& error) {
     error = std::string("ucp_config_read: ") + ucs_status_string(st);
     return nullptr;
   }
-  for (const auto& [name, value] : kUcxDefaults) {
-    if (std::getenv((std::string("UCX_") + name).c_str())) continue;  // the user's setting wins
-    const ucs_status_t m = ucp_config_modify(config, name, value);
-    if (m != UCS_OK) std::fprintf(stderr, "kvfleet: UCX setting %s=%s not applied: %s\n", name, value, ucs_status_string(m));
+  for (const UcxDefault& d : kUcxDefaults) {
+    if (std::getenv((std::string("UCX_") + d.env).c_str())) continue;  // the user's setting wins
+    const ucs_status_t m = ucp_config_modify(config, d.name, d.value);
+    if (m != UCS_OK) std::fprintf(stderr, "kvfleet: UCX setting %s=%s not applied: %s\n", d.env, d.value, ucs_status_string(m));
   }
   return config;
 }
@@ -311,10 +321,7 @@ std::uint16_t UcxWorker::listen(const std::string& host, std::uint16_t port,
   return result.get();
 }
 
-void UcxEndpoint::close() {
-  state_->broken = true;
-  worker_->post([impl = worker_->impl_.get(), s = state_] { impl->close_ep(s); });
-}
+void UcxEndpoint::close() { close_by_force(worker_, state_); }
 
 awaitable<void> UcxEndpoint::run(Op op, char* buffer, std::size_t n, Clock::time_point deadline) {
   const auto ex = co_await boost::asio::this_coro::executor;
@@ -353,8 +360,7 @@ awaitable<void> UcxEndpoint::run(Op op, char* buffer, std::size_t n, Clock::time
   timer.async_wait([expired, s = state_, w = worker_](const boost::system::error_code& ec) {
     if (ec) return;
     *expired = true;
-    s->broken = true;
-    w->post([impl = w->impl_.get(), s] { impl->close_ep(s); });
+    close_by_force(w, s);
   });
   const std::optional<OpResult> result = co_await done->pop();  // always comes: completion or forced close
   timer.cancel();
@@ -365,10 +371,15 @@ awaitable<void> UcxEndpoint::run(Op op, char* buffer, std::size_t n, Clock::time
   }
 }
 
+void UcxEndpoint::close_by_force(const std::shared_ptr<UcxWorker>& w, const std::shared_ptr<UcxEpState>& s) {
+  s->broken = true;
+  w->post([impl = w->impl_.get(), s] { impl->close_ep(s); });
+}
+
 #else  // no UCX in this build
 
-struct UcxEpState {};
 struct UcxWorker::Impl {};
+void UcxEndpoint::close_by_force(const std::shared_ptr<UcxWorker>&, const std::shared_ptr<UcxEpState>&) {}
 
 std::shared_ptr<UcxWorker> UcxWorker::create(std::string& error) {
   error = "this build has no UCX (libucx-dev was not found at configure time)";

@@ -27,6 +27,15 @@ namespace kvfleet::pd {
 
 struct UcxEpState;
 class UcxWorker;
+struct PieceReceive;  // a receive of one pull's pieces ahead of the reader (receive_pieces)
+
+// What a PieceReceive got so far: payload bytes in place, whether the closing piece came, and why it
+// stopped when it failed (`reason` a fallback reason: peer_closed, malformed, timeout; "" while fine).
+struct PieceProgress {
+  std::size_t received = 0;
+  bool done = false;
+  std::string reason, why;
+};
 
 class UcxEndpoint {
  public:
@@ -43,6 +52,21 @@ class UcxEndpoint {
   boost::asio::awaitable<void> send_gather(std::span<const std::string_view> pieces, Clock::time_point deadline);
   // Receives exactly `n` bytes into `into`. Throws as send().
   boost::asio::awaitable<void> recv(char* into, std::size_t n, Clock::time_point deadline);
+  // Receives a pull's answer, pieces `u64 n | n bytes ... | u64 0`, into [base, base + capacity), the
+  // payloads back to back: each piece's receive (its bytes and the next length, one UCP iov) is posted
+  // from the completion of the one before, on the worker thread, so the bytes go from UCX's receive
+  // segment straight into place (UCX copies data that arrives with no receive posted into a buffer of its
+  // own, then again into the receive) while the reader checks what came before. `keep` (the memory's
+  // owner) stays referenced until no receive is posted any more, so the memory outlives every UCX access
+  // even when the reader gives up first. One per endpoint at a time, and no recv() meanwhile.
+  boost::asio::awaitable<std::shared_ptr<PieceReceive>> receive_pieces(char* base, std::size_t capacity,
+                                                                       std::shared_ptr<void> keep);
+  // Waits for `r` to get further than `seen` bytes (or to end) and returns where it is. At the deadline
+  // the endpoint is closed (which ends `r`) and the result says timeout.
+  boost::asio::awaitable<PieceProgress> wait_pieces(std::shared_ptr<PieceReceive> r, std::size_t seen,
+                                                    Clock::time_point deadline);
+  // No more progress reports for `r` (its reader is going away); `r` itself ends with the endpoint.
+  static void detach(PieceReceive& r);
   // Any thread: closes by force; pending and later operations fail.
   void close();
   // True once an operation failed or close() was called: the endpoint must not be reused.
@@ -52,6 +76,8 @@ class UcxEndpoint {
   enum class Op { send, send_iov, recv };
   // send_iov: `buffer` is an array of `n` UCP iov entries.
   boost::asio::awaitable<void> run(Op op, char* buffer, std::size_t n, Clock::time_point deadline);
+  // Any thread: marks `s` broken and closes it by force on the worker thread (pending operations fail).
+  static void close_by_force(const std::shared_ptr<UcxWorker>& w, const std::shared_ptr<UcxEpState>& s);
 
   std::shared_ptr<UcxWorker> worker_;
   std::shared_ptr<UcxEpState> state_;

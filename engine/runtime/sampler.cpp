@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/runtime/sampler_buckets.h"
+#include "engine/runtime/sampler_scan.h"
 #include "engine/runtime/sampler_weights.h"
 #include "kernels/uniform_draw.h"
 
@@ -28,51 +30,23 @@ double uniform_draw(std::uint64_t seed, std::uint64_t index) { return kernels::u
 
 namespace {
 
-// NaN compares as -inf (sampler_weights.h), so that every ordering below is a strict weak ordering
-// (std::sort's comparator with NaN is undefined behaviour) and a NaN is never chosen over a number.
+using sampler_detail::ByLogit;
+using sampler_detail::no_finite_logit;
 using sampler_detail::ordered;
 using sampler_detail::weight;
 
-// Descending by logit, ties by id: the order every filter below cuts a prefix of.
-struct ByLogit {
-  std::span<const float> logits;
-  bool operator()(TokenId a, TokenId b) const {
-    const float la = ordered(logits[static_cast<std::size_t>(a)]), lb = ordered(logits[static_cast<std::size_t>(b)]);
-    return la > lb || (la == lb && a < b);
-  }
-};
-
-[[noreturn]] void no_finite_logit() { throw std::invalid_argument("sample: the logits hold no finite maximum"); }
-
-// The largest and the smallest ordered logit (NaN as -inf), as an integer max and min over keys whose signed
-// order is the floats' order: the compiler vectorises those, not a float max (its NaN and -0 rules).
-struct Range {
-  float max, min;
-};
-Range row_range(std::span<const float> logits) {
-  constexpr std::int32_t kPosInf = 0x7f800000, kNegInf = static_cast<std::int32_t>(0x807fffff);  // keys of +-inf
-  std::int32_t hi = kNegInf, lo = kPosInf;
-  for (float l : logits) {
-    const auto u = std::bit_cast<std::int32_t>(l);
-    std::int32_t key = u ^ ((u >> 31) & 0x7fffffff);  // negative floats: magnitude bits flipped
-    key = key > kPosInf || key < kNegInf ? kNegInf : key;  // NaN of either sign
-    hi = key > hi ? key : hi;
-    lo = key < lo ? key : lo;
-  }
-  auto to_float = [](std::int32_t k) { return std::bit_cast<float>(k ^ ((k >> 31) & 0x7fffffff)); };
-  return {to_float(hi), to_float(lo)};
-}
-
-// The lowest id of the largest logit: a vectorised max, then the first id that has it (-0 == +0).
+// The lowest id of the largest logit: a vectorised max, then a vectorised search for it (-0 == +0).
 TokenId greedy(std::span<const float> logits) {
-  const float max_l = row_range(logits).max;
+  const float max_l = sampler_detail::row_range(logits).max;
   if (!std::isfinite(max_l)) no_finite_logit();
-  std::size_t best = 0;
-  while (logits[best] != max_l) ++best;
-  return static_cast<TokenId>(best);
+  return static_cast<TokenId>(sampler_detail::first_equal(logits, max_l));
 }
 
 }  // namespace
+
+namespace sampler_detail {
+void no_finite_logit() { throw std::invalid_argument("sample: the logits hold no finite maximum"); }
+}  // namespace sampler_detail
 
 TokenId sample_reference(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index) {
   if (logits.empty()) throw std::invalid_argument("sample: empty logits");
@@ -120,7 +94,7 @@ TokenId sample_reference(std::span<const float> logits, const SamplingParams& p,
   return ids[keep - 1];
 }
 
-namespace {
+namespace sampler_detail {
 
 // ids (ascending) sorted by logit descending, ties by id: a stable LSD radix sort on a 32-bit key whose
 // unsigned order is the reverse of ByLogit's float order (NaN as -inf, -0 as +0), 4 passes of 8 bits.
@@ -161,19 +135,18 @@ void radix_sort_desc(std::span<const float> logits, std::vector<TokenId>& ids, s
   if (a != ids.data()) std::copy(a, a + n, ids.data());
 }
 
+}  // namespace sampler_detail
+
+namespace {
+using sampler_detail::radix_sort_desc;
+
 // The head of the distribution: every token whose weight exp((l - max) / T) is at least e^-46 (below it,
 // under 2^-64, a weight cannot change a double sum that is >= 1 (the max's own weight), nor a cumulative
 // probability that is >= the max's: the tail is exactly invisible to the sums below).
 // Leaves scratch.ids holding the head sorted as the reference sorts everything (descending logit, ties by
-// id) and returns its size; with top_k, the first top_k of the whole vocabulary as the reference has them.
+// id) and returns its size. Not for top-k (select_top_k).
 std::size_t sorted_head(std::span<const float> logits, const SamplingParams& p, SamplerScratch& s) {
   std::vector<TokenId>& ids = s.ids;
-  if (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < logits.size()) {  // top-k: a k-heap over everything
-    ids.resize(logits.size());
-    std::iota(ids.begin(), ids.end(), 0);
-    std::partial_sort(ids.begin(), ids.begin() + p.top_k, ids.end(), ByLogit{logits});
-    return logits.size();
-  }
   float max_l = -std::numeric_limits<float>::infinity();
   for (float l : logits) max_l = std::max(max_l, ordered(l));
   ids.clear();
@@ -229,154 +202,8 @@ TokenId draw_from_head(std::span<const float> logits, float max_l, const Samplin
   return tail ? -1 : ids[keep - 1];
 }
 
-constexpr int kBuckets = 1024;  // over the row's x = (l - max) / T, at most [-88, 0]
-
-// Temperature alone (no top-k, top-p or min-p): the reference's draw (the first id, in sorted order, whose
-// cumulative probability passes u * mass) without sorting the vocabulary. The ids fall into buckets by x,
-// which keep the sorted order between buckets; the walk over the buckets' weight sums finds the one the
-// draw lands in, and only that bucket is sorted. Sums in another order than the reference's differ from
-// its sums by at most (n + 2) ulp of the total each (positive terms), so a draw farther than 4 (n + 4) ulp
-// from every boundary it is compared with picks the reference's token; a nearer one (a chance of order
-// n^2 2^-53) returns -1 and the caller leaves it to the reference.
-// Every id's weight (the reference's, sampler_weights.h) and bucket, and each bucket's weight sum; returns
-// the row's largest logit (throws without a finite one). Bucket b holds x in (-(b + 1), -b] * span / kBuckets:
-// monotone in x (so in the sorted order) whatever the rounding. Returns the bucket width in x through `width_x`.
-float bucket_row(std::span<const float> logits, float t, SamplerScratch& s, float* width_x = nullptr) {
-  const std::size_t n = logits.size();
-  const Range range = row_range(logits);
-  const float max_l = range.max;
-  if (!std::isfinite(max_l)) no_finite_logit();
-  s.weights.resize(n);
-  s.bucket.resize(n);
-  float* w = s.weights.data();
-  std::uint16_t* bucket = s.bucket.data();
-  const float width = std::min(88.0f, (max_l - range.min) / t);
-  const float span = width > 0.0f ? width : 1.0f, to_bucket = static_cast<float>(kBuckets) / span;
-  if (width_x) *width_x = span / static_cast<float>(kBuckets);
-  for (std::size_t i = 0; i < n; ++i) {  // vectorised: no call, no branch
-    const float x = (ordered(logits[i]) - max_l) / t;
-    w[i] = sampler_detail::exp_weight(x);
-    const int b = static_cast<int>(std::min(-x, span) * to_bucket);
-    bucket[i] = static_cast<std::uint16_t>(std::min(b, kBuckets - 1));
-  }
-  s.bucket_sum.assign(kBuckets, 0.0);
-  double* sum = s.bucket_sum.data();
-  for (std::size_t i = 0; i < n; ++i) sum[bucket[i]] += w[i];  // a zero weight adds nothing
-  return max_l;
-}
-
-TokenId draw_bucketed(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index,
-                      SamplerScratch& s) {
-  const std::size_t n = logits.size();
-  bucket_row(logits, p.temperature, s);
-  const float* w = s.weights.data();
-  const std::uint16_t* bucket = s.bucket.data();
-  double total = 0.0;
-  for (double sum : s.bucket_sum) total += sum;
-  const double target = uniform_draw(p.seed, draw_index) * total;
-  const double margin = total * (4.0 * static_cast<double>(n) + 16.0) * 0x1p-53;
-  double cum = 0.0;
-  int b = 0;
-  while (b < kBuckets && !(target < cum + s.bucket_sum[static_cast<std::size_t>(b)])) cum += s.bucket_sum[static_cast<std::size_t>(b++)];
-  if (b == kBuckets || target - cum < margin) return -1;
-  std::vector<TokenId>& ids = s.ids;
-  ids.clear();
-  for (std::size_t i = 0; i < n; ++i)  // a zero weight is never drawn (and sorts after every positive one)
-    if (bucket[i] == b && w[i] > 0.0f) ids.push_back(static_cast<TokenId>(i));
-  std::sort(ids.begin(), ids.end(), ByLogit{logits});
-  for (TokenId id : ids) {
-    const double before = cum;
-    cum += w[static_cast<std::size_t>(id)];
-    if (target < cum) return target - before >= margin && cum - target >= margin ? id : -1;
-  }
-  return -1;
-}
-
 bool temperature_only(const SamplingParams& p, std::size_t vocab) {
   return !(p.top_k > 0 && static_cast<std::size_t>(p.top_k) < vocab) && p.top_p >= 1.0f && p.min_p <= 0.0f;
-}
-
-// The reference's top-p and min-p cuts and draw over the exact sorted prefix `ids` of the reference's order,
-// normalised by `total` (the bucket sums' total, not the reference's left-to-right sum: they differ by at
-// most `tol` relative, as do every prob and partial sum below). Every comparison that decides the answer
-// must clear its boundary by more than that, else -1 (the caller takes the exact path). `tail`: the
-// reference has candidates after the prefix (a cut that does not happen inside it needs them).
-TokenId cut_and_draw(const SamplingParams& p, std::uint64_t draw_index, SamplerScratch& s, double total, double tol,
-                     bool tail) {
-  const std::vector<TokenId>& ids = s.ids;
-  std::vector<double>& probs = s.probs;
-  std::size_t keep = ids.size();
-  probs.resize(keep);
-  for (std::size_t i = 0; i < keep; ++i) probs[i] = s.weights[static_cast<std::size_t>(ids[i])] / total;
-  const auto near = [tol](double a, double b) { return std::abs(a - b) <= tol * std::max(std::abs(a), std::abs(b)); };
-  if (p.top_p < 1.0f) {
-    double cum = 0.0;
-    std::size_t n = 0;
-    for (; n < keep; cum += probs[n++]) {
-      if (near(cum, p.top_p)) return -1;
-      if (!(cum < p.top_p)) break;
-    }
-    // Every prefix id taken: the last sum decides (the reference's cut, or its candidates beyond the prefix).
-    if (n == keep && (near(cum, p.top_p) || (cum < p.top_p && tail))) return -1;
-    keep = std::max<std::size_t>(n, 1);
-    tail = false;
-  }
-  if (p.min_p > 0.0f) {
-    std::size_t n = 1;
-    for (; n < keep; ++n) {
-      const double bar = p.min_p * probs[0];
-      if (near(probs[n], bar)) return -1;
-      if (!(probs[n] >= bar)) break;
-    }
-    if (n == keep && tail) return -1;
-    keep = n;
-    tail = false;
-  }
-  if (tail) return -1;
-  double mass = 0.0;
-  for (std::size_t i = 0; i < keep; ++i) mass += probs[i];
-  const double target = uniform_draw(p.seed, draw_index) * mass;
-  double cum = 0.0;
-  for (std::size_t i = 0; i < keep; ++i) {
-    const double before = cum;
-    cum += probs[i];
-    if (target < cum) return near(target, before) || near(target, cum) ? -1 : ids[i];
-  }
-  return -1;  // the reference's fall-through (rounding at the very end): leave it to the exact path
-}
-
-// top-p and/or min-p without top-k: the reference's answer without sorting the vocabulary. The buckets
-// (draw_bucketed's) are walked from the top until they hold top_p of the total mass with room to spare (or,
-// min-p alone, until their weights fall below min_p of the largest, 1); only their ids are sorted, and the
-// cuts and the draw run over that exact prefix of the reference's order. -1: the exact path decides.
-TokenId draw_bucketed_cut(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index,
-                          SamplerScratch& s) {
-  const std::size_t n = logits.size();
-  float width_x = 0.0f;
-  bucket_row(logits, p.temperature, s, &width_x);
-  double total = 0.0;
-  for (double sum : s.bucket_sum) total += sum;
-  const double tol = (8.0 * static_cast<double>(n) + 64.0) * 0x1p-53;
-  int last = kBuckets - 1;  // the last bucket of the prefix
-  if (p.top_p < 1.0f) {
-    double cum = 0.0;
-    const double want = (static_cast<double>(p.top_p) + 4.0 * tol) * total;
-    for (last = 0; last < kBuckets; ++last)
-      if ((cum += s.bucket_sum[static_cast<std::size_t>(last)]) >= want) break;
-    if (last == kBuckets) return -1;  // top_p within rounding of the whole mass
-  } else {  // min-p alone: weights >= min_p, i.e. x >= log(min_p), and one bucket more for rounding
-    const double x_cut = std::log(static_cast<double>(p.min_p));
-    last = static_cast<int>(std::min<double>(kBuckets - 1, -x_cut / static_cast<double>(width_x) + 1.0));
-  }
-  std::vector<TokenId>& ids = s.ids;
-  ids.clear();
-  const float* w = s.weights.data();
-  const std::uint16_t* bucket = s.bucket.data();
-  for (std::size_t i = 0; i < n; ++i)  // zero weights sort after every positive one: never in the prefix
-    if (bucket[i] <= last && w[i] > 0.0f) ids.push_back(static_cast<TokenId>(i));
-  if (ids.empty()) return -1;
-  radix_sort_desc(logits, ids, s.keys, s.swap);
-  return cut_and_draw(p, draw_index, s, total, tol, ids.size() < n);
 }
 
 }  // namespace
@@ -388,15 +215,25 @@ TokenId sample(std::span<const float> logits, const SamplingParams& p, std::uint
 
 TokenId sample(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index,
                SamplerScratch& scratch) {
+  using namespace sampler_detail;
   if (logits.empty()) throw std::invalid_argument("sample: empty logits");
   if (p.temperature == 0.0f) return greedy(logits);
   if (temperature_only(p, logits.size())) {
     if (const TokenId t = draw_bucketed(logits, p, draw_index, scratch); t >= 0) return t;
     return sample_reference(logits, p, draw_index);
   }
-  if (!(p.top_k > 0 && static_cast<std::size_t>(p.top_k) < logits.size()))
+  std::size_t head = 0;
+  if (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < logits.size()) {
+    // The reference's first k ids, then its own math over them: the same token, no fallback needed.
+    head = static_cast<std::size_t>(p.top_k);
+    select_top_k(logits, head, scratch);
+  } else {
+    // top-p alone on a row too small for buckets to pay goes to the prefix path.
+    if (p.min_p <= 0.0f && logits.size() >= 256)
+      if (const TokenId t = draw_top_p(logits, p, draw_index, scratch); t >= 0) return t;
     if (const TokenId t = draw_bucketed_cut(logits, p, draw_index, scratch); t >= 0) return t;
-  const std::size_t head = sorted_head(logits, p, scratch);
+    head = sorted_head(logits, p, scratch);
+  }
   const float max_l = ordered(logits[static_cast<std::size_t>(scratch.ids[0])]);
   if (!std::isfinite(max_l)) no_finite_logit();
   if (const TokenId t = draw_from_head(logits, max_l, p, draw_index, scratch, head); t >= 0) return t;
@@ -467,7 +304,7 @@ void PenaltyState::apply(std::span<float> logits, const Penalties& p) const {
 // below a float logprob's own rounding once max_l is added back) summed in double over 8 fixed lanes, combined
 // in a fixed order: no libm call per entry, and the same value whatever the batch or the thread.
 double log_normalizer(std::span<const float> logits) {
-  const float max_l = row_range(logits).max;
+  const float max_l = sampler_detail::row_range(logits).max;
   if (!std::isfinite(max_l)) no_finite_logit();
   constexpr std::size_t kLanes = 8;
   double lane[kLanes] = {};
@@ -484,10 +321,14 @@ void top_alternatives(std::span<const float> logits, int top, double log_z, Samp
   out.clear();
   if (top <= 0) return;
   std::vector<TokenId>& ids = scratch.ids;
-  ids.resize(logits.size());
-  std::iota(ids.begin(), ids.end(), 0);
-  const auto k = std::min<std::size_t>(static_cast<std::size_t>(top), ids.size());
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), ByLogit{logits});
+  const auto k = std::min<std::size_t>(static_cast<std::size_t>(top), logits.size());
+  if (k < logits.size()) {
+    sampler_detail::select_top_k(logits, k, scratch);
+  } else {
+    ids.resize(logits.size());
+    std::iota(ids.begin(), ids.end(), 0);
+    std::sort(ids.begin(), ids.end(), ByLogit{logits});
+  }
   for (std::size_t i = 0; i < k; ++i)
     out.push_back({ids[i], static_cast<float>(logits[static_cast<std::size_t>(ids[i])] - log_z)});
 }

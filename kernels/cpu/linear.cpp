@@ -140,7 +140,7 @@ void linear_multi(ThreadPool& pool, const float* x, std::int64_t rows, std::int6
     g.in = in;
     g.kp = kp;
     const WeightRef& w = parts[p].w;
-    const bool use_packed = w.packed && (rows > 1 || !w.data);
+    const bool use_packed = w.packed != nullptr;  // then the plain weight is never read (ops.h)
     g.w = static_cast<const std::uint8_t*>(use_packed ? w.packed : w.data);
     g.y = parts[p].y;
     g.ldy = parts[p].out;

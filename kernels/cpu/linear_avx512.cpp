@@ -10,7 +10,9 @@
 // of kM rows of the group sweeps the chunk in tiles of kN features, the reduction innermost. So a weight
 // is read from memory once per call (from L2/L3 once per group), and a row tile's x (kM rows, in L1/L2,
 // laid out by arrange_tiled) is reused by the whole chunk. kM x kN = 6 x 4 = 24 accumulators + 4 weight
-// registers.
+// registers. (8 x 3 and 12 x 2 widen fewer weight vectors per FMA but load more x: measured 5-35% slower,
+// most at K = 2048, whose 8-12 rows of x no longer fit in L1; widening a chunk's weights to fp32 once
+// for all row tiles was no faster at 128-512 rows and slower at 8: README, "Fourth stop".)
 // GCC 12 warns about the deliberately undefined source register inside its own AVX-512 intrinsics
 // (_mm512_undefined_ps in cvtph/extract): a false positive that -Werror would make fatal.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -72,12 +74,23 @@ const std::uint8_t* feature(const GemmArgs& g, std::int64_t n) {
 // side by side, each prefetched by software 4 blocks (256 bytes of bf16) ahead, read 5-13% faster from
 // memory (512 MiB) than 16 rows with the hardware prefetcher alone, and ~5% faster from L2 (3 MiB); 16
 // rows with the same prefetch lost 10-15% from L2 (twice the prefetches and loads per FMA).
+// Packed panels are one stream (a panel's 8 features block by block): there 4 blocks ahead is only 2 KiB
+// of that stream, and the packed GEMV read 4-12% slower than plain rows; prefetching each line 8 blocks
+// ahead into L1 and 32 blocks (16 KiB of bf16) ahead into L2 read 5-15% faster than plain rows on one
+// thread (README, "Fourth stop").
 constexpr std::size_t kAhead = 4;
+constexpr std::size_t kAheadPacked = 8, kAheadPackedL2 = 32;
 
-template <DType Dt>
+template <DType Dt, bool L2 = false>
 inline void prefetch_block(const std::uint8_t* p) {  // may point past the weights: a prefetch never faults
-  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
-  if constexpr (Dt == DType::f32) _mm_prefetch(reinterpret_cast<const char*>(p) + 64, _MM_HINT_T0);
+  const char* c = reinterpret_cast<const char*>(p);
+  if constexpr (L2) {
+    _mm_prefetch(c, _MM_HINT_T1);
+    if constexpr (Dt == DType::f32) _mm_prefetch(c + 64, _MM_HINT_T1);
+  } else {
+    _mm_prefetch(c, _MM_HINT_T0);
+    if constexpr (Dt == DType::f32) _mm_prefetch(c + 64, _MM_HINT_T0);
+  }
 }
 
 // M rows x N features from row t0, feature n0; the reduction loop innermost, no branch inside it (the
@@ -94,11 +107,17 @@ void tile(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
   // constant offsets (with a pointer per row, GCC ran out of general registers and spilled every block).
   const float* x = g.xa + t0 * g.kp;
   const std::size_t step = g.block_step;
+  // Prefetch (the GEMV, and every tile on packed panels): each weight line prefetched ahead into L1, and on
+  // packed panels (one stream) further ahead into L2 too.
+  const std::size_t ahead = (g.packed ? kAheadPacked : kAhead) * step, ahead_l2 = g.packed ? kAheadPackedL2 * step : 0;
   std::int64_t b = 0;
   for (; b < g.full; b += kBlock) {
     __m512 lo[N], hi[N];
-    if constexpr (Prefetch)  // GEMV: each weight stream prefetched kAhead blocks ahead (from memory)
-      for (int n = 0; n < N; ++n) prefetch_block<Dt>(w[n] + kAhead * step);
+    if constexpr (Prefetch) {
+      for (int n = 0; n < N; ++n) prefetch_block<Dt>(w[n] + ahead);
+      if (ahead_l2)
+        for (int n = 0; n < N; ++n) prefetch_block<Dt, true>(w[n] + ahead_l2);
+    }
     for (int n = 0; n < N; ++n) lo[n] = load_half<Dt, 0>(w[n]);
     for (int m = 0; m < M; ++m) {
       const __m512 xv = _mm512_loadu_ps(x + m * kBlock);
@@ -162,11 +181,24 @@ struct RowTiles {
 // arithmetic: the group's rows use each weight ~100 times). Only the order of the tiles changes.
 constexpr std::int64_t kXBlockBytes = 1 << 20;
 
-template <DType Dt, int M>
+template <DType Dt, int M, bool Prefetch>
 void features(const GemmArgs& g, std::int64_t t, std::int64_t c0, std::int64_t c1) {
   std::int64_t n = c0;
-  for (; n + kN <= c1; n += kN) tile<Dt, M, kN>(g, t, n);
-  for (; n < c1; ++n) tile<Dt, M, 1>(g, t, n);
+  for (; n + kN <= c1; n += kN) tile<Dt, M, kN, Prefetch>(g, t, n);
+  for (; n < c1; ++n) tile<Dt, M, 1, Prefetch>(g, t, n);
+}
+
+// One row tile of m rows over features [c0, c1).
+template <DType Dt, bool Prefetch>
+void row_tile(std::int64_t m, const GemmArgs& g, std::int64_t t, std::int64_t c0, std::int64_t c1) {
+  switch (m) {
+    case 6: features<Dt, 6, Prefetch>(g, t, c0, c1); break;
+    case 5: features<Dt, 5, Prefetch>(g, t, c0, c1); break;
+    case 4: features<Dt, 4, Prefetch>(g, t, c0, c1); break;
+    case 3: features<Dt, 3, Prefetch>(g, t, c0, c1); break;
+    case 2: features<Dt, 2, Prefetch>(g, t, c0, c1); break;
+    default: features<Dt, 1, Prefetch>(g, t, c0, c1); break;
+  }
 }
 
 template <DType Dt>
@@ -180,6 +212,9 @@ void gemm(const GemmArgs& g, std::int64_t n0, std::int64_t n1) {
     return;
   }
   const RowTiles tiles(g.rows);
+  // Packed panels: every tile prefetches its stream as the GEMV does (the tile on the packed copy without
+  // it read 25-40% slower than plain rows from memory at 2-12 rows, and from L3 0-20% slower than with it).
+  const bool prefetch = g.packed;
   const std::int64_t tile_bytes = kM * g.kp * static_cast<std::int64_t>(sizeof(float));
   const std::int64_t group = kXBlockBytes / tile_bytes > 1 ? kXBlockBytes / tile_bytes : 1;
   for (std::int64_t i0 = 0; i0 < tiles.count; i0 += group) {
@@ -187,15 +222,8 @@ void gemm(const GemmArgs& g, std::int64_t n0, std::int64_t n1) {
     for (std::int64_t c0 = n0; c0 < n1; c0 += kChunk) {
       const std::int64_t c1 = c0 + kChunk < n1 ? c0 + kChunk : n1;
       for (std::int64_t i = i0; i < i1; ++i) {
-        const std::int64_t t = tiles.first_row(i);
-        switch (tiles.rows_of(i)) {
-          case 6: features<Dt, 6>(g, t, c0, c1); break;
-          case 5: features<Dt, 5>(g, t, c0, c1); break;
-          case 4: features<Dt, 4>(g, t, c0, c1); break;
-          case 3: features<Dt, 3>(g, t, c0, c1); break;
-          case 2: features<Dt, 2>(g, t, c0, c1); break;
-          default: features<Dt, 1>(g, t, c0, c1); break;
-        }
+        if (prefetch) row_tile<Dt, true>(tiles.rows_of(i), g, tiles.first_row(i), c0, c1);
+        else row_tile<Dt, false>(tiles.rows_of(i), g, tiles.first_row(i), c0, c1);
       }
     }
   }

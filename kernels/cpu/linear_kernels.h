@@ -48,6 +48,7 @@ struct GemmArgs {
   const std::uint8_t* w = nullptr;
   std::size_t panel_bytes = 0, feature_bytes = 0, block_step = 0;
   DType dtype = DType::f32;
+  bool packed = false;  // pack_weight's layout (set_layout)
   float* y = nullptr;
   std::int64_t ldy = 0;
 };

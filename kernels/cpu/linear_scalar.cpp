@@ -18,6 +18,7 @@ std::int64_t block_element(DType dt, std::int64_t i) {
 void set_layout(GemmArgs& g, DType dtype, bool packed) {
   const std::size_t elem = dtype_size(dtype);
   g.dtype = dtype;
+  g.packed = packed;
   g.full = packed ? g.kp : g.in / kBlock * kBlock;
   const std::size_t row = static_cast<std::size_t>(packed ? g.kp : g.in) * elem;
   g.panel_bytes = static_cast<std::size_t>(kPanel) * row;

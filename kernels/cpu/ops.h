@@ -17,9 +17,10 @@ namespace kvfleet::cpu {
 struct WeightRef {
   const void* data = nullptr;
   DType dtype = DType::f32;
-  // linear and linear_multi only: the same weight in pack_weight's layout, or null. Used for rows > 1 (the
-  // GEMM's tiles read one contiguous stream); one row (GEMV, memory-bound) reads `data`, whose separate
-  // rows give the memory system more streams at once (faster here), unless data is null.
+  // linear and linear_multi only: the same weight in pack_weight's layout, or null. When set, every row
+  // count reads it and `data` is never touched (the CPU backend keeps the packed copy as the only one it
+  // reads): the GEMM's tiles read one contiguous stream, the GEMV (one row) one stream per 8 features,
+  // prefetched far ahead (linear_avx512.cpp). Same bits either way.
   const void* packed = nullptr;
 };
 

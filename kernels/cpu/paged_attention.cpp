@@ -7,12 +7,24 @@
 // max m, the running sum l and the accumulator are rescaled by exp(m_old - m_new). The blocks are visited
 // in absolute key order and each query's arithmetic depends only on its own position and the cache, so a
 // row gives the same bits in a tile of any size, in any batch, chunked or not, on any number of threads.
+//
+// The arithmetic of each query, which every instruction set's kernel keeps exactly (attention_kernels.h;
+// AVX-512: attention_avx512.cpp, chosen by cpu_isa(); AVX2 and scalar: the steps below, compiled for the
+// build's -march): scores as 4 partial sums over dims i mod 4 of fused multiply-adds, (s0 + s1) + (s2 + s3),
+// times scale; the block's max; the polynomial exp of x - m (and of m_old - m for the rescale); the
+// weights summed in slot order; l = fma(l, alpha, sum); acc = acc * alpha, then one fused multiply-add per
+// slot in slot order; out = acc * (1 / l). (GCC fuses a * b + c by default in C++, -ffp-contract=fast:
+// the AVX-512 kernel writes the same FMAs explicitly; tests/model/test_attention.cpp compares the paths bit
+// for bit.)
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/attention_kernels.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/exp_poly.h"
 #include "kernels/cpu/kv_elem.h"
 #include "kernels/cpu/ops.h"
 
@@ -25,7 +37,7 @@ constexpr std::int64_t kTileRows = 16;
 // block's last key), so that the 16 keys are the vector lanes and no horizontal sum is needed: key j's
 // q . k is four partial sums over the dimensions i = u (mod 4), each in increasing i, then (s0 + s1) +
 // (s2 + s3). That order is a function of head_dim alone, whatever the tile, the batch or the block.
-constexpr int kKeys = 16;
+constexpr int kKeys = static_cast<int>(detail::kAttnKeys);
 
 // GCC/Clang vector types (AVX2 registers with the build's -march; element-wise, so the arithmetic is the
 // plain loop's): the 4 partial sums of 16 keys stay in 8 registers.
@@ -82,36 +94,11 @@ inline float exp_nonpositive(float x) {
   return tiny ? 0.0f : p * scale;
 }
 
-// exp_nonpositive on 8 lanes: the same operations (floor as truncation corrected downwards), so that a
-// block's weights are computed 8 at a time.
-typedef std::int32_t I8 __attribute__((vector_size(32)));
+// exp_nonpositive on 8 lanes: exp_poly.h (the same operations, floor as truncation corrected downwards), so
+// that a block's weights are computed 8 at a time.
+inline V8 exp_nonpositive(V8 x) { return detail::exp_poly8(x); }
 
-inline V8 exp_nonpositive(V8 x) {
-  const I8 tiny = x < -87.0f;
-  x = tiny ? V8{} - 87.0f : x;
-  const V8 t = x * 1.44269504088896341f + 0.5f;
-  V8 n = __builtin_convertvector(__builtin_convertvector(t, I8), V8);
-  n = n > t ? n - 1.0f : n;
-  V8 r = x - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
-  V8 p = V8{} + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const V8 scale = (V8)((__builtin_convertvector(n, I8) + 127) << 23);
-  return tiny ? V8{} : p * scale;
-}
-
-// The running state of one query head: max, sum of exp, unnormalized output.
-struct QueryState {
-  const float* q;
-  float* acc;
-  std::int32_t position;
-  float m, l;
-};
+using QueryState = detail::AttnQuery;
 
 struct Scratch {
   std::vector<float> k, kt, v, p, alpha, acc;
@@ -149,7 +136,7 @@ inline void score_block(QueryState& s, const float* kt, std::int64_t n, std::int
   }
   float sum = 0.0f;
   for (std::int64_t j = 0; j < n; ++j) sum += p[j];
-  s.l = s.l * alpha + sum;
+  s.l = std::fma(s.l, alpha, sum);  // what the compiler fused before; explicit so that every compiler does
   s.m = m_new;
 }
 
@@ -180,17 +167,36 @@ inline void accumulate_block(QueryState& s, const float* v, std::int64_t n, std:
   std::int64_t i = 0;
   for (; i + 64 <= d; i += 64) accumulate_lanes<8>(s.acc + i, v + i, n, d, p, alpha);
   for (; i + 8 <= d; i += 8) accumulate_lanes<1>(s.acc + i, v + i, n, d, p, alpha);
+  // The last d mod 8 elements: the explicit fma is the vector lanes' arithmetic (left to the compiler, GCC 12
+  // vectorized this loop over 4 slots at a time with separate multiplies and adds, fusing only the rest).
   for (; i < d; ++i) {
     float a = s.acc[i] * alpha;
-    for (std::int64_t j = 0; j < n; ++j) a += p[j] * v[j * d + i];
+    for (std::int64_t j = 0; j < n; ++j) a = std::fma(p[j], v[j * d + i], a);
     s.acc[i] = a;
   }
 }
 
-// Rows [r0, r0 + nr) of one sequence (consecutive positions), kv head h, all the heads of its group.
+// One block into every query of qs[0, nq) that reaches it (position >= start): the AVX2 / scalar steps,
+// query by query (attention_kernels.h's attend_block_avx512 does the same for several at once).
+// alpha: room for nq floats.
+void attend_block(QueryState* qs, std::int64_t nq, std::int64_t start, std::int64_t bs, const float* kt,
+                  const float* v, std::int64_t d, float scale, float* p, float* alpha) {
+  const std::int64_t bsp = (bs + kKeys - 1) / kKeys * kKeys;
+  for (std::int64_t i = 0; i < nq; ++i) {
+    if (qs[i].position < start) continue;
+    score_block(qs[i], kt, std::min(bs, qs[i].position - start + 1), d, scale, p + i * bsp, alpha[i]);
+  }
+  for (std::int64_t i = 0; i < nq; ++i) {
+    if (qs[i].position < start) continue;
+    accumulate_block(qs[i], v, std::min(bs, qs[i].position - start + 1), d, p + i * bsp, alpha[i]);
+  }
+}
+
+// Rows [r0, r0 + nr) of one sequence (consecutive positions), kv head h, all the heads of its group; wide:
+// the AVX-512 steps (the same bits).
 template <class T>
 void attend_tile(const float* q, std::int64_t r0, std::int64_t nr, std::int64_t num_heads, std::int64_t h,
-                 const AttnRow* rows, const KvLayer& c, float scale, float* out, Scratch& s) {
+                 const AttnRow* rows, const KvLayer& c, float scale, float* out, Scratch& s, bool wide) {
   const std::int64_t d = c.head_dim, bs = c.block_size, group = num_heads / c.num_kv_heads;
   const std::int64_t nq = nr * group, bsp = (bs + kKeys - 1) / kKeys * kKeys;
   s.qs.resize(static_cast<std::size_t>(nq));
@@ -212,19 +218,14 @@ void attend_tile(const float* q, std::int64_t r0, std::int64_t nr, std::int64_t 
   const std::int32_t* table = rows[r0].block_table;
   for (std::int64_t b = 0; b * bs <= last; ++b) {
     const std::int64_t start = b * bs, n_block = std::min(bs, last - start + 1);
-    transpose_keys(block_rows<T>(c, c.k_offset(table[b], h, 0), n_block, s.k), n_block, d, s.kt.data());
-    for (std::int64_t i = 0; i < nq; ++i) {
-      QueryState& qs = s.qs[static_cast<std::size_t>(i)];
-      if (qs.position < start) continue;
-      score_block(qs, s.kt.data(), std::min(bs, qs.position - start + 1), d, scale, s.p.data() + i * bsp,
-                  s.alpha[static_cast<std::size_t>(i)]);
-    }
+    const float* k = block_rows<T>(c, c.k_offset(table[b], h, 0), n_block, s.k);
     const float* v = block_rows<T>(c, c.v_offset(table[b], h, 0), n_block, s.v);
-    for (std::int64_t i = 0; i < nq; ++i) {
-      QueryState& qs = s.qs[static_cast<std::size_t>(i)];
-      if (qs.position < start) continue;
-      accumulate_block(qs, v, std::min(bs, qs.position - start + 1), d, s.p.data() + i * bsp,
-                       s.alpha[static_cast<std::size_t>(i)]);
+    if (wide) {
+      detail::transpose_keys_avx512(k, n_block, d, s.kt.data());
+      detail::attend_block_avx512(s.qs.data(), nq, start, bs, s.kt.data(), v, d, scale, s.p.data());
+    } else {
+      transpose_keys(k, n_block, d, s.kt.data());
+      attend_block(s.qs.data(), nq, start, bs, s.kt.data(), v, d, scale, s.p.data(), s.alpha.data());
     }
   }
   for (std::int64_t i = 0; i < nq; ++i) {
@@ -265,13 +266,15 @@ void paged_attention(ThreadPool& pool, const float* q, std::int64_t rows, std::i
   std::vector<Tile>& tiles = caller_tiles;  // a reference: the workers must read the caller's tiles, not theirs
   make_tiles(row_info, rows, tiles);
   const std::int64_t kvh = cache.num_kv_heads, items = static_cast<std::int64_t>(tiles.size()) * kvh;
+  const Isa isa = cpu_isa();
+  const bool wide = isa == Isa::avx512 || isa == Isa::avx512bf16;
   with_kv_type(cache.dtype, [&](auto elem) {
     using T = decltype(elem);
     pool.parallel_for(items, 1, [&](std::int64_t begin, std::int64_t end) {
       thread_local Scratch scratch;
       for (std::int64_t i = begin; i < end; ++i) {
         const Tile& t = tiles[static_cast<std::size_t>(i / kvh)];
-        attend_tile<T>(q, t.begin, t.rows, num_heads, i % kvh, row_info, cache, scale, out, scratch);
+        attend_tile<T>(q, t.begin, t.rows, num_heads, i % kvh, row_info, cache, scale, out, scratch, wide);
       }
     });
   });

@@ -12,13 +12,41 @@ constexpr std::int64_t kSplitElems = 16384;
 
 std::int64_t row_grain(std::int64_t dim) { return std::max<std::int64_t>(1, kSplitElems / std::max<std::int64_t>(1, dim)); }
 
-void norm_row(const float* x, std::int64_t dim, WeightRef w, float eps, float* out) {
-  // Sum of squares in double: cheap at these sizes and closer to the reference.
-  double ss = 0.0;
-  for (std::int64_t d = 0; d < dim; ++d) ss += static_cast<double>(x[d]) * x[d];
-  const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(dim) + eps));
+// Sum of squares in double (cheap at these sizes and closer to the reference), as 8 partial sums over the
+// elements i mod 8 combined as a fixed tree, so that the loop vectorizes (one chain of dim dependent adds
+// did not: ~1 us for a 768-wide row); the order is a function of dim alone.
+double sum_of_squares(const float* x, std::int64_t dim) {
+  double s[8] = {};
+  std::int64_t d = 0;
+  for (; d + 8 <= dim; d += 8)
+    for (int u = 0; u < 8; ++u) s[u] = std::fma(static_cast<double>(x[d + u]), static_cast<double>(x[d + u]), s[u]);
+  for (int u = 0; d + u < dim; ++u) s[u] = std::fma(static_cast<double>(x[d + u]), static_cast<double>(x[d + u]), s[u]);
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+// out = (x * inv) * w, with the weight's dtype switched on once per row, not per element.
+void scale_row(const float* x, std::int64_t dim, WeightRef w, float inv, float* out) {
+  switch (w.dtype) {
+    case DType::f32: {
+      const auto* wf = static_cast<const float*>(w.data);
+      for (std::int64_t d = 0; d < dim; ++d) out[d] = (x[d] * inv) * wf[d];
+      return;
+    }
+    case DType::bf16: {
+      const auto* wb = static_cast<const std::uint16_t*>(w.data);
+      for (std::int64_t d = 0; d < dim; ++d) out[d] = (x[d] * inv) * bf16_to_f32(wb[d]);
+      return;
+    }
+    case DType::f16: break;
+  }
   for (std::int64_t d = 0; d < dim; ++d)
     out[d] = (x[d] * inv) * load_as_f32(w.data, w.dtype, static_cast<std::size_t>(d));
+}
+
+void norm_row(const float* x, std::int64_t dim, WeightRef w, float eps, float* out) {
+  const double ss = sum_of_squares(x, dim);
+  const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(dim) + eps));
+  scale_row(x, dim, w, inv, out);
 }
 
 void add_norm_row(float* res, const float* delta, std::int64_t dim, WeightRef w, float eps, float* out) {

@@ -1,6 +1,7 @@
 // The CPU paged attention (flash-style tiles, online softmax, GQA) against the two-pass double reference,
 // for every KV dtype, and its invariance: a row gives the same bits alone, in a tile, chunked or batched,
-// and on any number of threads.
+// and on any number of threads, on every instruction-set path; the AVX-512 kernel gives the AVX2 kernel's
+// bits.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/ops.h"
 
 using namespace kvfleet;
@@ -23,7 +25,8 @@ struct Case {
 };
 
 // A cache of random K/V (stored through rope_store_kv so that 16-bit caches round as the engine does),
-// three sequences' block tables, and a batch of rows: a 23-row prefill chunk, two decode rows.
+// three sequences' block tables, and a batch of rows: a 23-row prefill chunk (from position 38: not a block
+// start), two decode rows, and with `long_chunk` a 40-row chunk of the second sequence from position 0.
 struct Fixture {
   Case c;
   std::vector<std::byte> storage;
@@ -32,7 +35,7 @@ struct Fixture {
   std::vector<AttnRow> rows;
   std::vector<float> q;
 
-  explicit Fixture(Case k) : c(k) {
+  explicit Fixture(Case k, bool long_chunk = false) : c(k) {
     cache = {nullptr, c.dtype, c.block_size, c.kv_heads, c.head_dim};
     storage.assign(static_cast<std::size_t>(c.num_blocks * cache.block_elems()) * dtype_size(c.dtype), std::byte{0});
     cache.base = storage.data();
@@ -64,6 +67,8 @@ struct Fixture {
     for (std::int32_t p = 38; p < 61; ++p) rows.push_back({p, tables[0].data()});  // a prefill chunk
     rows.push_back({79, tables[1].data()});                                         // decode rows
     rows.push_back({0, tables[2].data()});
+    if (long_chunk)
+      for (std::int32_t p = 0; p < 40; ++p) rows.push_back({p, tables[1].data()});
     q.resize(rows.size() * static_cast<std::size_t>(c.heads * c.head_dim));
     for (auto& x : q) x = normal(rng);
   }
@@ -77,6 +82,20 @@ struct Fixture {
     return out;
   }
 };
+
+// The instruction-set paths this CPU has (attention's: avx512 / avx512bf16 run the AVX-512 kernel, avx2
+// and scalar the AVX2 one), restoring the process's choice afterwards.
+struct IsaGuard {
+  cpu::Isa saved = cpu::cpu_isa();
+  ~IsaGuard() { cpu::set_cpu_isa(saved); }
+};
+
+std::vector<cpu::Isa> supported_isas() {
+  std::vector<cpu::Isa> out;
+  for (cpu::Isa isa : {cpu::Isa::avx512, cpu::Isa::avx2, cpu::Isa::scalar})
+    if (cpu::cpu_supports(isa)) out.push_back(isa);
+  return out;
+}
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());
@@ -108,7 +127,11 @@ TEST_CASE("paged attention matches the two-pass reference for every KV dtype and
 }
 
 TEST_CASE("a row's attention is bit-identical alone, tiled, chunked, batched and on any thread count") {
+  IsaGuard guard;
+  for (cpu::Isa isa : supported_isas())
   for (DType dtype : {DType::f32, DType::bf16}) {
+    cpu::set_cpu_isa(isa);
+    CAPTURE(cpu::isa_name(isa));
     const Fixture f({6, 2, 40, 5, 40, dtype});
     ThreadPool one(1), three(3);
     const auto n = static_cast<std::int64_t>(f.rows.size());
@@ -125,4 +148,43 @@ TEST_CASE("a row's attention is bit-identical alone, tiled, chunked, batched and
       CHECK(joined == batch);
     }
   }
+}
+
+TEST_CASE("the AVX-512 attention kernel gives the AVX2 kernel's bits for every shape, GQA group and KV dtype") {
+  if (!cpu::cpu_supports(cpu::Isa::avx512)) {
+    MESSAGE("this CPU has no AVX-512: the AVX-512 attention kernel is not tested here");
+    return;
+  }
+  IsaGuard guard;
+  // {heads, kv_heads, head_dim, block_size}: GQA groups 1, 3, 4, 8; head_dim 64, 128 and ones that are not
+  // multiples of 16 (40, 36: also not of 8, so the AVX2 kernel's scalar tail runs) or of 4 (22); blocks
+  // smaller than, equal to and larger than a group of 16 keys.
+  const std::array<std::int64_t, 4> shapes[] = {{12, 4, 64, 16}, {6, 2, 40, 5}, {8, 8, 64, 16}, {8, 1, 128, 16},
+                                                {16, 4, 128, 7}, {4, 4, 36, 32}, {6, 2, 22, 16}, {24, 3, 64, 20}};
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16})
+    for (const auto& shape : shapes) {
+      const std::int64_t heads = shape[0], kv_heads = shape[1], dim = shape[2], block = shape[3];
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(heads);
+      CAPTURE(kv_heads);
+      CAPTURE(dim);
+      CAPTURE(block);
+      const Fixture f({heads, kv_heads, dim, block, 60, dtype}, true);
+      ThreadPool pool(2);
+      const auto n = static_cast<std::int64_t>(f.rows.size());
+      cpu::set_cpu_isa(cpu::Isa::avx2);
+      const std::vector<float> avx2 = f.run(pool, 0, n);
+      cpu::set_cpu_isa(cpu::Isa::scalar);
+      CHECK(f.run(pool, 0, n) == avx2);
+      cpu::set_cpu_isa(cpu::Isa::avx512);
+      const std::vector<float> avx512 = f.run(pool, 0, n);
+      CHECK(std::memcmp(avx512.data(), avx2.data(), avx2.size() * sizeof(float)) == 0);
+      for (std::int64_t r = 0; r < n; r += 5) {  // rows alone (decode-like tiles of one) and short chunks
+        const std::vector<float> alone = f.run(pool, r, std::min<std::int64_t>(3, n - r));
+        CHECK(std::equal(alone.begin(), alone.end(), avx2.begin() + static_cast<std::ptrdiff_t>(r * f.row_floats())));
+      }
+      std::vector<float> ref(avx512.size());
+      cpu::attention_reference(f.q.data(), n, heads, f.rows.data(), f.cache, f.scale(), ref.data());
+      CHECK(max_abs_diff(avx512, ref) < 2e-5);
+    }
 }

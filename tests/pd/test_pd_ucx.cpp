@@ -7,8 +7,13 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <future>
+#include <iterator>
 #include <thread>
 
 #include "engine/pd/pull_reader.h"
@@ -68,6 +73,38 @@ auto run_coro(boost::asio::io_context& io, F f) {
 }
 
 }  // namespace
+
+TEST_CASE("UCX settings: our tcp segment defaults reach UCX's tcp transport (UCX names none it could not apply)") {
+  // UCX prints "invalid configuration(s): NAME=VALUE" (to stdout, its log) for a ucp_config_modify name that no
+  // transport took: so our defaults went nowhere when they were spelled TCP_TX_SEG_SIZE. Captured here.
+  std::fflush(stdout);
+  char path[] = "/tmp/kvfleet-ucx-log-XXXXXX";
+  const int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  const int saved = ::dup(1);
+  ::dup2(fd, 1);
+  {
+    std::string why;
+    auto worker = pd::UcxWorker::create(why);
+    REQUIRE_MESSAGE(worker, why);
+    auto handler = [](const pd::UcxPullRequest&, pd::PullSink& sink) -> boost::asio::awaitable<void> { co_await sink.finish(); };
+    pd::UcxPullServer server(worker, "127.0.0.1", 0, std::chrono::milliseconds(5000), handler);
+    pd::UcxPullClient client(worker);
+    boost::asio::io_context io;
+    auto fut = boost::asio::co_spawn(io, client.acquire("127.0.0.1", server.port(), Clock::now() + std::chrono::seconds(5)),
+                                     boost::asio::use_future);
+    io.run();
+    CHECK(fut.get() != nullptr);  // a connected endpoint: the tcp transport's lanes are set up
+  }
+  std::fflush(stdout);
+  ::dup2(saved, 1);
+  ::close(saved);
+  ::close(fd);
+  std::ifstream in(path);
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(path);
+  CHECK_MESSAGE(log.find("invalid configuration") == std::string::npos, log);
+}
 
 TEST_CASE("UCX endpoints: READY exchange, a 24 MiB answer byte for byte, a refused connect, a deadline") {
   std::string why;
@@ -157,6 +194,155 @@ TEST_CASE("UCX endpoints: READY exchange, a 24 MiB answer byte for byte, a refus
   const auto waited = Clock::now() - stalled_at;
   CHECK(waited >= std::chrono::milliseconds(300));
   CHECK(waited < std::chrono::milliseconds(1400));
+}
+
+namespace {
+
+// A pull buffer as pull_buffer() hands out, of `bytes`.
+std::shared_ptr<pd::ReceivedPull> target_of(std::size_t bytes) {
+  auto t = std::make_shared<pd::ReceivedPull>();
+  t->bytes = std::make_unique<char[]>(bytes);
+  t->capacity = bytes;
+  return t;
+}
+
+// Reads a whole answer as read_pull_frames does (spans from the target's start on), into the target.
+boost::asio::awaitable<std::size_t> read_all_into(pd::UcxPullSource& source, pd::ReceivedPull& target) {
+  std::size_t filled = 0;
+  for (;;) {
+    const std::size_t n = co_await source.read_some_into(std::span<char>(target.bytes.get() + filled, target.capacity - filled));
+    if (n == 0) break;
+    filled += n;
+  }
+  co_return filled;
+}
+
+}  // namespace
+
+TEST_CASE("UCX receive ahead: pieces land in the pull's buffer in place; a piece too big, a stall, a reader that leaves") {
+  std::string why;
+  auto d_worker = pd::UcxWorker::create(why);
+  REQUIRE_MESSAGE(d_worker, why);
+  auto p_worker = pd::UcxWorker::create(why);
+  REQUIRE_MESSAGE(p_worker, why);
+  std::string big(12u << 20, '\0');
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 2654435761u) >> 11);
+  // count selects P's answer: 1 big in 1 MiB pieces; 2 big in pieces of 1 byte, 3 bytes, 64 KiB + 1 and
+  // the rest (piece boundaries anywhere); 3 big as one piece; 4 one piece of 100 bytes, then a 1.5 s stall.
+  auto handler = [&](const pd::UcxPullRequest& req, pd::PullSink& sink) -> boost::asio::awaitable<void> {
+    const std::string_view all(big);
+    if (req.count == 1)
+      for (std::size_t at = 0; at < all.size(); at += 1u << 20) co_await sink.write(all.substr(at, 1u << 20));
+    if (req.count == 2) {
+      const std::size_t cuts[] = {0, 1, 4, 4 + 65537, all.size()};
+      for (int i = 0; i + 1 < 5; ++i) co_await sink.write(all.substr(cuts[i], cuts[i + 1] - cuts[i]));
+    }
+    if (req.count == 3) co_await sink.write(all);
+    if (req.count == 4) {
+      co_await sink.write(all.substr(0, 100));
+      boost::asio::steady_timer t(co_await boost::asio::this_coro::executor);
+      t.expires_after(std::chrono::milliseconds(1500));
+      co_await t.async_wait(boost::asio::use_awaitable);
+    }
+    co_await sink.finish();
+  };
+  pd::UcxPullServer server(p_worker, "127.0.0.1", 0, std::chrono::milliseconds(5000), handler);
+  pd::UcxPullClient client(d_worker);
+  boost::asio::io_context io;
+  const auto request = [&](std::uint32_t count) -> boost::asio::awaitable<std::shared_ptr<pd::UcxEndpoint>> {
+    auto ep = co_await client.acquire("127.0.0.1", server.port(), Clock::now() + std::chrono::seconds(5));
+    pd::UcxPullRequest req;
+    req.count = count;
+    co_await pd::send_pull_request(*ep, req, Clock::now() + std::chrono::seconds(5));
+    co_return ep;
+  };
+
+  // Both piece patterns, twice each on pooled endpoints: every byte in place, the stream in step after.
+  for (const std::uint32_t count : {1u, 2u, 1u, 2u}) {
+    CAPTURE(count);
+    auto target = target_of(big.size() + 4096);
+    const std::size_t got = run_coro(io, [&]() -> boost::asio::awaitable<std::size_t> {
+      auto ep = co_await request(count);
+      std::size_t n = 0;
+      {
+        pd::UcxPullSource source(*ep, std::chrono::milliseconds(5000), target);
+        n = co_await read_all_into(source, *target);
+      }
+      CHECK_FALSE(ep->broken());
+      client.give_back("127.0.0.1", server.port(), std::move(ep));
+      co_return n;
+    });
+    REQUIRE(got == big.size());
+    CHECK(std::memcmp(target->bytes.get(), big.data(), big.size()) == 0);
+    CHECK(target.use_count() == 1);  // nothing else holds the buffer after a clean pull
+  }
+
+  // A piece larger than the buffer: malformed, before a byte of it lands; the endpoint is not reused.
+  {
+    auto target = target_of(1u << 20);
+    const std::string reason = run_coro(io, [&]() -> boost::asio::awaitable<std::string> {
+      auto ep = co_await request(3);
+      std::string r;
+      {
+        pd::UcxPullSource source(*ep, std::chrono::milliseconds(5000), target);
+        try {
+          co_await read_all_into(source, *target);
+        } catch (const pd::PdFailure& e) {
+          r = e.reason;
+        }
+      }
+      CHECK(ep->broken());
+      co_return r;
+    });
+    CHECK(reason == "malformed");
+  }
+
+  // P stalls mid-answer: the wait gives up at io_timeout (timeout), having handed on the 100 bytes.
+  {
+    auto target = target_of(big.size());
+    const auto start = Clock::now();
+    std::size_t before_failure = 0;
+    const std::string reason = run_coro(io, [&]() -> boost::asio::awaitable<std::string> {
+      auto ep = co_await request(4);
+      std::string r;
+      pd::UcxPullSource source(*ep, std::chrono::milliseconds(300), target);
+      try {
+        for (;;) {
+          const std::size_t n = co_await source.read_some_into(
+              std::span<char>(target->bytes.get() + before_failure, target->capacity - before_failure));
+          if (n == 0) break;
+          before_failure += n;
+        }
+      } catch (const pd::PdFailure& e) {
+        r = e.reason;
+      }
+      CHECK(ep->broken());
+      co_return r;
+    });
+    CHECK(reason == "timeout");
+    CHECK(before_failure == 100);
+    const auto waited = Clock::now() - start;
+    CHECK(waited >= std::chrono::milliseconds(300));
+    CHECK(waited < std::chrono::milliseconds(1400));
+  }
+
+  // The reader leaves mid-answer (as after a bad frame): while the receive ahead is posted it holds the
+  // buffer; the source's end closes the endpoint, which ends the receive and lets the buffer go.
+  {
+    auto target = target_of(big.size());
+    std::shared_ptr<pd::UcxEndpoint> kept;
+    run_coro(io, [&]() -> boost::asio::awaitable<void> {
+      kept = co_await request(4);
+      pd::UcxPullSource source(*kept, std::chrono::milliseconds(5000), target);
+      const std::size_t n = co_await source.read_some_into(std::span<char>(target->bytes.get(), target->capacity));
+      CHECK(n == 100);
+      CHECK(target.use_count() >= 3);  // this test, the source, and the receive posted for the rest
+    });
+    CHECK(kept->broken());
+    const auto until = Clock::now() + std::chrono::seconds(3);
+    while (target.use_count() > 1 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    CHECK(target.use_count() == 1);  // released by the worker once the forced close ended the receive
+  }
 }
 
 TEST_CASE("UCX pool: an idle endpoint that P dropped is replaced by one fresh connection, not a failed pull") {

@@ -1,5 +1,10 @@
 // The CPU backend: host memory, the kernels of kernels/cpu, a KV cache of fp32 (default), bf16 or fp16
 // (--kv-cache-dtype; arithmetic stays fp32, 16-bit halves the KV traffic and matches the CUDA block bytes).
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -8,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/kv_elem.h"
 #include "kernels/cpu/moe.h"
 #include "kernels/cpu/ops.h"
@@ -62,6 +68,8 @@ class CpuBackend final : public Backend {
   }
 
   void embedding(DeviceWeight table, std::int64_t dim, const std::int32_t* ids, std::int64_t n, float* out) override {
+    if (std::find(embedding_tables_.begin(), embedding_tables_.end(), table.data) == embedding_tables_.end())
+      embedding_tables_.push_back(table.data);  // before any linear of the step: see release_plain
     cpu::embedding(ref(table), dim, ids, n, out);
   }
   void rms_norm(const float* x, std::int64_t rows, std::int64_t dim, DeviceWeight w, float eps, float* out) override {
@@ -103,7 +111,8 @@ class CpuBackend final : public Backend {
                    std::int64_t top_k, const MoeExpertWeights& e, float* out, std::int32_t* counts) override {
     experts_.resize(static_cast<std::size_t>(e.num_experts));
     for (std::int64_t i = 0; i < e.num_experts; ++i)
-      experts_[static_cast<std::size_t>(i)] = {ref(e.gate[i]), ref(e.up[i]), ref(e.down[i])};
+      experts_[static_cast<std::size_t>(i)] = {packed(e.gate[i], e.intermediate, hidden), packed(e.up[i], e.intermediate, hidden),
+                                               packed(e.down[i], hidden, e.intermediate)};
     cpu::moe_experts(pool_, moe_scratch_, x, rows, hidden, e.intermediate, ids, weights, top_k, experts_.data(),
                      e.num_experts, out, counts);
   }
@@ -127,15 +136,13 @@ class CpuBackend final : public Backend {
     return cache_.data() + static_cast<std::size_t>(layer * shape_.num_blocks + block) * kv_block_bytes();
   }
 
-  // The packed copy of a linear weight (ops.h: pack_weight), made on its first use as a linear weight:
-  // only the runner knows which weights are linear (the embedding table, a tied lm_head and the MoE
-  // experts are read in their plain layout elsewhere). Same bits as the plain weight; the GEMM (rows > 1)
-  // reads the packed copy, one row reads the plain one (ops.h).
-  // Opt-in (KVFLEET_CPU_PACK=1): measured here (README, "CPU kernels") the packed GEMM is 0-10% faster than
-  // the same kernel on the plain rows, while the copy doubles the weights' memory and its first use costs
-  // start-up time (5 s for a 1.6 GB model on the loaded 2-core machine).
+  // A linear weight (MoE experts too) in pack_weight's layout (ops.h), made on its first use as a linear
+  // weight (only the runner knows which weights are linear): the only copy the kernels then read, for
+  // every row count (the GEMV reads the panels too, prefetched far ahead). Same bits as the plain weight.
+  // The plain pages are handed back to the kernel (release_plain): the weights are not resident twice.
+  // Without packing (pack_) the plain weights are read (no copy, no packing time at the first step).
   cpu::WeightRef packed(DeviceWeight w, std::int64_t out, std::int64_t in) {
-    if (!pack_) return ref(w);
+    if (!pack_ || !w.data) return ref(w);  // (an expert another rank serves has no weights here)
     auto [it, fresh] = packed_.try_emplace(w.data);
     if (fresh) {  // not zeroed first: pack_weight writes every byte. (Transparent huge pages were tried:
                   // with THP on madvise, compaction stalls made loading slower, 1.3-4.2 s vs 0.9 s.)
@@ -144,15 +151,39 @@ class CpuBackend final : public Backend {
       if (!p) throw std::bad_alloc();
       it->second.reset(static_cast<std::byte*>(p));
       cpu::pack_weight(w.data, w.dtype, out, in, p, &pool_);
+      release_plain(w.data, static_cast<std::size_t>(out * in) * dtype_size(w.dtype));
     }
-    return {w.data, w.dtype, it->second.get()};
+    return {nullptr, w.dtype, it->second.get()};
+  }
+
+  // The whole pages of a packed weight's plain copy, given back with MADV_PAGEOUT: the checkpoint is
+  // mapped read-only from its file (engine/model/safetensors.cpp), so its clean pages are reclaimed and
+  // leave the resident set; were the range ever anonymous memory, MADV_PAGEOUT could only swap it,
+  // never lose it (MADV_DONTNEED would zero it). A page shared with another tensor is kept (the range is
+  // shrunk to whole pages inside the weight), and so is an embedding table (a tied lm_head): embedding
+  // lookups keep reading its rows, and a reclaimed page would be read from disk again.
+  void release_plain(const void* data, std::size_t bytes) {
+    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto begin = reinterpret_cast<std::uintptr_t>(data), end = begin + bytes;
+    for (const void* table : embedding_tables_) {
+      const auto t = reinterpret_cast<std::uintptr_t>(table);
+      if (t >= begin && t < end) return;
+    }
+    const std::uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
+    if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_PAGEOUT);  // a hint: errors ignored
   }
 
   ThreadPool pool_;
+  // Packed by default where the AVX-512 kernel runs: its GEMV prefetches the panels' one stream far ahead
+  // (1.04-1.18x plain rows' bandwidth here); the AVX2 kernel's GEMV, without software prefetch, read
+  // packed panels 15-27% slower than plain rows, so AVX2 and scalar CPUs keep the plain weights.
+  // KVFLEET_CPU_PACK=1 / 0 forces either (same bits).
   const bool pack_ = [] {
     const char* env = std::getenv("KVFLEET_CPU_PACK");
-    return env && std::string_view(env) == "1";
+    if (env) return std::string_view(env) != "0";
+    return cpu::cpu_isa() == cpu::Isa::avx512 || cpu::cpu_isa() == cpu::Isa::avx512bf16;
   }();
+  std::vector<const void*> embedding_tables_;
   struct Free {
     void operator()(std::byte* p) const { std::free(p); }
   };

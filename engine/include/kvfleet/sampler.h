@@ -27,9 +27,10 @@ struct SamplingParams {
 // min-p filtering on the sorted distribution, then an inverse-CDF draw with a counter-based random number.
 // The weights exp((l - max) / T) are floats from a vectorised polynomial (engine/runtime/sampler_weights.h,
 // relative error < 2e-7), summed in double. Picks the same token as sorting the whole vocabulary would (the
-// reference below), without sorting it: temperature alone sorts one bucket of ids by weight; with filters
-// only the head of the distribution whose weights can change the double sums is sorted (partially for
-// top-k; radix for the rest); a draw too close to call falls back to the reference.
+// reference below), without sorting it: the ids fall into buckets by weight, which keep the sorted order,
+// and only the bucket a cut or the draw lands in is sorted (temperature alone and top-p: one or two
+// buckets; top-k: the buckets down to the k-th id; min-p: the head above min_p); a draw too close to call
+// falls back to the reference. The row passes use AVX-512 where the CPU has it (engine/runtime/sampler_scan.h).
 TokenId sample(std::span<const float> logits, const SamplingParams& params, std::uint64_t draw_index);
 
 // Buffers sample() reuses from call to call (one per engine thread): no vocabulary-sized allocation per token.
@@ -41,6 +42,7 @@ struct SamplerScratch {
   std::vector<float> weights;
   std::vector<std::uint16_t> bucket;
   std::vector<double> bucket_sum;
+  std::vector<std::uint32_t> bucket_count;  // top-k: each bucket's number of ids
 };
 TokenId sample(std::span<const float> logits, const SamplingParams& params, std::uint64_t draw_index,
                SamplerScratch& scratch);
