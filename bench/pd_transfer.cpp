@@ -2,7 +2,7 @@
 // and checked frame by frame by the decode replica's own code) next to a plain loopback TCP copy of the same
 // bytes, measured rep by rep in the same run (issue 17's goal: at least 0.7 of it).
 //   build/bin/bench_pd_transfer [--tokens 1024] [--prompts 4 | --mib 128] [--reps 7] [--warmup 1]
-//                               [--pull-blocks 32] [--transport tcp|ucx|all] [--profile]
+//                               [--pull-blocks 32] [--transport tcp|ucx|all] [--profile] [--receive-buffer]
 // Each rep is, for each transport asked for (all: tcp then ucx): the timed transfers of --prompts prompts
 // of --tokens tokens (each as D does it: its own connection or pooled endpoint, pulls of --pull-blocks
 // blocks), each followed at once by a plain TCP copy of the same wire bytes (so the two halves of a pair
@@ -11,9 +11,13 @@
 // max over the reps after the --warmup ones, which are dropped). (--transport ucx: the pulls go over the ucx KV transport,
 // pd_transfer_ucx.h; the plain copy stays TCP.) One JSON line per transport.
 // The prefill itself is outside the timing: P computes each prompt once, untimed; each rep's handshakes
-// are untimed too. In the timed pull P sends every block from its cache with frames and checksums; this side
-// reads them with pd::read_pull(_frames), which checks checksum, index, hash, layers and size, and copies
-// every payload once into a cache-sized buffer, as D's import does, overlapped with the next pull. The
+// are untimed too, and the timing starts once P's engine is idle (`p_engine_steps_timed` in the JSON says
+// how many engine steps P still ran during the timed parts: 0). In the timed pull P sends every block from
+// its cache with frames and checksums; this side reads them as a CPU D does (pd::read_pull_into: each
+// payload straight into its place in a cache-sized buffer, checked there: checksum, index, hash, layers,
+// size; D then enters the blocks in its prefix cache, not timed here), or with --receive-buffer as a CUDA
+// D does, and ucx always (pd::read_pull(_frames) into a receive buffer, then every payload copied once into
+// the cache-sized buffer on another thread, as D's import does, overlapped with the next pull). The
 // model is random with a KV block of 512 KiB (8 layers, 8 KV heads, head dim 64, fp32), so a 1024-token
 // prompt ships 32 MiB and a rep of 4 prompts 128 MiB (100 ms or more on the 2-core VM). Several prompts
 // rather than one long one: P's prefill grows with the square of the prompt (4096 tokens took 55 s here).
@@ -114,7 +118,7 @@ double tcp_copy(std::size_t bytes) {
 // the bytes on the wire.
 std::size_t pull(std::uint16_t port, std::uint64_t transfer, const pd::KvLayout& layout,
                  const std::vector<BlockHash>& hashes, std::uint32_t pull_blocks, std::vector<char>& cache,
-                 std::size_t& wire) {
+                 std::size_t& wire, bool landing) {
   asio::io_context io;
   std::size_t bytes = 0;
   wire = 0;
@@ -136,6 +140,17 @@ std::size_t pull(std::uint16_t port, std::uint64_t transfer, const pd::KvLayout&
                    "&count=" + std::to_string(n);
       co_await c.send(get);
       const auto deadline = Clock::now() + std::chrono::seconds(300);
+      if (landing) {  // D on a CPU backend: the payloads land in the cache blocks themselves, no import copy
+        const std::size_t layers = layout.num_layers, layer_bytes = block_bytes / layers;
+        std::vector<char*> dst;
+        for (std::uint32_t i = at; i < at + n; ++i)
+          for (std::size_t l = 0; l < layers; ++l) dst.push_back(cache.data() + std::size_t{i} * block_bytes + l * layer_bytes);
+        co_await pd::read_pull_into(c, layout, hashes, at, n, deadline, dst);
+        bytes += std::size_t{n} * block_bytes;
+        wire += std::size_t{n} * pd::block_frame_bytes(block_bytes) + 32;
+        at += n;
+        continue;
+      }
       std::shared_ptr<pd::ReceivedPull>& buffer = buffers[turn++ % 2];
       buffer = co_await pd::read_pull(c, layout, hashes, at, n, deadline, std::move(buffer));
       std::shared_ptr<pd::ReceivedPull> got = buffer;
@@ -167,6 +182,7 @@ std::size_t pull(std::uint16_t port, std::uint64_t transfer, const pd::KvLayout&
 struct Series {
   std::string transport;
   std::vector<double> pd_s, tcp_s, ratio, pd_cpu, tcp_cpu;
+  std::uint64_t p_steps = 0;  // P's engine steps during the timed parts of these reps
 };
 
 double min_of(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
@@ -192,6 +208,7 @@ struct Bench {
   std::vector<char> cache;                     // D's cache stand-in: one prompt's blocks
   std::uint32_t pull_blocks = 32;
   bool profile = false;
+  bool landing = true;  // tcp: read into the cache stand-in as D does (--receive-buffer: the buffered path)
 };
 
 pd::Accept open_transfer(Bench& b, std::size_t prompt, bool want_ucx) {
@@ -212,7 +229,7 @@ std::size_t pull_over(Bench& b, const std::string& transport, const pd::Accept& 
   if (transport == "ucx")
     return bench::pull_ucx(*b.ucx, accept.transport_port, accept.transfer_id, layout, b.hashes[prompt], b.pull_blocks,
                            b.cache, wire);
-  return pull(b.p->port(), accept.transfer_id, layout, b.hashes[prompt], b.pull_blocks, b.cache, wire);
+  return pull(b.p->port(), accept.transfer_id, layout, b.hashes[prompt], b.pull_blocks, b.cache, wire, b.landing);
 }
 
 // One timed rep over `transport`: the handshakes of every prompt first (untimed), then for each prompt its
@@ -222,12 +239,21 @@ std::size_t pull_over(Bench& b, const std::string& transport, const pd::Accept& 
 struct RepResult {
   std::size_t payload = 0, wire = 0;
   double pd_s = 0, pd_cpu = 0, tcp_s = 0, tcp_cpu = 0;
+  std::uint64_t p_steps = 0;  // P's engine steps during the timed part (0: P computed nothing meanwhile)
 };
 
 RepResult timed_rep(Bench& b, const std::string& transport) {
   std::vector<pd::Accept> accepts;
   for (std::size_t i = 0; i < b.hellos.size(); ++i) accepts.push_back(open_transfer(b, i, transport == "ucx"));
+  // Whatever P's engine still computes for these hellos runs before the timing, not next to the pulls (an
+  // older P recomputed each prompt's last block here, a third of the measured CPU).
+  for (const auto until = Clock::now() + std::chrono::seconds(60); Clock::now() < until;) {
+    const SchedulerStats s = b.p->engine().stats().scheduler;
+    if (s.num_running == 0 && s.num_waiting == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   RepResult r;
+  const std::uint64_t steps0 = b.p->engine().stats().scheduler.num_steps;
   const auto ticks0 = b.profile ? thread_ticks() : std::map<std::string, long>{};
   for (std::size_t i = 0; i < accepts.size(); ++i) {
     std::size_t w = 0;
@@ -242,6 +268,7 @@ RepResult timed_rep(Bench& b, const std::string& transport) {
     r.tcp_s += tcp_copy(w);
     r.tcp_cpu += cpu_seconds() - cpu1;
   }
+  r.p_steps = b.p->engine().stats().scheduler.num_steps - steps0;
   if (b.profile) {
     std::string line = transport + " (and copies) cpu ticks by thread:";
     for (const auto& [tid, t] : thread_ticks()) {
@@ -254,15 +281,16 @@ RepResult timed_rep(Bench& b, const std::string& transport) {
 }
 
 void print_series(const Series& s, int tokens, std::size_t prompts, std::size_t blocks, std::size_t payload,
-                  std::size_t wire, int warmup, std::uint32_t pull_blocks) {
+                  std::size_t wire, int warmup, std::uint32_t pull_blocks, const char* import) {
   const double gb = static_cast<double>(payload) / 1e9, wire_gb = static_cast<double>(wire) / 1e9;
   std::printf("{\"transport\": \"%s\", \"tokens\": %d, \"prompts\": %zu, \"blocks\": %zu, \"payload_bytes\": %zu, "
               "\"reps\": %zu, \"warmup\": %d, \"pull_blocks\": %u, \"pd_pull_gbps\": %.3f, \"tcp_copy_gbps\": %.3f, "
               "\"ratio\": %.3f, \"ratio_min\": %.3f, \"ratio_max\": %.3f, \"ratios\": %s, \"pd_cpu_s_per_gb\": %.3f, "
-              "\"tcp_cpu_s_per_gb\": %.3f, \"pd_ms_median\": %.1f}\n",
+              "\"tcp_cpu_s_per_gb\": %.3f, \"pd_ms_median\": %.1f, \"p_engine_steps_timed\": %llu, \"d_import\": \"%s\"}\n",
               s.transport.c_str(), tokens, prompts, blocks, payload, s.ratio.size(), warmup, pull_blocks,
               gb / median(s.pd_s), wire_gb / median(s.tcp_s), median(s.ratio), min_of(s.ratio), max_of(s.ratio),
-              joined(s.ratio).c_str(), median(s.pd_cpu) / gb, median(s.tcp_cpu) / wire_gb, median(s.pd_s) * 1e3);
+              joined(s.ratio).c_str(), median(s.pd_cpu) / gb, median(s.tcp_cpu) / wire_gb, median(s.pd_s) * 1e3,
+              static_cast<unsigned long long>(s.p_steps), import);
 }
 
 }  // namespace
@@ -271,7 +299,10 @@ int main(int argc, char** argv) {
   int tokens = 1024, prompts = 4, reps = 7, warmup = 1, pull_blocks = 32;
   Bench b;
   std::string transport = "tcp";
-  for (int i = 1; i < argc; ++i) b.profile = b.profile || std::strcmp(argv[i], "--profile") == 0;
+  for (int i = 1; i < argc; ++i) {
+    b.profile = b.profile || std::strcmp(argv[i], "--profile") == 0;
+    b.landing = b.landing && std::strcmp(argv[i], "--receive-buffer") != 0;
+  }
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--tokens") == 0) tokens = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--prompts") == 0) prompts = std::max(1, std::atoi(argv[i + 1]));
@@ -335,7 +366,7 @@ int main(int argc, char** argv) {
   b.cache.resize(static_cast<std::size_t>(tokens / 16) * b.hellos[0].layout.block_bytes());
   std::size_t payload = 0, wire = 0;
   std::vector<Series> series;
-  for (const auto& t : transports) series.push_back(Series{t, {}, {}, {}, {}, {}});
+  for (const auto& t : transports) series.push_back(Series{t, {}, {}, {}, {}, {}, 0});
   try {
     // P computes each prompt once, untimed (P accepts as soon as the first block is computed and streams the
     // rest as it is computed: timed pulls would include the compute); every rep then reuses P's prefix cache.
@@ -357,6 +388,7 @@ int main(int argc, char** argv) {
         s.tcp_s.push_back(tcp_s);
         s.pd_cpu.push_back(pd_cpu);
         s.tcp_cpu.push_back(tcp_cpu);
+        s.p_steps += got.p_steps;
         // pull GB/s over copy GB/s of the same rep: (payload / pd_s) / (wire / tcp_s)
         s.ratio.push_back(static_cast<double>(payload) * tcp_s / (static_cast<double>(wire) * pd_s));
       }
@@ -367,7 +399,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   for (const Series& s : series)
-    print_series(s, tokens, b.hellos.size(), b.hashes.size() * b.hashes[0].size(), payload, wire, warmup, b.pull_blocks);
+    print_series(s, tokens, b.hellos.size(), b.hashes.size() * b.hashes[0].size(), payload, wire, warmup, b.pull_blocks,
+                 s.transport == "tcp" && b.landing ? "landing" : "receive-buffer");
   b.ucx.reset();
   b.p.reset();
   std::filesystem::remove_all(b.dir);

@@ -57,4 +57,20 @@ BlockId KvCacheManager::import_block(PinId id, BlockHash hash, BlockHash parent,
   return b;
 }
 
+BlockId KvCacheManager::reserve_block(PinId id) {
+  if (!prefix_caching_ || !pins_.contains(id) || pool_.num_free() == 0) return kNoBlock;
+  std::vector<BlockHash> evicted;
+  const BlockId b = take_free_block(evicted);  // one reference, now the pin's; no cache entry
+  if (!evicted.empty()) events_->publish(KvEvent::Type::removed, std::move(evicted));
+  pins_[id].push_back(b);
+  return b;
+}
+
+bool KvCacheManager::enter_block(BlockId block, BlockHash hash, BlockHash parent, std::span<const TokenId> tokens) {
+  if (!prefix_caching_ || cache_.find(hash) != kNoBlock || cache_.is_cached(block) || pool_.is_free(block)) return false;
+  cache_.insert(hash, parent, block, tokens);
+  events_->publish(KvEvent::Type::stored, std::vector<BlockHash>{hash}, parent);
+  return true;
+}
+
 }  // namespace kvfleet

@@ -214,6 +214,12 @@ awaitable<void> DecodeFetcher::transfer(Plan& plan, FetchResult& result, http::R
     }
   }
   plan.ucx_active = ucx.get();
+  Landing landing;
+  if (!ucx) landing = co_await reserve_landing(total - plan.held);  // (ucx: small reads cost a UCX op each)
+  const auto landed = [&](std::uint32_t at, std::uint32_t n) {
+    const std::size_t layers = static_cast<std::size_t>(layout_.num_layers);
+    return std::span<char* const>(landing.layers).subspan(std::size_t{at - plan.held} * layers, std::size_t{n} * layers);
+  };
   std::exception_ptr failure;
   try {
     if (plan.client_gone) throw PdFailure("client_gone", "the client left during the UCX connect");
@@ -230,14 +236,18 @@ awaitable<void> DecodeFetcher::transfer(Plan& plan, FetchResult& result, http::R
                      "&count=" + std::to_string(n);
         authorize(get, config_.peer_api_key);
         co_await pull.send(get);
-        buffer = co_await read_pull(pull, layout_, plan.hashes, at, n, plan.deadline, std::move(buffer));
+        if (!landing.blocks.empty()) {
+          co_await read_pull_into(pull, layout_, plan.hashes, at, n, plan.deadline, landed(at, n));
+        } else {
+          buffer = co_await read_pull(pull, layout_, plan.hashes, at, n, plan.deadline, std::move(buffer));
+        }
       }
       if (metrics_) metrics_->pull(ucx ? "ucx" : "tcp");
       if (importing) {
         const std::uint32_t done = co_await engine_result(std::exchange(importing, nullptr));
         if (!imported(done, importing_n)) throw PdFailure("cache_full", "no free KV block to import into");
       }
-      importing = start_import(ex, plan, buffer);
+      importing = landing.blocks.empty() ? start_import(ex, plan, buffer) : start_enter(ex, plan, landing, at, n);
       importing_n = n;
       at += n;
     }
@@ -282,6 +292,75 @@ awaitable<std::shared_ptr<ReceivedPull>> DecodeFetcher::pull_ucx(UcxEndpoint& ep
   std::shared_ptr<ReceivedPull> buffer = pull_buffer(layout_, n, std::move(reuse));
   UcxPullSource source(ep, config_.io_timeout, buffer);  // receives ahead into the buffer the reader checks
   co_return co_await read_pull_frames(source, layout_, plan.hashes, at, n, plan.deadline, std::move(buffer));
+}
+
+awaitable<DecodeFetcher::Landing> DecodeFetcher::reserve_landing(std::uint32_t n) {
+  struct Reserved {
+    PinId pin = 0;
+    std::vector<BlockId> blocks;
+    std::vector<char*> layers;
+  };
+  // On the engine thread: n blocks off the free list into a pin of their own, with no prefix-cache entry,
+  // so no step can read them while the pulls write them; all or nothing.
+  auto reserve = [n](Scheduler& s, Backend& b) {
+    Reserved r;
+    KvCacheManager& kv = s.kv();
+    r.pin = kv.pin({});
+    const std::int64_t layers = b.kv_cache_shape().num_layers;
+    bool host = true;
+    for (std::uint32_t i = 0; host && i < n; ++i) {
+      const BlockId block = kv.reserve_block(r.pin);
+      if (block == kNoBlock) break;
+      r.blocks.push_back(block);
+      for (std::int64_t l = 0; host && l < layers; ++l) {
+        const void* p = b.kv_host_bytes(l, block);  // the block is this pin's alone: D may write it
+        host = p != nullptr;
+        r.layers.push_back(static_cast<char*>(const_cast<void*>(p)));
+      }
+    }
+    if (!host || r.blocks.size() < n) {
+      kv.unpin(r.pin);  // back to the free list, uncached
+      return Reserved{};
+    }
+    return r;
+  };
+  Reserved r = co_await on_engine_thread(engine_, std::move(reserve));
+  Landing out;
+  if (r.pin == 0) co_return out;
+  out.pin = EnginePin(engine_, r.pin);
+  out.blocks = std::move(r.blocks);
+  out.layers = std::move(r.layers);
+  co_return out;
+}
+
+std::shared_ptr<http::AsyncQueue<std::uint32_t>> DecodeFetcher::start_enter(boost::asio::any_io_executor ex, const Plan& plan,
+                                                                             const Landing& landing, std::uint32_t at,
+                                                                             std::uint32_t n) {
+  const auto bs = static_cast<std::size_t>(layout_.block_size);
+  const BlockHash root = layout_.root;
+  const auto first = landing.blocks.begin() + (at - plan.held);
+  // Between steps on the engine thread: each verified landing block becomes a prefix-cache entry (KV
+  // events report it) held by the request's pin; one computed here meanwhile is kept instead. The landing
+  // pin still holds its reference until the transfer ends, and frees whatever was not entered.
+  auto task = [pin = plan.pin, blocks = std::vector<BlockId>(first, first + n), at, tokens = plan.tokens,
+               hashes = plan.hashes, bs, root](Scheduler& s, Backend&) -> std::uint32_t {
+    KvCacheManager& kv = s.kv();
+    std::uint32_t done = 0;
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      const std::size_t index = at + i;
+      const auto toks = std::span<const TokenId>(tokens).subspan(index * bs, bs);
+      const BlockHash parent = index == 0 ? root : hashes[index - 1];
+      BlockId block = kv.cached_block(hashes[index], toks);
+      if (block == kNoBlock) {
+        if (!kv.enter_block(blocks[i], hashes[index], parent, toks)) break;
+        block = blocks[i];
+      }
+      kv.add_to_pin(pin, block);
+      ++done;
+    }
+    return done;
+  };
+  return start_on_engine_thread(engine_, std::move(ex), std::move(task));
 }
 
 std::shared_ptr<http::AsyncQueue<std::uint32_t>> DecodeFetcher::start_import(boost::asio::any_io_executor ex, const Plan& plan,

@@ -59,6 +59,19 @@ class DecodeFetcher {
   std::shared_ptr<http::AsyncQueue<std::uint32_t>> start_import(boost::asio::any_io_executor ex, const Plan& plan,
                                                                 std::shared_ptr<ReceivedPull> pull);
 
+  // Landing blocks for every block still wanted (CPU backend: a tcp pull reads the payloads straight into
+  // them, no receive buffer and no import copy); empty when the cache is not host memory or too few
+  // blocks are free (then pulls go through receive buffers and start_import).
+  struct Landing {
+    EnginePin pin;                // the reserved blocks not entered yet (freed uncached when released)
+    std::vector<BlockId> blocks;  // for blocks held .. total - 1
+    std::vector<char*> layers;    // their layers' memory, blocks.size() * num_layers
+  };
+  boost::asio::awaitable<Landing> reserve_landing(std::uint32_t n);
+  // Enters a landed pull's verified blocks [at, at + n) in the prefix cache under the request's pin.
+  std::shared_ptr<http::AsyncQueue<std::uint32_t>> start_enter(boost::asio::any_io_executor ex, const Plan& plan,
+                                                               const Landing& landing, std::uint32_t at, std::uint32_t n);
+
   // One pull over UCX: the request, then the same frame reading and checking as the HTTP pull's.
   boost::asio::awaitable<std::shared_ptr<ReceivedPull>> pull_ucx(UcxEndpoint& ep, std::uint64_t id, std::uint32_t at,
                                                                  std::uint32_t n, const Plan& plan,

@@ -2,6 +2,7 @@
 
 #include <boost/json.hpp>
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <tuple>
 #include <utility>
@@ -84,6 +85,9 @@ class HttpBodySource : public ByteSource {
  public:
   explicit HttpBodySource(http::HttpClient& c) : c_(c) {}
   awaitable<std::size_t> read_some_into(std::span<char> into) override { return c_.read_some_into(into); }
+  awaitable<std::size_t> read_some_scattered(std::span<const std::span<char>> into) override {
+    return c_.read_some_scattered(into);
+  }
 
  private:
   http::HttpClient& c_;
@@ -105,6 +109,123 @@ std::shared_ptr<ReceivedPull> pull_buffer(const KvLayout& layout, std::uint32_t 
     pull->capacity = capacity;
   }
   return pull;
+}
+
+namespace {
+
+// Exactly n bytes from `in` into p (several reads), or PdFailure when the stream ends or the deadline passed.
+awaitable<void> read_exact(ByteSource& in, char* p, std::size_t n, std::chrono::steady_clock::time_point deadline) {
+  while (n > 0) {
+    const std::span<char> into(p, n);  // (named: GCC 12)
+    const std::size_t got = co_await in.read_some_into(into);
+    if (got == 0) throw PdFailure("peer_closed", "the stream ended inside a frame");
+    if (std::chrono::steady_clock::now() > deadline) throw PdFailure("timeout", "the transfer took longer than its deadline");
+    p += got, n -= got;
+  }
+}
+
+// Fills every buffer of `parts` in order (scattered reads: a block's layers, its trailer and the next
+// frame's header in as few reads as the socket allows), or PdFailure as read_exact.
+awaitable<void> read_all(ByteSource& in, std::vector<std::span<char>>& parts, std::chrono::steady_clock::time_point deadline) {
+  std::size_t first = 0;
+  while (first < parts.size()) {
+    const auto rest = std::span<const std::span<char>>(parts).subspan(first);  // (named: GCC 12)
+    std::size_t got = co_await in.read_some_scattered(rest);
+    if (got == 0) throw PdFailure("peer_closed", "the stream ended inside a frame");
+    if (std::chrono::steady_clock::now() > deadline) throw PdFailure("timeout", "the transfer took longer than its deadline");
+    for (; got > 0 && first < parts.size(); ++first) {
+      if (got < parts[first].size()) {
+        parts[first] = parts[first].subspan(got);
+        break;
+      }
+      got -= parts[first].size();
+    }
+    while (first < parts.size() && parts[first].empty()) ++first;
+  }
+}
+
+template <typename T>
+T field_at(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// A frame that is not a block frame, whose 12-byte header is in `head`: read whole (bounded) and handled
+// as check_other does (an end frame closes the pull, an error frame throws).
+awaitable<void> read_other(ByteSource& in, const char* head, std::size_t got, std::uint32_t count,
+                           std::chrono::steady_clock::time_point deadline) {
+  const auto length = field_at<std::uint32_t>(head + 8);
+  if (length > kTailBytes) throw WireError(WireError::Kind::too_large, "frame of " + std::to_string(length) + " bytes");
+  std::string frame(kFrameHeaderBytes + length + kFrameTrailerBytes, '\0');
+  std::memcpy(frame.data(), head, kFrameHeaderBytes);
+  co_await read_exact(in, frame.data() + kFrameHeaderBytes, length + kFrameTrailerBytes, deadline);
+  const auto v = peek_frame(frame, kTailBytes);  // checksum, magic
+  if (!v || v->size != frame.size()) throw WireError(WireError::Kind::malformed, "short frame");
+  check_other(*v, got, count);
+}
+
+}  // namespace
+
+awaitable<void> read_pull_frames_into(ByteSource& in, const KvLayout& layout, std::span<const BlockHash> hashes,
+                                      std::uint32_t from, std::uint32_t count,
+                                      std::chrono::steady_clock::time_point deadline, std::span<char* const> dst) {
+  const auto layers = static_cast<std::size_t>(layout.num_layers);
+  const std::size_t layer_bytes = layout.block_bytes() / layers;
+  if (dst.size() != std::size_t{count} * layers) throw std::invalid_argument("read_pull_frames_into: a destination per layer");
+  char head[kBlockPayloadOffset];
+  char tail[kFrameTrailerBytes + kFrameHeaderBytes];  // a block's trailer, then the next frame's header
+  std::vector<std::string_view> pieces(layers + 1);
+  std::vector<std::span<char>> parts;
+  co_await read_exact(in, head, kFrameHeaderBytes, deadline);
+  for (std::size_t got = 0;; ++got) {
+    if (std::memcmp(head, "KVF1", 4) != 0) throw WireError(WireError::Kind::malformed, "bad frame magic");
+    if (static_cast<FrameType>(head[4]) != FrameType::block) {
+      co_await read_other(in, head, got, count, deadline);  // the end frame (or an error frame: throws)
+      break;
+    }
+    if (got >= count) throw PdFailure("malformed", "P sent more than the pull asked for");
+    if (field_at<std::uint32_t>(head + 8) != kBlockFieldsBytes + layout.block_bytes())
+      throw PdFailure("malformed", "block " + std::to_string(from + got) + " has the wrong layer range or size");
+    co_await read_exact(in, head + kFrameHeaderBytes, kBlockFieldsBytes, deadline);
+    pieces[0] = std::string_view(head, sizeof head);
+    parts.clear();
+    for (std::size_t l = 0; l < layers; ++l) {
+      char* to = dst[got * layers + l];
+      parts.emplace_back(to, layer_bytes);
+      pieces[1 + l] = std::string_view(to, layer_bytes);
+    }
+    // Every frame is longer than a header, so the next one's can be read with this one's trailer.
+    parts.emplace_back(tail, sizeof tail);
+    co_await read_all(in, parts, deadline);
+    if (frame_checksum(pieces) != field_at<std::uint64_t>(tail)) throw WireError(WireError::Kind::checksum, "frame checksum mismatch");
+    BlockView b;
+    const char* f = head + kFrameHeaderBytes;
+    b.index = field_at<std::uint32_t>(f);
+    b.hash = field_at<BlockHash>(f + 4);
+    b.layer_begin = field_at<std::uint16_t>(f + 12);
+    b.layer_end = field_at<std::uint16_t>(f + 14);
+    if (field_at<std::uint32_t>(f + 16) != layout.block_bytes()) throw WireError(WireError::Kind::malformed, "block payload length");
+    b.payload = std::string_view(dst[got * layers], layout.block_bytes());  // (its size only: the layers lie apart)
+    check_block(b, layout, hashes, from, count, got);
+    std::memcpy(head, tail + kFrameTrailerBytes, kFrameHeaderBytes);
+  }
+  // Read the answer to its end (HTTP: the last chunk), so the connection is ready for the next pull.
+  char rest[64];
+  if (co_await in.read_some_into(rest) != 0) throw PdFailure("malformed", "bytes after the end frame");
+}
+
+awaitable<void> read_pull_into(http::HttpClient& c, const KvLayout& layout, std::span<const BlockHash> hashes,
+                               std::uint32_t from, std::uint32_t count, std::chrono::steady_clock::time_point deadline,
+                               std::span<char* const> dst) {
+  const http::ResponseHead head = co_await c.read_head();
+  if (head.status != 200) {
+    const std::string body = co_await c.read_body();
+    const std::string code = error_code_of(body);
+    throw PdFailure(code == "lease_expired" ? "lease_expired" : "error", "pull answered " + std::to_string(head.status) + ": " + body);
+  }
+  HttpBodySource body(c);
+  co_await read_pull_frames_into(body, layout, hashes, from, count, deadline, dst);
 }
 
 awaitable<std::shared_ptr<ReceivedPull>> read_pull(http::HttpClient& c, const KvLayout& layout,

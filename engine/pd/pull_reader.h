@@ -63,6 +63,22 @@ boost::asio::awaitable<std::shared_ptr<ReceivedPull>> read_pull_frames(ByteSourc
                                                                        std::chrono::steady_clock::time_point deadline,
                                                                        std::shared_ptr<ReceivedPull> reuse = nullptr);
 
+// D's pull without a receive buffer (the CPU backend: the cache is host memory): the block frames'
+// payloads are read from `in` straight into `dst`, layer l of the pull's k-th block at dst[k * layers + l]
+// (layout.block_bytes() / layers bytes each: D's landing blocks, KvCacheManager::reserve_block), the
+// frame headers and trailers into small buffers; each frame is checked (XXH3 over its header and those
+// bytes, index, Contract 1 hash, layer range, size) once its bytes are in, while they are still in cache.
+// Throws as read_pull; the bytes at dst are then unspecified (the blocks were never entered in the
+// prefix cache). Any ByteSource, so both transports may use it.
+boost::asio::awaitable<void> read_pull_frames_into(ByteSource& in, const KvLayout& layout, std::span<const BlockHash> hashes,
+                                                   std::uint32_t from, std::uint32_t count,
+                                                   std::chrono::steady_clock::time_point deadline,
+                                                   std::span<char* const> dst);
+// The HTTP pull's answer (after the GET was sent) read as read_pull_frames_into does.
+boost::asio::awaitable<void> read_pull_into(http::HttpClient& c, const KvLayout& layout, std::span<const BlockHash> hashes,
+                                            std::uint32_t from, std::uint32_t count,
+                                            std::chrono::steady_clock::time_point deadline, std::span<char* const> dst);
+
 // The error object's code of a non-200 answer from P ("" when there is none).
 std::string error_code_of(const std::string& body);
 

@@ -16,6 +16,15 @@ boost::asio::awaitable<bool> PullSink::write_pieces(std::span<const std::string_
   co_return ok;
 }
 
+boost::asio::awaitable<std::size_t> ByteSource::read_some_scattered(std::span<const std::span<char>> into) {
+  for (const auto& o : into)
+    if (!o.empty()) {
+      const std::size_t n = co_await read_some_into(o);  // (named: GCC 12)
+      co_return n;
+    }
+  co_return 0;
+}
+
 std::vector<std::string> built_transports() {
 #if KVFLEET_UCX
   return {"ucx", "tcp"};

@@ -33,6 +33,9 @@ class ByteSource {
  public:
   virtual ~ByteSource() = default;
   virtual boost::asio::awaitable<std::size_t> read_some_into(std::span<char> into) = 0;
+  // The same over several buffers filled in order (how many bytes in all). The default reads into the
+  // first non-empty one; the HTTP body overrides it with one readv.
+  virtual boost::asio::awaitable<std::size_t> read_some_scattered(std::span<const std::span<char>> into);
 };
 
 // The transports this build can speak, in D's default order of preference.

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <future>
+#include <thread>
 
 #include "engine/pd/wire.h"
 #include "engine/server/replica.h"
@@ -52,6 +53,28 @@ std::vector<std::string> block_bytes(Engine& engine, const std::vector<BlockHash
     done.set_value(std::move(out));
   });
   return done.get_future().get();
+}
+
+// D's side of one transfer by hand: the hello for `tokens` (whole blocks), then one pull of every block.
+// Returns the payloads in order (empty when P refused); `accept` gets P's answer.
+std::vector<std::string> pull_all(std::uint16_t port, const std::vector<TokenId>& tokens, pd::Accept& accept) {
+  pd::Hello hello;
+  hello.layout = {"tiny-qwen", "qwen2", DType::bf16, DType::f32, 2, 2, 16, 16, block_hash_root("tiny-qwen")};
+  hello.compat_hash = pd::compat_hash(hello.layout);
+  hello.tokens = tokens;
+  const http::Headers binary{{"Content-Type", "application/octet-stream"}};
+  const auto ok = http::http_request("127.0.0.1", port, "POST", "/internal/prefill", pd::encode(hello), binary);
+  if (ok.status != 200) return {};
+  accept = std::get<pd::Accept>(pd::decode_one(ok.body));
+  const auto pulled = http::http_request("127.0.0.1", port, "GET",
+                                         "/internal/prefill/blocks?transfer=" + std::to_string(accept.transfer_id) +
+                                             "&from=0&count=" + std::to_string(accept.num_blocks));
+  pd::FrameDecoder frames;
+  frames.feed(pulled.body);
+  std::vector<std::string> received;
+  while (auto f = frames.next())
+    if (auto* b = std::get_if<pd::BlockFrame>(&*f)) received.push_back(b->payload);
+  return received;
 }
 
 }  // namespace
@@ -154,4 +177,41 @@ TEST_CASE("P accepts while its prefill still runs and a pull waits for the block
     CHECK(received[i] == computed[i]);
   }
   check_no_leak(p->port());  // the last pull released the transfer
+}
+
+TEST_CASE("a prompt P holds entirely is sent from P's prefix cache without a prefill (no recompute of its last block)") {
+  TempDir dir;
+  make_tiny_qwen(dir / "tiny-qwen");
+  const std::string model = (dir / "tiny-qwen").string();
+  auto p = start_replica(model, "prefill");
+  const std::vector<int> ids = prompt_ids(13, 160);
+  const std::vector<TokenId> tokens(ids.begin(), ids.begin() + 160);  // 10 whole blocks
+  pd::Accept first, again;
+  const auto computed = pull_all(p->port(), tokens, first);
+  REQUIRE(computed.size() == 10);
+  const auto idle = [&] {  // P's prefill ends just after its last block is sent
+    for (int i = 0; i < 500 && p->engine().stats().scheduler.num_running + p->engine().stats().scheduler.num_waiting > 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  };
+  idle();
+  CHECK(p->engine().stats().prompt_tokens == 160);
+  const auto steps = p->engine().stats().scheduler.num_steps;
+  const auto sent = pull_all(p->port(), tokens, again);  // P's prefix cache now holds all 10 blocks
+  CHECK(again.hashes == first.hashes);
+  CHECK(sent == computed);
+  idle();
+  // Before, P ran a prefill_only request here that recomputed the last block (16 tokens, an engine step).
+  CHECK(p->engine().stats().prompt_tokens == 160);
+  CHECK(p->engine().stats().scheduler.num_steps == steps);
+  check_no_leak(p->port());
+  // A prompt that extends it by a block still runs a prefill, of what P lacks alone.
+  std::vector<TokenId> longer = tokens;
+  for (int i = 0; i < 16; ++i) longer.push_back(1000 + i);
+  pd::Accept more;
+  const auto extended = pull_all(p->port(), longer, more);
+  REQUIRE(extended.size() == 11);
+  idle();
+  CHECK(std::vector<std::string>(extended.begin(), extended.begin() + 10) == computed);
+  CHECK(p->engine().stats().prompt_tokens == 176);
+  check_no_leak(p->port());
 }

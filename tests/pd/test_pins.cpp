@@ -95,3 +95,48 @@ TEST_CASE("import with no free block, or with prefix caching off, changes nothin
   const auto p2 = plain.pin({});
   CHECK(plain.import_block(p2, 77, plain.cache().root(), tokens) == kNoBlock);
 }
+
+TEST_CASE("landing blocks: reserved with no cache entry, entered once verified; unentered ones go back uncached") {
+  KvCacheManager kv(config(4));
+  const Sequence* none[] = {nullptr};
+  const auto no_seqs = std::span<const Sequence* const>(none, 0);
+  const auto tokens = iota_tokens(8, 70);
+  const auto hashes = block_hashes(kv.cache().root(), tokens, 4);
+  const auto landing = kv.pin({}), request = kv.pin({});
+  const auto seq0 = kv.events()->last_seq();
+  const BlockId b0 = kv.reserve_block(landing), b1 = kv.reserve_block(landing);
+  REQUIRE(b0 != kNoBlock);
+  REQUIRE(b1 != kNoBlock);
+  CHECK(kv.pool().num_free() == 2);
+  CHECK(kv.cache().size() == 0);  // nothing can find a block whose bytes are still arriving
+  CHECK(kv.events()->since(seq0).events.empty());
+  CHECK(kv.check_integrity(no_seqs).empty());
+  // b0 verified: entered and moved under the request's pin; b1 failed its checksum: never entered.
+  CHECK(kv.enter_block(b0, hashes[0], kv.cache().root(), std::span(tokens).first(4)));
+  CHECK(kv.add_to_pin(request, b0));
+  CHECK(kv.cached_block(hashes[0], std::span(tokens).first(4)) == b0);
+  CHECK_FALSE(kv.enter_block(b1, hashes[0], kv.cache().root(), std::span(tokens).first(4)));  // hash cached already
+  CHECK_FALSE(kv.enter_block(b0, hashes[1], hashes[0], std::span(tokens).subspan(4, 4)));   // b0 is cached
+  const auto replay = kv.events()->since(seq0);
+  REQUIRE(replay.events.size() == 1);
+  CHECK(replay.events[0].type == KvEvent::Type::stored);
+  CHECK(replay.events[0].block_hashes == std::vector<BlockHash>{hashes[0]});
+  CHECK(kv.unpin(landing));
+  CHECK(kv.pool().num_free() == 3);  // b1 is free again; b0 lives on in the request's pin
+  CHECK(kv.cache().size() == 1);
+  CHECK(kv.cached_block(hashes[1], std::span(tokens).subspan(4, 4)) == kNoBlock);
+  CHECK_FALSE(kv.enter_block(b1, hashes[1], hashes[0], std::span(tokens).subspan(4, 4)));  // b1 is unreferenced
+  CHECK(kv.check_integrity(no_seqs).empty());
+  CHECK(kv.unpin(request));
+  CHECK(kv.pool().num_free() == 4);
+  CHECK(kv.check_integrity(no_seqs).empty());
+  // No free block, an unknown pin, or prefix caching off: nothing is reserved.
+  const auto full = kv.pin({});
+  for (int i = 0; i < 4; ++i) CHECK(kv.reserve_block(full) != kNoBlock);
+  CHECK(kv.reserve_block(full) == kNoBlock);
+  CHECK(kv.reserve_block(full + 100) == kNoBlock);
+  KvCacheConfig off = config(2);
+  off.enable_prefix_caching = false;
+  KvCacheManager plain(off);
+  CHECK(plain.reserve_block(plain.pin({})) == kNoBlock);
+}

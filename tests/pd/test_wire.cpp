@@ -4,7 +4,11 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
 #include <cstring>
+#include <exception>
 
 #include "engine/pd/decode_fetcher.h"
 #include "engine/pd/wire.h"
@@ -256,4 +260,98 @@ TEST_CASE("a frame's checksum over pieces (P sends the layers from the cache) is
     const std::uint64_t sum = frame_checksum(pieces);
     CHECK(std::memcmp(&sum, whole.data() + whole.size() - kFrameTrailerBytes, sizeof sum) == 0);
   }
+}
+
+TEST_CASE("checksums are XXH3-64 whichever implementation computes them (wire.cpp may use the AVX dispatch)") {
+  // Large enough for XXH3's long-input loop (the vectorised part) and with odd lengths and splits; this
+  // file calls libxxhash's plain XXH3_64bits, so a P and a D built with and without dispatch agree.
+  const std::string body = payload(300 * 1024 + 13, 3);
+  const std::string whole = encode_block(5, 99, 0, 8, body);
+  const std::size_t covered = whole.size() - kFrameTrailerBytes;
+  const std::uint64_t plain = XXH3_64bits(whole.data(), covered);
+  std::uint64_t written = 0;
+  std::memcpy(&written, whole.data() + covered, sizeof written);
+  CHECK(written == plain);
+  for (std::size_t split : {std::size_t{7}, std::size_t{4096}, std::size_t{65536 + 3}}) {
+    std::vector<std::string_view> pieces;
+    for (std::size_t at = 0; at < covered; at += split) pieces.push_back(std::string_view(whole).substr(at, std::min(split, covered - at)));
+    CHECK(frame_checksum(pieces) == plain);
+  }
+  CHECK(peek_frame(whole, whole.size()).has_value());
+}
+
+namespace {
+
+// A pull's answer from memory, handed out in pieces of `split` bytes (any split must read the same).
+class MemorySource : public ByteSource {
+ public:
+  MemorySource(std::string bytes, std::size_t split) : bytes_(std::move(bytes)), split_(split) {}
+  boost::asio::awaitable<std::size_t> read_some_into(std::span<char> into) override {
+    const std::size_t n = std::min({into.size(), split_, bytes_.size() - at_});
+    std::memcpy(into.data(), bytes_.data() + at_, n);
+    at_ += n;
+    co_return n;
+  }
+
+ private:
+  std::string bytes_;
+  std::size_t split_, at_ = 0;
+};
+
+// read_pull_frames_into over `answer` into `dst`; the exception it ended with (null: none).
+std::exception_ptr read_into(std::string answer, std::size_t split, const KvLayout& l, const std::vector<BlockHash>& hashes,
+                             std::uint32_t count, std::vector<char*>& dst) {
+  boost::asio::io_context io;
+  std::exception_ptr failure;
+  MemorySource in(std::move(answer), split);
+  boost::asio::co_spawn(io, read_pull_frames_into(in, l, hashes, 0, count, std::chrono::steady_clock::now() + std::chrono::minutes(1), dst),
+                        [&](std::exception_ptr e) { failure = e; });
+  io.run();
+  return failure;
+}
+
+}  // namespace
+
+TEST_CASE("a pull read straight into landing blocks: every split lands the bytes; corruption, truncation, errors throw") {
+  const KvLayout l = layout();
+  const std::size_t layers = l.num_layers, layer_bytes = l.block_bytes() / layers;
+  std::vector<BlockHash> hashes{11, 22, 33};
+  std::string answer;
+  std::vector<std::string> payloads;
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    payloads.push_back(payload(l.block_bytes(), static_cast<char>(i + 1)));
+    answer += encode_block(i, hashes[i], 0, static_cast<std::uint16_t>(layers), payloads.back());
+  }
+  answer += encode(End{3, 3 * block_frame_bytes(l.block_bytes())});
+  std::vector<std::string> landing(3 * layers, std::string(layer_bytes, '\0'));  // layers apart, as in a cache
+  std::vector<char*> dst;
+  for (auto& s : landing) dst.push_back(s.data());
+  for (std::size_t split : {std::size_t{1}, std::size_t{7}, std::size_t{4096}, answer.size()}) {
+    CAPTURE(split);
+    for (auto& s : landing) std::fill(s.begin(), s.end(), '\0');
+    REQUIRE_FALSE(read_into(answer, split, l, hashes, 3, dst));
+    for (std::size_t b = 0; b < 3; ++b)
+      for (std::size_t k = 0; k < layers; ++k) CHECK(landing[b * layers + k] == payloads[b].substr(k * layer_bytes, layer_bytes));
+  }
+  const auto reason = [&](std::string bytes, std::vector<BlockHash> want) -> std::string {
+    try {
+      if (auto e = read_into(std::move(bytes), 4096, l, want, 3, dst)) std::rethrow_exception(e);
+    } catch (const PdFailure& f) {
+      return f.reason;
+    } catch (const WireError& w) {
+      return w.kind == WireError::Kind::checksum ? "checksum" : "malformed";
+    }
+    return "none";
+  };
+  std::string flipped = answer;
+  flipped[kBlockPayloadOffset + 5000] ^= 0x10;  // in block 0's second layer
+  CHECK(reason(flipped, hashes) == "checksum");
+  CHECK(reason(answer.substr(0, answer.size() - 100), hashes) == "peer_closed");
+  CHECK(reason(answer, {11, 99, 33}) == "malformed");  // block 1 carries another hash than D's
+  std::string lease = answer.substr(0, block_frame_bytes(l.block_bytes())) + encode(ErrorFrame{ErrorCode::lease_expired, "gone"});
+  CHECK(reason(lease, hashes) == "lease_expired");
+  CHECK(reason(answer + "x", hashes) == "malformed");  // bytes after the end frame
+  std::string bad_magic = answer;
+  bad_magic[0] = 'X';
+  CHECK(reason(bad_magic, hashes) == "malformed");
 }

@@ -156,6 +156,35 @@ struct HttpClient::Impl {
     co_return 0;
   }
 
+  // read_chunked_into over several buffers in turn (one readv): the bytes of the current chunk, at most
+  // the buffers' total, fill them in order; returns how many.
+  asio::awaitable<size_t> read_chunked_scattered(std::span<const std::span<char>> outs) {
+    size_t total = 0;
+    for (const auto& o : outs) total += o.size();
+    if (chunks.done || total == 0) co_return 0;
+    if (chunks.left == 0 || buffer.size() > 0) {  // a chunk line, or buffered bytes: the first buffer alone
+      for (const auto& o : outs)
+        if (!o.empty()) {
+          const size_t n = co_await read_chunked_into(o);  // (named: GCC 12)
+          co_return n;
+        }
+    }
+    std::vector<asio::mutable_buffer> bufs;
+    uint64_t room = std::min<uint64_t>(chunks.left, total);
+    for (const auto& o : outs) {
+      if (room == 0) break;
+      const size_t take = static_cast<size_t>(std::min<uint64_t>(room, o.size()));
+      if (take > 0) bufs.emplace_back(o.data(), take);
+      room -= take;
+    }
+    stream.expires_after(config.io_timeout);
+    auto [ec, got] = co_await stream.async_read_some(bufs, tuple_awaitable);
+    if (ec) fail(ec == asio::error::eof ? error_code(bhttp::error::partial_message) : ec);
+    chunks.left -= got;
+    chunks.crlf = chunks.left == 0;
+    co_return got;
+  }
+
   HttpClientConfig config;
   beast::tcp_stream stream;
   beast::flat_buffer buffer;
@@ -302,6 +331,23 @@ asio::awaitable<size_t> HttpClient::read_some_into(std::span<char> out) {
     }
   }
   co_return 0;
+}
+
+asio::awaitable<size_t> HttpClient::read_some_scattered(std::span<const std::span<char>> outs) {
+  Impl& s = *impl_;
+  if (!s.reader.active()) throw std::logic_error("HttpClient::read_some_scattered before read_head");
+  auto& parser = s.reader.parser();
+  if (!s.beast_body && parser.is_header_done() && !parser.is_done() && parser.chunked()) s.chunks.active = true;
+  if (s.chunks.active) {
+    const size_t n = co_await s.read_chunked_scattered(outs);  // (named: GCC 12)
+    co_return n;
+  }
+  for (const auto& o : outs)  // not a chunked body: the first non-empty buffer, as read_some_into does
+    if (!o.empty()) {
+      const size_t n = co_await read_some_into(o);
+      co_return n;
+    }
+  throw std::invalid_argument("HttpClient::read_some_scattered into empty buffers");
 }
 
 asio::awaitable<std::string> HttpClient::read_body() {

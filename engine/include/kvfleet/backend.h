@@ -78,7 +78,9 @@ class Backend {
   virtual void write_kv_bytes(std::int64_t layer, std::int64_t block, const void* host) = 0;
   // Where one block of one layer lies in host memory (kv_block_bytes() bytes, as read_kv_bytes copies
   // them), or nullptr when the cache is not host memory (CUDA). KV transfer sends from there without a
-  // copy; the caller keeps the block pinned while it reads and must not write it.
+  // copy; the caller keeps the block pinned while it reads and must not write it, unless the block is one
+  // it reserved (KvCacheManager::reserve_block: pinned, in no table and no prefix-cache entry, so no step
+  // reads it): a decode replica reads the network straight into those before entering them.
   virtual const void* kv_host_bytes(std::int64_t /*layer*/, std::int64_t /*block*/) const { return nullptr; }
   // Several whole blocks (every layer) to or from host memory laid out [block][layer] (K then V each), the
   // unit of KV transfer; block i's bytes start at host + i * stride (0: packed, back to back), so they can

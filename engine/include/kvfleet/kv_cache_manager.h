@@ -101,6 +101,15 @@ class KvCacheManager {
   BlockId import_block(PinId id, BlockHash hash, BlockHash parent, std::span<const TokenId> tokens);
   // The block cached under `hash` holding exactly `tokens`, or kNoBlock.
   BlockId cached_block(BlockHash hash, std::span<const TokenId> tokens) const;
+  // A decode replica's landing block (its KV is read from the network straight into the block's memory,
+  // before it is checked): a free block taken into pin `id` (evicting the cached one it held) with NO
+  // prefix-cache entry, so nothing can find or read it; unpinned, it goes back to the free list uncached.
+  // kNoBlock, changing nothing, when no block is free, prefix caching is off or the pin is unknown.
+  BlockId reserve_block(PinId id);
+  // Enters a reserved block, its K/V written and verified, in the prefix cache under `hash` with `parent`
+  // (publishes `stored`). False, changing nothing, when `hash` is cached already (keep that block) or
+  // `block` is cached or unreferenced.
+  bool enter_block(BlockId block, BlockHash hash, BlockHash parent, std::span<const TokenId> tokens);
 
   KvCacheStats stats() const;
   KvSnapshot snapshot() const;

@@ -72,6 +72,9 @@ class HttpClient {
   // read_some without the copy into a string, for bulk bodies (KV transfer): the next body bytes
   // straight into `out`, at most out.size() (> 0) of them; 0 at the end of the body.
   boost::asio::awaitable<size_t> read_some_into(std::span<char> out);
+  // read_some_into over several buffers, filled in order (one readv of a chunked body's data straight
+  // into them: KV transfer lands each block's layers in their cache blocks); how many bytes, 0 at the end.
+  boost::asio::awaitable<size_t> read_some_scattered(std::span<const std::span<char>> out);
   // The rest of the body; throws when it exceeds config.body_limit.
   boost::asio::awaitable<std::string> read_body();
   // send + read_head + read_body.
