@@ -4,7 +4,13 @@
 // (a peer's connection reset when it exits, or the timeout when it stops answering) becomes a
 // CommunicatorError naming this rank and the collective; after one, the communicator refuses every call.
 // Variable all-to-all = an all-gather of the size x size byte-count matrix, then gloo::alltoallv.
+// Gloo writes to its sockets with writev, which raises SIGPIPE when the peer has gone: by default that
+// kills the process before Gloo can report anything. So each communicator sets SIGPIPE to ignored
+// (process-wide, unless the process installed a handler of its own), and a lost peer is an EPIPE that
+// Gloo reports and we turn into the CommunicatorError above.
 #include "kvfleet/communicator.h"
+
+#include <csignal>
 
 #if KVFLEET_HAVE_GLOO
 #include <gloo/allgather.h>
@@ -145,6 +151,8 @@ class GlooCommunicator final : public Communicator {
 bool gloo_available() { return true; }
 
 std::unique_ptr<Communicator> make_gloo_communicator(const GlooOptions& options) {
+  struct sigaction now {};
+  if (::sigaction(SIGPIPE, nullptr, &now) == 0 && now.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
   return std::make_unique<GlooCommunicator>(options);
 }
 

@@ -80,7 +80,8 @@ struct GlooOptions {
 // True when this build links Gloo (libgloo-dev found at configure time).
 bool gloo_available();
 // Blocks until all `size` ranks joined (or throws CommunicatorError after the timeout). Throws
-// std::runtime_error in a build without Gloo.
+// std::runtime_error in a build without Gloo. Sets SIGPIPE to ignored if it had the default action
+// (Gloo's writev to a peer that has gone would otherwise kill the process instead of failing the call).
 std::unique_ptr<Communicator> make_gloo_communicator(const GlooOptions& options);
 
 // One GPU rank per process over NCCL (engine/comm/nccl_communicator.cpp). Rendezvous as Gloo's: rank 0
