@@ -215,15 +215,24 @@ awaitable<void> read_pull_frames_into(ByteSource& in, const KvLayout& layout, st
   if (co_await in.read_some_into(rest) != 0) throw PdFailure("malformed", "bytes after the end frame");
 }
 
-awaitable<void> read_pull_into(http::HttpClient& c, const KvLayout& layout, std::span<const BlockHash> hashes,
-                               std::uint32_t from, std::uint32_t count, std::chrono::steady_clock::time_point deadline,
-                               std::span<char* const> dst) {
+namespace {
+
+// The pull's response head: anything but 200 ends the pull with P's error (`lease_expired` named as such).
+awaitable<void> check_pull_head(http::HttpClient& c) {
   const http::ResponseHead head = co_await c.read_head();
   if (head.status != 200) {
     const std::string body = co_await c.read_body();
     const std::string code = error_code_of(body);
     throw PdFailure(code == "lease_expired" ? "lease_expired" : "error", "pull answered " + std::to_string(head.status) + ": " + body);
   }
+}
+
+}  // namespace
+
+awaitable<void> read_pull_into(http::HttpClient& c, const KvLayout& layout, std::span<const BlockHash> hashes,
+                               std::uint32_t from, std::uint32_t count, std::chrono::steady_clock::time_point deadline,
+                               std::span<char* const> dst) {
+  co_await check_pull_head(c);
   HttpBodySource body(c);
   co_await read_pull_frames_into(body, layout, hashes, from, count, deadline, dst);
 }
@@ -232,12 +241,7 @@ awaitable<std::shared_ptr<ReceivedPull>> read_pull(http::HttpClient& c, const Kv
                                                    std::span<const BlockHash> hashes, std::uint32_t from,
                                                    std::uint32_t count, std::chrono::steady_clock::time_point deadline,
                                                    std::shared_ptr<ReceivedPull> reuse) {
-  const http::ResponseHead head = co_await c.read_head();
-  if (head.status != 200) {
-    const std::string body = co_await c.read_body();
-    const std::string code = error_code_of(body);
-    throw PdFailure(code == "lease_expired" ? "lease_expired" : "error", "pull answered " + std::to_string(head.status) + ": " + body);
-  }
+  co_await check_pull_head(c);
   HttpBodySource body(c);
   co_return co_await read_pull_frames(body, layout, hashes, from, count, deadline, std::move(reuse));
 }
