@@ -332,8 +332,10 @@ void Engine::loop() {
       };
       const bool in_group = config_.ep && m.ep_failed.empty();
       if (in_group && m.group_idle && config_.ep->can_ring()) {
-        // The whole group is idle: sleep until this rank has something or another rank rang.
-        m.wake.wait(lock, [&] { return ready() || m.rung || m.leave_news; });
+        // The whole group is idle: sleep until this rank has something or another rank rang. A ring for
+        // a vote this rank has already taken (a ticket that came while it was on its way to that vote)
+        // is not a reason to vote again: rank 0 would not come, and the group would wait forever.
+        m.wake.wait(lock, [&] { return ready() || m.leave_news || (m.rung && config_.ep->vote_requested()); });
         ring_group = ready() || m.leave_news;  // this rank's news: the other ranks must come to the vote too
         m.leave_news = false;
       } else if (in_group) {

@@ -101,6 +101,11 @@ void WorkerCommunicator::all_gather(const void* send, std::size_t bytes, void* r
   inner_.all_gather(send, bytes, recv);
 }
 
+bool WorkerCommunicator::vote_requested() const {
+  std::lock_guard lock(mu_);
+  return tickets_ > 0 || !down_.empty();
+}
+
 void WorkerCommunicator::ring() {
   std::lock_guard lock(mu_);
   if (channel_) channel_->send(Message{{"t", "ring"}});

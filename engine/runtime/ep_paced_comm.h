@@ -5,7 +5,10 @@
 // timeout broke the group. So rank 0 paces the votes: before each of its all_gathers it sends every rank
 // a vote ticket over the channel, and rank r > 0 enters its k-th all_gather only once it holds rank 0's
 // k-th ticket. A rank that wakes for nothing waits for a ticket, not in Gloo (no timeout runs), and a
-// ticket also rings the rank, so every rank comes to each of rank 0's votes. News on rank r (a request
+// ticket also rings the rank, so every rank comes to each of rank 0's votes. A ticket that arrives while
+// rank r's engine is already on its way to that vote still rings it; vote_requested() (tickets not yet
+// voted on) lets the engine tell such a ring from one that asks for a vote, so that it does not enter a
+// vote rank 0 never calls (the group would wait forever). News on rank r (a request
 // rank 0 sent it, its own stop) rings rank 0 through the channel, and rank 0's vote brings everyone.
 // Only all_gather is paced: the engine's vote is the one all_gather; the MoE layers' all_to_all_v(_device)
 // calls follow a vote every rank made, so they line up by themselves.
@@ -55,7 +58,7 @@ class PacedCommunicator : public Communicator {
   template <class F>
   auto watched(F&& f);
   Communicator& inner_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::string down_;
   std::function<void(const std::string&)> broken_;  // a failed collective (rank 0: fails the group)
@@ -87,6 +90,7 @@ class WorkerCommunicator final : public PacedCommunicator {
   void ticket();  // the channel brought one (reader thread)
   void all_gather(const void* send, std::size_t bytes, void* recv) override;
   void ring() override;
+  bool vote_requested() const override;  // a ticket not yet voted on (or the group is down)
 
  private:
   Channel* channel_ = nullptr;

@@ -74,6 +74,7 @@ class PacedRank final : public Communicator {
   bool can_ring() const override { return true; }
   void set_ring_handler(std::function<void()> handler) override { paced_->set_ring_handler(std::move(handler)); }
   void ring() override { paced_->ring(); }
+  bool vote_requested() const override { return paced_->vote_requested(); }
 
  private:
   std::string who() const {

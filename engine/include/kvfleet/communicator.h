@@ -49,9 +49,14 @@ class Communicator {
   // their communicator can ring: ring() (any thread) calls every other rank's handler, which wakes that
   // rank's engine. A communicator that cannot (Gloo: the ranks are other processes) leaves its engines
   // polling. set_ring_handler(nullptr) removes the handler; no call of it runs once that returns.
+  // vote_requested(): whether a ring that woke this rank still asks it to vote. A rank that votes only
+  // when the group asks (a paced rank r > 0: on rank 0's ticket) says no once the vote the ring was for
+  // has been taken, so that a ring arriving while its engine was on its way to that vote anyway does not
+  // send it into a vote nobody else comes to; by default every ring does.
   virtual bool can_ring() const { return false; }
   virtual void set_ring_handler(std::function<void()> /*handler*/) {}
   virtual void ring() {}
+  virtual bool vote_requested() const { return true; }
 };
 
 // A collective failed: the group cannot go on (engines fail their requests with this message).
