@@ -146,10 +146,9 @@ double fma_peak(ThreadPool& pool, bool wide) {
   return 2.0 * (wide ? 16 : 8) * 12.0 * static_cast<double>(kFmaIters) * pool.size() / s;
 }
 
-struct Run {
-  double seconds;
-  std::int64_t tokens;
-};
+// The engine's own time per step (schedule, sample, stop check, outputs: the step less its forward pass),
+// over every step of the last engine_seconds call.
+double g_own_seconds_per_step = 0.0;
 
 // `batch` sequences of `prompt` tokens each, `gen` tokens generated per sequence (greedy, no EOS).
 // Returns the best of `runs` wall times of the whole run (prompt and decode).
@@ -177,6 +176,8 @@ double engine_seconds(const Model& model, unsigned threads, int batch, int promp
     engine.wait_idle();
     best = std::min(best, seconds_since(t0));
   }
+  const EngineStats st = engine.stats();
+  g_own_seconds_per_step = (st.step_seconds - st.forward_seconds) / static_cast<double>(std::max<std::uint64_t>(1, st.steps));
   return best;
 }
 
@@ -238,12 +239,21 @@ int main(int argc, char** argv) {
               peak / 1e9);
   for (int batch : batches) {
     // The decode rate: the run with `tokens` generated minus the run with 1, per generated token.
+    // The VM's bandwidth moves by up to 2x within minutes: read it again around each decode measurement
+    // too, and give the fraction of both (the start's and the mean of the reads next to it).
+    const double bw_before = std::max(read_bandwidth(pool, read_mib, 2), read_bandwidth_streams(pool, read_mib, 2));
     const double full = engine_seconds(model, threads, batch, 8, tokens + 1, runs);
+    const double own = g_own_seconds_per_step;
     const double start = engine_seconds(model, threads, batch, 8, 1, runs);
+    const double bw_after = std::max(read_bandwidth(pool, read_mib, 2), read_bandwidth_streams(pool, read_mib, 2));
+    const double bw_near = (bw_before + bw_after) / 2;
     const double steps_per_s = tokens / std::max(1e-9, full - start);
-    std::printf("decode batch %2d: %8.1f tok/s  (%.1f steps/s x %.0f MB = %.2f GB/s, %.0f%% of read bandwidth)\n",
+    std::printf("decode batch %2d: %8.1f tok/s  (%.1f steps/s x %.0f MB = %.2f GB/s, %.0f%% of read bandwidth; "
+                "engine outside the forward %.0f us/step = %.1f%%)\n",
                 batch, steps_per_s * batch, steps_per_s, step_bytes / 1e6, steps_per_s * step_bytes / 1e9,
-                100.0 * steps_per_s * step_bytes / bw);
+                100.0 * steps_per_s * step_bytes / bw, own * 1e6, 100.0 * own * steps_per_s);
+    std::printf("                 read bandwidth just before / after: %.2f / %.2f GB/s: %.0f%% of their mean\n",
+                bw_before / 1e9, bw_after / 1e9, 100.0 * steps_per_s * step_bytes / bw_near);
   }
   for (int p : prefills) {
     if (p == 4096 && !with_4k) continue;

@@ -53,6 +53,10 @@ struct GemmArgs {
   std::int64_t ldy = 0;
 };
 
+// Whether cpu::linear cuts calls of few rows into tapered chunks (linear.cpp; default on, KVFLEET_CPU_TAPER=0
+// off): for benchmarks that compare both in one process. Never changes a bit.
+void set_tapered_split(bool on);
+
 // Fills the layout fields of g for a weight of `dtype` with `in` columns, plain or packed.
 void set_layout(GemmArgs& g, DType dtype, bool packed);
 
