@@ -2,9 +2,11 @@
 // in the same run. A decode step reads every weight once, so its speed limit is memory bandwidth.
 //
 //   build/bin/bench_matvec [--threads N] [--mb 1024] [--rounds 3] [--kernels-only 1] [--gemv-only 1]
-//                          [--chain TOKENS [--hidden 768 --intermediate 2048 --layers 12 --kv-dim 256 --vocab 32000]]
-// --chain: a batch-1 decode token's linear calls (packed bf16, the model shape given), equal vs tapered
-// chunks (ThreadPool::parallel_for_tapered) token by token in one process.
+//                          [--chain TOKENS [--hidden 768 --intermediate 2048 --layers 12 --kv-dim 256 --vocab 32000]
+//                           [--variants e8:32,t8:32]]
+// --chain: a batch-1 decode token's linear calls (packed bf16, the model shape given), variants token by
+// token in one process: e/t = equal or tapered chunks (ThreadPool::parallel_for_tapered), L1:L2 = the
+// packed prefetch distances in blocks.
 // --gemv-only 1: bf16 weights of --mb MiB (from memory) on the pool, plain rows vs packed panels
 // alternating: batch 1 (GEMV) and 2-32 rows (the GEMM, which at few rows still streams the weights).
 // First (AVX-512 CPUs) the kernels alone on one thread, by CPU time: main@2632b1d's kernel (copied in,
@@ -194,9 +196,27 @@ void gemv_ab(std::size_t mb, int rounds) {
 // A decode token's chain of linear calls on the pool, as the CPU backend issues them at batch 1 (per layer
 // the fused Q/K/V, O, the fused gate/up and down; then the lm_head), on packed bf16 weights of the given
 // model shape (default: the issue's 125M Llama, ~200 MB a token). Equal chunks and tapered ones
-// (set_tapered_split) alternate token by token; prints each one's best and median token time and GB/s.
+// (set_tapered_split) and prefetch distances (set_packed_prefetch) alternate token by token, as variants
+// "e8:32" (equal chunks, 8 blocks ahead into L1, 32 into L2) or "t8:32" (tapered); prints each one's best
+// and median token time and GB/s.
+struct ChainVariant {
+  bool tapered;
+  std::uint32_t l1, l2;
+};
+
+std::vector<ChainVariant> chain_variants(const std::string& s) {  // "e8:32,t8:32"
+  std::vector<ChainVariant> v;
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t j = std::min(s.find(',', i), s.size()), colon = s.find(':', i);
+    v.push_back({s[i] == 't', static_cast<std::uint32_t>(std::stoul(s.substr(i + 1, colon - i - 1))),
+                 static_cast<std::uint32_t>(std::stoul(s.substr(colon + 1, j - colon - 1)))});
+    i = j + 1;
+  }
+  return v;
+}
+
 void decode_chain(unsigned threads, int tokens, std::int64_t hidden, std::int64_t inter, std::int64_t layers,
-                  std::int64_t kv_dim, std::int64_t vocab) {
+                  std::int64_t kv_dim, std::int64_t vocab, const std::vector<ChainVariant>& variants) {
   ThreadPool pool(threads);
   struct Packed {
     std::vector<std::uint8_t> bytes;
@@ -236,23 +256,26 @@ void decode_chain(unsigned threads, int tokens, std::int64_t hidden, std::int64_
     }
     cpu::linear(pool, x.data(), 1, hidden, ws.back().ref(), vocab, {}, a);
   };
-  std::vector<double> t[2];
-  for (int i = 0; i < 2 * tokens; ++i) {
-    const int mode = (i / 2) % 2 == 0 ? i % 2 : 1 - i % 2;  // A B B A ...: neither always goes first
-    cpu::detail::set_tapered_split(mode == 1);
-    t[mode].push_back(best_seconds(1, token));
-  }
+  std::vector<std::vector<double>> t(variants.size());
+  for (int i = 0; i < tokens; ++i)
+    for (std::size_t k = 0; k < variants.size(); ++k) {  // round robin, each round starting one further on
+      const std::size_t v = (k + static_cast<std::size_t>(i)) % variants.size();
+      cpu::detail::set_tapered_split(variants[v].tapered);
+      cpu::detail::set_packed_prefetch(variants[v].l1, variants[v].l2);
+      t[v].push_back(best_seconds(1, token));
+    }
   cpu::detail::set_tapered_split(true);
+  cpu::detail::set_packed_prefetch(8, 32);
   std::printf("decode chain, %u threads, %lld layers, hidden %lld, %.0f MB a token, %d tokens each:\n", pool.size(),
               static_cast<long long>(layers), static_cast<long long>(hidden), bytes / 1e6, tokens);
-  for (int m = 0; m < 2; ++m) {
-    std::sort(t[m].begin(), t[m].end());
-    const double best = t[m].front(), med = t[m][t[m].size() / 2];
-    std::printf("  %-14s best %7.3f ms (%.2f GB/s), median %7.3f ms (%.2f GB/s)\n", m ? "tapered chunks" : "equal chunks",
-                best * 1e3, bytes / best / 1e9, med * 1e3, bytes / med / 1e9);
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    std::sort(t[v].begin(), t[v].end());
+    const double best = t[v].front(), med = t[v][t[v].size() / 2];
+    std::printf("  %-6s chunks, prefetch %2u / %2u blocks: best %7.3f ms (%.2f GB/s), median %7.3f ms (%.2f GB/s); "
+                "median vs the first: %.3fx\n",
+                variants[v].tapered ? "taper" : "equal", variants[v].l1, variants[v].l2, best * 1e3, bytes / best / 1e9,
+                med * 1e3, bytes / med / 1e9, t[0][t[0].size() / 2] / med);
   }
-  std::printf("  tapered / equal: best %.3fx, median %.3fx faster\n", t[0].front() / t[1].front(),
-              t[0][t[0].size() / 2] / t[1][t[1].size() / 2]);
 }
 
 }  // namespace
@@ -264,6 +287,7 @@ int main(int argc, char** argv) {
   bool kernels_only = false, gemv_only = false;
   int chain = 0;  // --chain N: decode_chain with N tokens of each split
   std::int64_t hidden = 768, inter = 2048, layers = 12, kv_dim = 256, vocab = 32000;
+  std::string variants = "e8:32,t8:32";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--threads") threads = static_cast<unsigned>(std::stoul(argv[i + 1]));
@@ -277,9 +301,10 @@ int main(int argc, char** argv) {
     else if (a == "--layers") layers = std::stoll(argv[i + 1]);
     else if (a == "--kv-dim") kv_dim = std::stoll(argv[i + 1]);
     else if (a == "--vocab") vocab = std::stoll(argv[i + 1]);
+    else if (a == "--variants") variants = argv[i + 1];
   }
   if (chain > 0) {
-    decode_chain(threads, chain, hidden, inter, layers, kv_dim, vocab);
+    decode_chain(threads, chain, hidden, inter, layers, kv_dim, vocab, chain_variants(variants));
     return 0;
   }
   if (gemv_only) {  // bf16 weights from memory, plain rows vs packed panels, alternating, on the pool
