@@ -6,6 +6,7 @@
 //
 //   build/bin/bench_cpu_roofline --model DIR [--threads 0] [--tokens 64] [--runs 3] [--read-mib 1024]
 //                                [--no-4k] [--batches 1,8,32] [--prefill 512,4096]  (0: none)
+//                                [--ab-taper N]  (only: batch-1 decode, tapered vs equal chunks, N rounds)
 // bench/cpu_roofline.sh makes the 125M Llama and runs this (and old-vs-new, interleaved).
 #include <immintrin.h>
 
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/linear_kernels.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kvfleet/engine.h"
 
@@ -152,7 +154,7 @@ double g_own_seconds_per_step = 0.0;
 
 // `batch` sequences of `prompt` tokens each, `gen` tokens generated per sequence (greedy, no EOS).
 // Returns the best of `runs` wall times of the whole run (prompt and decode).
-double engine_seconds(const Model& model, unsigned threads, int batch, int prompt, int gen, int runs) {
+EngineConfig engine_config(unsigned threads, int batch, int prompt, int gen) {
   EngineConfig c;
   c.backend.kind = "cpu";
   c.backend.threads = threads;
@@ -161,7 +163,11 @@ double engine_seconds(const Model& model, unsigned threads, int batch, int promp
   c.num_blocks = static_cast<std::int32_t>(batch * ((prompt + gen) / 16 + 2) + 16);
   c.scheduler.max_num_batched_tokens = std::max(2048, prompt);
   c.scheduler.max_num_seqs = std::max(batch, 1);
-  Engine engine(model, c);
+  return c;
+}
+
+// The best of `runs` wall times of `batch` sequences on an existing engine (see engine_seconds).
+double engine_runs(Engine& engine, int batch, int prompt, int gen, int runs) {
   double best = 1e30;
   for (int r = 0; r < runs; ++r) {
     const auto t0 = Clock::now();
@@ -176,9 +182,37 @@ double engine_seconds(const Model& model, unsigned threads, int batch, int promp
     engine.wait_idle();
     best = std::min(best, seconds_since(t0));
   }
+  return best;
+}
+
+double engine_seconds(const Model& model, unsigned threads, int batch, int prompt, int gen, int runs) {
+  Engine engine(model, engine_config(threads, batch, prompt, gen));
+  const double best = engine_runs(engine, batch, prompt, gen, runs);
   const EngineStats st = engine.stats();
   g_own_seconds_per_step = (st.step_seconds - st.forward_seconds) / static_cast<double>(std::max<std::uint64_t>(1, st.steps));
   return best;
+}
+
+// Batch-1 decode with tapered and with equal chunks (set_tapered_split), alternating on one engine (A B B A
+// ...), `rounds` rates of each: the change measured in one process, next to each other in time.
+void ab_taper(const Model& model, unsigned threads, int tokens, int rounds, double step_bytes) {
+  Engine engine(model, engine_config(threads, 1, 8, tokens + 1));
+  engine_runs(engine, 1, 8, 2, 1);  // packs the weights
+  std::vector<double> rate[2];
+  for (int r = 0; r < rounds; ++r)
+    for (int k = 0; k < 2; ++k) {
+      const int mode = r % 2 == 0 ? k : 1 - k;  // 1: tapered
+      cpu::detail::set_tapered_split(mode == 1);
+      const double full = engine_runs(engine, 1, 8, tokens + 1, 1), start = engine_runs(engine, 1, 8, 1, 1);
+      rate[mode].push_back(tokens / std::max(1e-9, full - start));
+    }
+  cpu::detail::set_tapered_split(true);
+  for (auto& v : rate) std::sort(v.begin(), v.end());
+  const double med[2] = {rate[0][rate[0].size() / 2], rate[1][rate[1].size() / 2]};
+  std::printf("decode batch 1, %d rounds alternating: tapered chunks median %.1f tok/s (best %.1f, %.2f GB/s), "
+              "equal chunks median %.1f (best %.1f, %.2f GB/s): tapered/equal %.3fx (median), %.3fx (best)\n",
+              rounds, med[1], rate[1].back(), med[1] * step_bytes / 1e9, med[0], rate[0].back(), med[0] * step_bytes / 1e9,
+              med[1] / med[0], rate[1].back() / rate[0].back());
 }
 
 std::vector<int> int_list(const std::string& s) {  // "1,8,32"; "" or "0": none
@@ -199,6 +233,7 @@ int main(int argc, char** argv) {
   int tokens = 64, runs = 3;
   std::size_t read_mib = 1024;
   bool with_4k = true;
+  int ab_rounds = 0;  // --ab-taper N: only ab_taper, N rounds
   std::vector<int> batches = {1, 8, 32}, prefills = {512, 4096};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -211,6 +246,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-4k") with_4k = false;
     else if (a == "--batches") batches = int_list(next());
     else if (a == "--prefill") prefills = int_list(next());
+    else if (a == "--ab-taper") ab_rounds = std::stoi(next());
   }
   if (model_dir.empty()) {
     std::fprintf(stderr, "usage: bench_cpu_roofline --model DIR [--threads N] [--tokens 64] [--runs 3] [--no-4k]\n");
@@ -237,6 +273,10 @@ int main(int argc, char** argv) {
               pool.size(), bw / 1e9, bw1 / 1e9, bw16 / 1e9);
   std::printf("fp32 FMA peak (%s, %u threads):       %.1f GFLOP/s\n", wide ? "512-bit" : "256-bit", pool.size(),
               peak / 1e9);
+  if (ab_rounds > 0) {
+    ab_taper(model, threads, tokens, ab_rounds, step_bytes);
+    return 0;
+  }
   for (int batch : batches) {
     // The decode rate: the run with `tokens` generated minus the run with 1, per generated token.
     // The VM's bandwidth moves by up to 2x within minutes: read it again around each decode measurement
