@@ -2,7 +2,10 @@
 // one per core by default; a buffer far beyond the last-level cache; the better of one stream and 16
 // interleaved streams per thread), the fp32 FMA peak (same threads, the widest vectors the CPU has), and
 // kvfleet's decode at batch 1, 8 and 32 and prefill at 512 and 4k tokens, as tokens/s and as a fraction of
-// the bandwidth (decode: the weights each step streams) or of the peak (prefill: the step's FLOPs).
+// the bandwidth (decode: the weights each step streams) or of the peak (prefill: the step's FLOPs). Also:
+// the read bandwidth on one thread (what a second one can add at batch 1), the bandwidth read again just
+// before and after each decode measurement (this VM's moves by up to 2x within minutes), and the engine's
+// own time per step outside the forward pass.
 //
 //   build/bin/bench_cpu_roofline --model DIR [--threads 0] [--tokens 64] [--runs 3] [--read-mib 1024]
 //                                [--no-4k] [--batches 1,8,32] [--prefill 512,4096]  (0: none)
@@ -53,13 +56,14 @@ std::pair<std::int64_t, std::int64_t> piece(std::int64_t n, unsigned i, unsigned
 }
 
 // Sums the buffer with four independent 32-byte accumulators per thread: a pure read stream.
-double read_bandwidth(ThreadPool& pool, std::size_t mib, int runs) {
+double read_bandwidth(ThreadPool& pool, std::size_t mib, int runs, unsigned threads = 0) {
+  const unsigned n_threads = threads ? threads : pool.size();
   const std::size_t n = (mib << 20) / sizeof(float);
   std::vector<float> buf(n, 1.0f);
-  std::vector<float> sink(pool.size() * 16, 0.0f);
+  std::vector<float> sink(n_threads * 16, 0.0f);
   double best = 1e30;
   for (int r = 0; r < runs; ++r) {
-    const double t = on_threads(pool.size(), [&](unsigned part, unsigned parts) {
+    const double t = on_threads(n_threads, [&](unsigned part, unsigned parts) {
       const auto [b, e] = piece(static_cast<std::int64_t>(n / 32), part, parts);
       __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
       for (std::int64_t i = b * 32; i < e * 32; i += 32) {
@@ -83,14 +87,15 @@ double read_bandwidth(ThreadPool& pool, std::size_t mib, int runs) {
 // by side, as the GEMV reads 16 weight rows): on this VM one stream per core does not reach the memory's
 // speed (the hardware prefetcher keeps too few lines in flight for one stream), so the machine's read
 // bandwidth is the better of the two patterns.
-double read_bandwidth_streams(ThreadPool& pool, std::size_t mib, int runs) {
+double read_bandwidth_streams(ThreadPool& pool, std::size_t mib, int runs, unsigned threads = 0) {
+  const unsigned n_threads = threads ? threads : pool.size();
   constexpr int kStreams = 16;
   const std::size_t n = (mib << 20) / sizeof(float);
   std::vector<float> buf(n, 1.0f);
-  std::vector<float> sink(pool.size() * 16, 0.0f);
+  std::vector<float> sink(n_threads * 16, 0.0f);
   double best = 1e30;
   for (int r = 0; r < runs; ++r) {
-    const double t = on_threads(pool.size(), [&](unsigned part, unsigned parts) {
+    const double t = on_threads(n_threads, [&](unsigned part, unsigned parts) {
       const auto [b, e] = piece(static_cast<std::int64_t>(n / (16 * kStreams)), part, parts);
       const std::int64_t len = (e - b) * 16;  // floats per stream
       const float* base = buf.data() + b * 16 * kStreams;
@@ -271,6 +276,11 @@ int main(int argc, char** argv) {
               static_cast<long long>(c.num_layers), static_cast<long long>(c.hidden_size), step_bytes / 1e6);
   std::printf("read bandwidth (%zu MiB, %u threads): %.2f GB/s (1 stream a thread %.2f, 16 streams %.2f)\n", read_mib,
               pool.size(), bw / 1e9, bw1 / 1e9, bw16 / 1e9);
+  if (pool.size() > 1) {  // what more threads can add at batch 1: the bandwidth's own scaling, same minute
+    const double one = std::max(read_bandwidth(pool, read_mib, 3, 1), read_bandwidth_streams(pool, read_mib, 3, 1));
+    std::printf("read bandwidth on 1 thread: %.2f GB/s: %u threads read %.2fx of one (the bound on batch-1 decode's "
+                "scaling)\n", one / 1e9, pool.size(), bw / one);
+  }
   std::printf("fp32 FMA peak (%s, %u threads):       %.1f GFLOP/s\n", wide ? "512-bit" : "256-bit", pool.size(),
               peak / 1e9);
   if (ab_rounds > 0) {
