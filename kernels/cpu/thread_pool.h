@@ -4,7 +4,8 @@
 // for one that was slower or descheduled. Which thread runs a chunk never changes what any single output
 // element computes, so results do not depend on the number of threads or on timing (the kernels are
 // batch- and thread-invariant by construction); the chunk boundaries depend only on n, grain and the
-// pool size.
+// pool size (and a tapered op's tail: parallel_for_tapered, whose chunks shrink so that the threads' last
+// ones are short and both end an op at nearly the same time).
 //
 // Hand-off: a decode step is ~60 ops of tens of microseconds each, so waking a worker through a mutex and a
 // condition variable (60-85 us per op on a VM, issue 20) costs as much as the work. Workers and the caller
