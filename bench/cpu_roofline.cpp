@@ -171,10 +171,19 @@ EngineConfig engine_config(unsigned threads, int batch, int prompt, int gen) {
   return c;
 }
 
+// The median time between two decode steps of the first sequence, over every run of the last engine_runs
+// call: the steady token rate, which a preemption now and then (on a shared machine) does not move the way
+// it moves a whole run's wall time.
+double g_median_step_seconds = 0.0;
+
 // The best of `runs` wall times of `batch` sequences on an existing engine (see engine_seconds).
 double engine_runs(Engine& engine, int batch, int prompt, int gen, int runs) {
   double best = 1e30;
+  std::vector<Clock::time_point> at;  // outputs of the first sequence, written on the engine thread
+  std::vector<double> steps;
+  at.reserve(static_cast<std::size_t>(gen) + 8);
   for (int r = 0; r < runs; ++r) {
+    at.clear();
     const auto t0 = Clock::now();
     for (int i = 0; i < batch; ++i) {
       GenerationRequest q;
@@ -182,11 +191,17 @@ double engine_runs(Engine& engine, int batch, int prompt, int gen, int runs) {
       q.max_tokens = gen;
       q.ignore_eos = true;
       q.sampling.temperature = 0;
-      engine.submit(q, nullptr);
+      OutputCallback stamp;
+      if (i == 0) stamp = [&at](const RequestOutput&) { at.push_back(Clock::now()); };
+      engine.submit(q, std::move(stamp));
     }
     engine.wait_idle();
     best = std::min(best, seconds_since(t0));
+    for (std::size_t k = 2; k < at.size(); ++k)  // from the second token on: the first follows the prefill
+      steps.push_back(std::chrono::duration<double>(at[k] - at[k - 1]).count());
   }
+  std::sort(steps.begin(), steps.end());
+  g_median_step_seconds = steps.empty() ? 0.0 : steps[steps.size() / 2];
   return best;
 }
 
@@ -293,7 +308,7 @@ int main(int argc, char** argv) {
     // too, and give the fraction of both (the start's and the mean of the reads next to it).
     const double bw_before = std::max(read_bandwidth(pool, read_mib, 2), read_bandwidth_streams(pool, read_mib, 2));
     const double full = engine_seconds(model, threads, batch, 8, tokens + 1, runs);
-    const double own = g_own_seconds_per_step;
+    const double own = g_own_seconds_per_step, median_step = g_median_step_seconds;
     const double start = engine_seconds(model, threads, batch, 8, 1, runs);
     const double bw_after = std::max(read_bandwidth(pool, read_mib, 2), read_bandwidth_streams(pool, read_mib, 2));
     const double bw_near = (bw_before + bw_after) / 2;
@@ -304,6 +319,9 @@ int main(int argc, char** argv) {
                 100.0 * steps_per_s * step_bytes / bw, own * 1e6, 100.0 * own * steps_per_s);
     std::printf("                 read bandwidth just before / after: %.2f / %.2f GB/s: %.0f%% of their mean\n",
                 bw_before / 1e9, bw_after / 1e9, 100.0 * steps_per_s * step_bytes / bw_near);
+    if (median_step > 0)
+      std::printf("                 median step %.2f ms: %.1f tok/s, %.2f GB/s = %.0f%% of that mean\n", median_step * 1e3,
+                  batch / median_step, step_bytes / median_step / 1e9, 100.0 * step_bytes / median_step / bw_near);
   }
   for (int p : prefills) {
     if (p == 4096 && !with_4k) continue;
