@@ -3,6 +3,7 @@
 // computes is fixed by linear_kernels.h, so neither the split, the weight layout nor the kernel changes a
 // single bit (except the opt-in avx512bf16 mode, which is consistent with itself).
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -148,10 +149,18 @@ void linear_multi(ThreadPool& pool, const float* x, std::int64_t rows, std::int6
       for (std::int64_t q = 0; q < num_parts; ++q) linear_multi(pool, x, rows, in, parts + q, 1);
       return;
     }
+  // The parts' bookkeeping lives on the stack (no allocation per call: ~50 calls a decode token); more
+  // parts than that (no caller has them) go kMaxParts at a time.
+  constexpr std::int64_t kMaxParts = 4;
+  if (num_parts > kMaxParts) {
+    for (std::int64_t q = 0; q < num_parts; q += kMaxParts)
+      linear_multi(pool, x, rows, in, parts + q, std::min(kMaxParts, num_parts - q));
+    return;
+  }
   const Path path = path_for(cpu_isa(), dt);
   const float* arranged = arranged_x(path, x, rows, in, kp, dt);  // read by every thread
-  std::vector<std::int64_t> first_unit(static_cast<std::size_t>(num_parts) + 1, 0);
-  std::vector<detail::GemmArgs> args(static_cast<std::size_t>(num_parts));
+  std::array<std::int64_t, kMaxParts + 1> first_unit{};
+  std::array<detail::GemmArgs, kMaxParts> args{};
   for (std::int64_t p = 0; p < num_parts; ++p) {
     const auto i = static_cast<std::size_t>(p);
     first_unit[i + 1] = first_unit[i] + units_of(parts[p].out);
@@ -183,7 +192,7 @@ void linear_multi(ThreadPool& pool, const float* x, std::int64_t rows, std::int6
             part.y[t * part.out + n] += load_as_f32(part.bias.data, part.bias.dtype, static_cast<std::size_t>(n));
     }
   };
-  const std::int64_t units = first_unit.back();
+  const std::int64_t units = first_unit[static_cast<std::size_t>(num_parts)];
   if (rows > kTaperRows || !tapered_split().load(std::memory_order_relaxed)) {
     pool.parallel_for(units, grain, body);
     return;

@@ -317,3 +317,21 @@ TEST_CASE("linear: one row's bits do not depend on tapered or equal chunks or th
     }
   }
 }
+
+TEST_CASE("linear_multi: more parts than one call holds (6) run in groups, each part equal to its own linear") {
+  std::mt19937 rng(5);
+  ThreadPool two(2);
+  const std::int64_t in = 256, rows = 3;
+  const std::int64_t outs[6] = {24, 8, 40, 16, 64, 9};
+  std::vector<Weights> w;
+  for (std::int64_t o : outs) w.push_back(random_weights(o * in, DType::bf16, rng));
+  const auto x = random_x(rows * in, rng);
+  std::vector<std::vector<float>> y(6);
+  std::vector<cpu::LinearPart> parts;
+  for (std::size_t p = 0; p < 6; ++p) {
+    y[p].assign(static_cast<std::size_t>(rows * outs[p]), -1.0f);
+    parts.push_back({{w[p].bytes.data(), DType::bf16}, outs[p], {}, y[p].data()});
+  }
+  cpu::linear_multi(two, x.data(), rows, in, parts.data(), 6);
+  for (std::size_t p = 0; p < 6; ++p) CHECK(y[p] == run(two, x, rows, in, w[p], outs[p], nullptr));
+}
