@@ -234,10 +234,11 @@ void decode_chain(unsigned threads, int tokens, std::int64_t hidden, std::int64_
     return w;
   };
   std::vector<Packed> ws;  // per layer: q, k, v, o, gate, up, down; then the lm_head
+  const std::pair<std::int64_t, std::int64_t> layer_shapes[] = {{hidden, hidden}, {kv_dim, hidden}, {kv_dim, hidden},
+                                                                 {hidden, hidden}, {inter, hidden}, {inter, hidden},
+                                                                 {hidden, inter}};
   for (std::int64_t l = 0; l < layers; ++l)
-    for (auto [o, i] : {std::pair{hidden, hidden}, {kv_dim, hidden}, {kv_dim, hidden}, {hidden, hidden}, {inter, hidden},
-                        {inter, hidden}, {hidden, inter}})
-      ws.push_back(make(o, i));
+    for (const auto& shape : layer_shapes) ws.push_back(make(shape.first, shape.second));
   ws.push_back(make(vocab, hidden));
   double bytes = 0;
   for (const Packed& w : ws) bytes += 2.0 * static_cast<double>(w.out * w.in);
