@@ -2,10 +2,14 @@
 // one per core by default; a buffer far beyond the last-level cache; the better of one stream and 16
 // interleaved streams per thread), the fp32 FMA peak (same threads, the widest vectors the CPU has), and
 // kvfleet's decode at batch 1, 8 and 32 and prefill at 512 and 4k tokens, as tokens/s and as a fraction of
-// the bandwidth (decode: the weights each step streams) or of the peak (prefill: the step's FLOPs).
+// the bandwidth (decode: the weights each step streams) or of the peak (prefill: the step's FLOPs). Also:
+// the read bandwidth on one thread (what a second one can add at batch 1), the bandwidth read again just
+// before and after each decode measurement (this VM's moves by up to 2x within minutes), and the engine's
+// own time per step outside the forward pass.
 //
 //   build/bin/bench_cpu_roofline --model DIR [--threads 0] [--tokens 64] [--runs 3] [--read-mib 1024]
 //                                [--no-4k] [--batches 1,8,32] [--prefill 512,4096]  (0: none)
+//                                [--ab-taper N]  (only: batch-1 decode, tapered vs equal chunks, N rounds)
 // bench/cpu_roofline.sh makes the 125M Llama and runs this (and old-vs-new, interleaved).
 #include <immintrin.h>
 
@@ -18,6 +22,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/linear_kernels.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kvfleet/engine.h"
 
@@ -51,13 +56,14 @@ std::pair<std::int64_t, std::int64_t> piece(std::int64_t n, unsigned i, unsigned
 }
 
 // Sums the buffer with four independent 32-byte accumulators per thread: a pure read stream.
-double read_bandwidth(ThreadPool& pool, std::size_t mib, int runs) {
+double read_bandwidth(ThreadPool& pool, std::size_t mib, int runs, unsigned threads = 0) {
+  const unsigned n_threads = threads ? threads : pool.size();
   const std::size_t n = (mib << 20) / sizeof(float);
   std::vector<float> buf(n, 1.0f);
-  std::vector<float> sink(pool.size() * 16, 0.0f);
+  std::vector<float> sink(n_threads * 16, 0.0f);
   double best = 1e30;
   for (int r = 0; r < runs; ++r) {
-    const double t = on_threads(pool.size(), [&](unsigned part, unsigned parts) {
+    const double t = on_threads(n_threads, [&](unsigned part, unsigned parts) {
       const auto [b, e] = piece(static_cast<std::int64_t>(n / 32), part, parts);
       __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
       for (std::int64_t i = b * 32; i < e * 32; i += 32) {
@@ -81,14 +87,15 @@ double read_bandwidth(ThreadPool& pool, std::size_t mib, int runs) {
 // by side, as the GEMV reads 16 weight rows): on this VM one stream per core does not reach the memory's
 // speed (the hardware prefetcher keeps too few lines in flight for one stream), so the machine's read
 // bandwidth is the better of the two patterns.
-double read_bandwidth_streams(ThreadPool& pool, std::size_t mib, int runs) {
+double read_bandwidth_streams(ThreadPool& pool, std::size_t mib, int runs, unsigned threads = 0) {
+  const unsigned n_threads = threads ? threads : pool.size();
   constexpr int kStreams = 16;
   const std::size_t n = (mib << 20) / sizeof(float);
   std::vector<float> buf(n, 1.0f);
-  std::vector<float> sink(pool.size() * 16, 0.0f);
+  std::vector<float> sink(n_threads * 16, 0.0f);
   double best = 1e30;
   for (int r = 0; r < runs; ++r) {
-    const double t = on_threads(pool.size(), [&](unsigned part, unsigned parts) {
+    const double t = on_threads(n_threads, [&](unsigned part, unsigned parts) {
       const auto [b, e] = piece(static_cast<std::int64_t>(n / (16 * kStreams)), part, parts);
       const std::int64_t len = (e - b) * 16;  // floats per stream
       const float* base = buf.data() + b * 16 * kStreams;
@@ -146,14 +153,13 @@ double fma_peak(ThreadPool& pool, bool wide) {
   return 2.0 * (wide ? 16 : 8) * 12.0 * static_cast<double>(kFmaIters) * pool.size() / s;
 }
 
-struct Run {
-  double seconds;
-  std::int64_t tokens;
-};
+// The engine's own time per step (schedule, sample, stop check, outputs: the step less its forward pass),
+// over every step of the last engine_seconds call.
+double g_own_seconds_per_step = 0.0;
 
 // `batch` sequences of `prompt` tokens each, `gen` tokens generated per sequence (greedy, no EOS).
 // Returns the best of `runs` wall times of the whole run (prompt and decode).
-double engine_seconds(const Model& model, unsigned threads, int batch, int prompt, int gen, int runs) {
+EngineConfig engine_config(unsigned threads, int batch, int prompt, int gen) {
   EngineConfig c;
   c.backend.kind = "cpu";
   c.backend.threads = threads;
@@ -162,9 +168,22 @@ double engine_seconds(const Model& model, unsigned threads, int batch, int promp
   c.num_blocks = static_cast<std::int32_t>(batch * ((prompt + gen) / 16 + 2) + 16);
   c.scheduler.max_num_batched_tokens = std::max(2048, prompt);
   c.scheduler.max_num_seqs = std::max(batch, 1);
-  Engine engine(model, c);
+  return c;
+}
+
+// The median time between two decode steps of the first sequence, over every run of the last engine_runs
+// call: the steady token rate, which a preemption now and then (on a shared machine) does not move the way
+// it moves a whole run's wall time.
+double g_median_step_seconds = 0.0;
+
+// The best of `runs` wall times of `batch` sequences on an existing engine (see engine_seconds).
+double engine_runs(Engine& engine, int batch, int prompt, int gen, int runs) {
   double best = 1e30;
+  std::vector<Clock::time_point> at;  // outputs of the first sequence, written on the engine thread
+  std::vector<double> steps;
+  at.reserve(static_cast<std::size_t>(gen) + 8);
   for (int r = 0; r < runs; ++r) {
+    at.clear();
     const auto t0 = Clock::now();
     for (int i = 0; i < batch; ++i) {
       GenerationRequest q;
@@ -172,12 +191,48 @@ double engine_seconds(const Model& model, unsigned threads, int batch, int promp
       q.max_tokens = gen;
       q.ignore_eos = true;
       q.sampling.temperature = 0;
-      engine.submit(q, nullptr);
+      OutputCallback stamp;
+      if (i == 0) stamp = [&at](const RequestOutput&) { at.push_back(Clock::now()); };
+      engine.submit(q, std::move(stamp));
     }
     engine.wait_idle();
     best = std::min(best, seconds_since(t0));
+    for (std::size_t k = 2; k < at.size(); ++k)  // from the second token on: the first follows the prefill
+      steps.push_back(std::chrono::duration<double>(at[k] - at[k - 1]).count());
   }
+  std::sort(steps.begin(), steps.end());
+  g_median_step_seconds = steps.empty() ? 0.0 : steps[steps.size() / 2];
   return best;
+}
+
+double engine_seconds(const Model& model, unsigned threads, int batch, int prompt, int gen, int runs) {
+  Engine engine(model, engine_config(threads, batch, prompt, gen));
+  const double best = engine_runs(engine, batch, prompt, gen, runs);
+  const EngineStats st = engine.stats();
+  g_own_seconds_per_step = (st.step_seconds - st.forward_seconds) / static_cast<double>(std::max<std::uint64_t>(1, st.steps));
+  return best;
+}
+
+// Batch-1 decode with tapered and with equal chunks (set_tapered_split), alternating on one engine (A B B A
+// ...), `rounds` rates of each: the change measured in one process, next to each other in time.
+void ab_taper(const Model& model, unsigned threads, int tokens, int rounds, double step_bytes) {
+  Engine engine(model, engine_config(threads, 1, 8, tokens + 1));
+  engine_runs(engine, 1, 8, 2, 1);  // packs the weights
+  std::vector<double> rate[2];
+  for (int r = 0; r < rounds; ++r)
+    for (int k = 0; k < 2; ++k) {
+      const int mode = r % 2 == 0 ? k : 1 - k;  // 1: tapered
+      cpu::detail::set_tapered_split(mode == 1);
+      const double full = engine_runs(engine, 1, 8, tokens + 1, 1), start = engine_runs(engine, 1, 8, 1, 1);
+      rate[mode].push_back(tokens / std::max(1e-9, full - start));
+    }
+  cpu::detail::set_tapered_split(true);
+  for (auto& v : rate) std::sort(v.begin(), v.end());
+  const double med[2] = {rate[0][rate[0].size() / 2], rate[1][rate[1].size() / 2]};
+  std::printf("decode batch 1, %d rounds alternating: tapered chunks median %.1f tok/s (best %.1f, %.2f GB/s), "
+              "equal chunks median %.1f (best %.1f, %.2f GB/s): tapered/equal %.3fx (median), %.3fx (best)\n",
+              rounds, med[1], rate[1].back(), med[1] * step_bytes / 1e9, med[0], rate[0].back(), med[0] * step_bytes / 1e9,
+              med[1] / med[0], rate[1].back() / rate[0].back());
 }
 
 std::vector<int> int_list(const std::string& s) {  // "1,8,32"; "" or "0": none
@@ -198,6 +253,7 @@ int main(int argc, char** argv) {
   int tokens = 64, runs = 3;
   std::size_t read_mib = 1024;
   bool with_4k = true;
+  int ab_rounds = 0;  // --ab-taper N: only ab_taper, N rounds
   std::vector<int> batches = {1, 8, 32}, prefills = {512, 4096};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -210,6 +266,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-4k") with_4k = false;
     else if (a == "--batches") batches = int_list(next());
     else if (a == "--prefill") prefills = int_list(next());
+    else if (a == "--ab-taper") ab_rounds = std::stoi(next());
   }
   if (model_dir.empty()) {
     std::fprintf(stderr, "usage: bench_cpu_roofline --model DIR [--threads N] [--tokens 64] [--runs 3] [--no-4k]\n");
@@ -234,16 +291,37 @@ int main(int argc, char** argv) {
               static_cast<long long>(c.num_layers), static_cast<long long>(c.hidden_size), step_bytes / 1e6);
   std::printf("read bandwidth (%zu MiB, %u threads): %.2f GB/s (1 stream a thread %.2f, 16 streams %.2f)\n", read_mib,
               pool.size(), bw / 1e9, bw1 / 1e9, bw16 / 1e9);
+  if (pool.size() > 1) {  // what more threads can add at batch 1: the bandwidth's own scaling, same minute
+    const double one = std::max(read_bandwidth(pool, read_mib, 3, 1), read_bandwidth_streams(pool, read_mib, 3, 1));
+    std::printf("read bandwidth on 1 thread: %.2f GB/s: %u threads read %.2fx of one (the bound on batch-1 decode's "
+                "scaling)\n", one / 1e9, pool.size(), bw / one);
+  }
   std::printf("fp32 FMA peak (%s, %u threads):       %.1f GFLOP/s\n", wide ? "512-bit" : "256-bit", pool.size(),
               peak / 1e9);
+  if (ab_rounds > 0) {
+    ab_taper(model, threads, tokens, ab_rounds, step_bytes);
+    return 0;
+  }
   for (int batch : batches) {
     // The decode rate: the run with `tokens` generated minus the run with 1, per generated token.
+    // The VM's bandwidth moves by up to 2x within minutes: read it again around each decode measurement
+    // too, and give the fraction of both (the start's and the mean of the reads next to it).
+    const double bw_before = std::max(read_bandwidth(pool, read_mib, 2), read_bandwidth_streams(pool, read_mib, 2));
     const double full = engine_seconds(model, threads, batch, 8, tokens + 1, runs);
+    const double own = g_own_seconds_per_step, median_step = g_median_step_seconds;
     const double start = engine_seconds(model, threads, batch, 8, 1, runs);
+    const double bw_after = std::max(read_bandwidth(pool, read_mib, 2), read_bandwidth_streams(pool, read_mib, 2));
+    const double bw_near = (bw_before + bw_after) / 2;
     const double steps_per_s = tokens / std::max(1e-9, full - start);
-    std::printf("decode batch %2d: %8.1f tok/s  (%.1f steps/s x %.0f MB = %.2f GB/s, %.0f%% of read bandwidth)\n",
+    std::printf("decode batch %2d: %8.1f tok/s  (%.1f steps/s x %.0f MB = %.2f GB/s, %.0f%% of read bandwidth; "
+                "engine outside the forward %.0f us/step = %.1f%%)\n",
                 batch, steps_per_s * batch, steps_per_s, step_bytes / 1e6, steps_per_s * step_bytes / 1e9,
-                100.0 * steps_per_s * step_bytes / bw);
+                100.0 * steps_per_s * step_bytes / bw, own * 1e6, 100.0 * own * steps_per_s);
+    std::printf("                 read bandwidth just before / after: %.2f / %.2f GB/s: %.0f%% of their mean\n",
+                bw_before / 1e9, bw_after / 1e9, 100.0 * steps_per_s * step_bytes / bw_near);
+    if (median_step > 0)
+      std::printf("                 median step %.2f ms: %.1f tok/s, %.2f GB/s = %.0f%% of that mean\n", median_step * 1e3,
+                  batch / median_step, step_bytes / median_step / 1e9, 100.0 * step_bytes / median_step / bw_near);
   }
   for (int p : prefills) {
     if (p == 4096 && !with_4k) continue;

@@ -2,6 +2,11 @@
 // in the same run. A decode step reads every weight once, so its speed limit is memory bandwidth.
 //
 //   build/bin/bench_matvec [--threads N] [--mb 1024] [--rounds 3] [--kernels-only 1] [--gemv-only 1]
+//                          [--chain TOKENS [--hidden 768 --intermediate 2048 --layers 12 --kv-dim 256 --vocab 32000]
+//                           [--variants e8:32,t8:32]]
+// --chain: a batch-1 decode token's linear calls (packed bf16, the model shape given), variants token by
+// token in one process: e/t = equal or tapered chunks (ThreadPool::parallel_for_tapered), L1:L2 = the
+// packed prefetch distances in blocks.
 // --gemv-only 1: bf16 weights of --mb MiB (from memory) on the pool, plain rows vs packed panels
 // alternating: batch 1 (GEMV) and 2-32 rows (the GEMM, which at few rows still streams the weights).
 // First (AVX-512 CPUs) the kernels alone on one thread, by CPU time: main@2632b1d's kernel (copied in,
@@ -22,6 +27,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/linear_kernels.h"
 #include "kernels/cpu/ops.h"
 
 namespace bench_old {  // matvec_old/linear_avx512_2632b1d.cpp
@@ -187,6 +193,92 @@ void gemv_ab(std::size_t mb, int rounds) {
               mb, bytes / best[0] / 1e9, bytes / best[1] / 1e9, bytes / best[2] / 1e9, best[0] / best[1], best[0] / best[2]);
 }
 
+// A decode token's chain of linear calls on the pool, as the CPU backend issues them at batch 1 (per layer
+// the fused Q/K/V, O, the fused gate/up and down; then the lm_head), on packed bf16 weights of the given
+// model shape (default: the issue's 125M Llama, ~200 MB a token). Equal chunks and tapered ones
+// (set_tapered_split) and prefetch distances (set_packed_prefetch) alternate token by token, as variants
+// "e8:32" (equal chunks, 8 blocks ahead into L1, 32 into L2) or "t8:32" (tapered); prints each one's best
+// and median token time and GB/s.
+struct ChainVariant {
+  bool tapered;
+  std::uint32_t l1, l2;
+};
+
+std::vector<ChainVariant> chain_variants(const std::string& s) {  // "e8:32,t8:32"
+  std::vector<ChainVariant> v;
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t j = std::min(s.find(',', i), s.size()), colon = s.find(':', i);
+    v.push_back({s[i] == 't', static_cast<std::uint32_t>(std::stoul(s.substr(i + 1, colon - i - 1))),
+                 static_cast<std::uint32_t>(std::stoul(s.substr(colon + 1, j - colon - 1)))});
+    i = j + 1;
+  }
+  return v;
+}
+
+void decode_chain(unsigned threads, int tokens, std::int64_t hidden, std::int64_t inter, std::int64_t layers,
+                  std::int64_t kv_dim, std::int64_t vocab, const std::vector<ChainVariant>& variants) {
+  ThreadPool pool(threads);
+  struct Packed {
+    std::vector<std::uint8_t> bytes;
+    std::int64_t out, in;
+    cpu::WeightRef ref() const {
+      const auto p = reinterpret_cast<std::uintptr_t>(bytes.data());
+      return {nullptr, DType::bf16, bytes.data() + ((64 - p % 64) % 64)};
+    }
+  };
+  auto make = [](std::int64_t out, std::int64_t in) {
+    std::vector<std::uint16_t> plain(static_cast<std::size_t>(out * in));
+    for (std::size_t i = 0; i < plain.size(); ++i) plain[i] = static_cast<std::uint16_t>(0x3c00 | (i * 131 % 251));
+    Packed w{std::vector<std::uint8_t>(cpu::packed_weight_bytes(out, in, DType::bf16) + 64), out, in};
+    cpu::pack_weight(plain.data(), DType::bf16, out, in, const_cast<void*>(w.ref().packed));
+    return w;
+  };
+  std::vector<Packed> ws;  // per layer: q, k, v, o, gate, up, down; then the lm_head
+  const std::pair<std::int64_t, std::int64_t> layer_shapes[] = {{hidden, hidden}, {kv_dim, hidden}, {kv_dim, hidden},
+                                                                 {hidden, hidden}, {inter, hidden}, {inter, hidden},
+                                                                 {hidden, inter}};
+  for (std::int64_t l = 0; l < layers; ++l)
+    for (const auto& shape : layer_shapes) ws.push_back(make(shape.first, shape.second));
+  ws.push_back(make(vocab, hidden));
+  double bytes = 0;
+  for (const Packed& w : ws) bytes += 2.0 * static_cast<double>(w.out * w.in);
+  std::vector<float> x(static_cast<std::size_t>(std::max(hidden, inter)), 0.5f), y(static_cast<std::size_t>(vocab + 4 * inter));
+  auto token = [&] {
+    float* a = y.data();
+    for (std::int64_t l = 0; l < layers; ++l) {
+      const Packed* w = &ws[static_cast<std::size_t>(l * 7)];
+      const cpu::LinearPart qkv[3] = {{w[0].ref(), hidden, {}, a}, {w[1].ref(), kv_dim, {}, a + hidden},
+                                      {w[2].ref(), kv_dim, {}, a + hidden + kv_dim}};
+      cpu::linear_multi(pool, x.data(), 1, hidden, qkv, 3);
+      cpu::linear(pool, x.data(), 1, hidden, w[3].ref(), hidden, {}, a);
+      const cpu::LinearPart gu[2] = {{w[4].ref(), inter, {}, a}, {w[5].ref(), inter, {}, a + inter}};
+      cpu::linear_multi(pool, x.data(), 1, hidden, gu, 2);
+      cpu::linear(pool, x.data(), 1, inter, w[6].ref(), hidden, {}, a);
+    }
+    cpu::linear(pool, x.data(), 1, hidden, ws.back().ref(), vocab, {}, a);
+  };
+  std::vector<std::vector<double>> t(variants.size());
+  for (int i = 0; i < tokens; ++i)
+    for (std::size_t k = 0; k < variants.size(); ++k) {  // round robin, each round starting one further on
+      const std::size_t v = (k + static_cast<std::size_t>(i)) % variants.size();
+      cpu::detail::set_tapered_split(variants[v].tapered);
+      cpu::detail::set_packed_prefetch(variants[v].l1, variants[v].l2);
+      t[v].push_back(best_seconds(1, token));
+    }
+  cpu::detail::set_tapered_split(true);
+  cpu::detail::set_packed_prefetch(8, 32);
+  std::printf("decode chain, %u threads, %lld layers, hidden %lld, %.0f MB a token, %d tokens each:\n", pool.size(),
+              static_cast<long long>(layers), static_cast<long long>(hidden), bytes / 1e6, tokens);
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    std::sort(t[v].begin(), t[v].end());
+    const double best = t[v].front(), med = t[v][t[v].size() / 2];
+    std::printf("  %-6s chunks, prefetch %2u / %2u blocks: best %7.3f ms (%.2f GB/s), median %7.3f ms (%.2f GB/s); "
+                "median vs the first: %.3fx\n",
+                variants[v].tapered ? "taper" : "equal", variants[v].l1, variants[v].l2, best * 1e3, bytes / best / 1e9,
+                med * 1e3, bytes / med / 1e9, t[0][t[0].size() / 2] / med);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -194,6 +286,9 @@ int main(int argc, char** argv) {
   std::size_t mb = 1024;  // far beyond this VM's 260 MiB of L3
   int rounds = 3;
   bool kernels_only = false, gemv_only = false;
+  int chain = 0;  // --chain N: decode_chain with N tokens of each split
+  std::int64_t hidden = 768, inter = 2048, layers = 12, kv_dim = 256, vocab = 32000;
+  std::string variants = "e8:32,t8:32";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--threads") threads = static_cast<unsigned>(std::stoul(argv[i + 1]));
@@ -201,6 +296,17 @@ int main(int argc, char** argv) {
     else if (a == "--rounds") rounds = std::stoi(argv[i + 1]);
     else if (a == "--kernels-only") kernels_only = argv[i + 1] == std::string("1");
     else if (a == "--gemv-only") gemv_only = argv[i + 1] == std::string("1");
+    else if (a == "--chain") chain = std::stoi(argv[i + 1]);
+    else if (a == "--hidden") hidden = std::stoll(argv[i + 1]);
+    else if (a == "--intermediate") inter = std::stoll(argv[i + 1]);
+    else if (a == "--layers") layers = std::stoll(argv[i + 1]);
+    else if (a == "--kv-dim") kv_dim = std::stoll(argv[i + 1]);
+    else if (a == "--vocab") vocab = std::stoll(argv[i + 1]);
+    else if (a == "--variants") variants = argv[i + 1];
+  }
+  if (chain > 0) {
+    decode_chain(threads, chain, hidden, inter, layers, kv_dim, vocab, chain_variants(variants));
+    return 0;
   }
   if (gemv_only) {  // bf16 weights from memory, plain rows vs packed panels, alternating, on the pool
     ThreadPool pool(threads);

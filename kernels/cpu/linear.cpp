@@ -3,7 +3,10 @@
 // computes is fixed by linear_kernels.h, so neither the split, the weight layout nor the kernel changes a
 // single bit (except the opt-in avx512bf16 mode, which is consistent with itself).
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -80,9 +83,28 @@ const float* arranged_x(const Path& path, const float* x, std::int64_t rows, std
 
 std::int64_t units_of(std::int64_t out) { return (out + kPanel - 1) / kPanel; }
 
+// Calls of up to kTaperRows rows (memory-bound: each weight is read once per call) split the features into
+// tapered chunks (ThreadPool::parallel_for_tapered) whose last ones hold ~kTailBytes of weights: short
+// enough that the threads end within a few microseconds of each other, long enough that the start of a
+// chunk's stream (README, "Fifth stop") is small beside it.
+constexpr std::int64_t kTaperRows = 8;
+constexpr std::int64_t kTailBytes = 96 << 10;
+
+// KVFLEET_CPU_TAPER=0 (read once; or set_tapered_split): equal chunks for every call, as before the fifth
+// stop, for A/B runs. Same bits either way.
+std::atomic<bool>& tapered_split() {
+  static std::atomic<bool> on = [] {
+    const char* env = std::getenv("KVFLEET_CPU_TAPER");
+    return !(env && std::strcmp(env, "0") == 0);
+  }();
+  return on;
+}
+
 }  // namespace
 
 namespace detail {
+
+void set_tapered_split(bool on) { tapered_split().store(on, std::memory_order_relaxed); }
 
 void arrange_bf16(const float* x, std::int64_t rows, std::int64_t in, std::int64_t kp, float* xa) {
   auto* dst = reinterpret_cast<std::uint16_t*>(xa);
@@ -127,10 +149,18 @@ void linear_multi(ThreadPool& pool, const float* x, std::int64_t rows, std::int6
       for (std::int64_t q = 0; q < num_parts; ++q) linear_multi(pool, x, rows, in, parts + q, 1);
       return;
     }
+  // The parts' bookkeeping lives on the stack (no allocation per call: ~50 calls a decode token); more
+  // parts than that (no caller has them) go kMaxParts at a time.
+  constexpr std::int64_t kMaxParts = 4;
+  if (num_parts > kMaxParts) {
+    for (std::int64_t q = 0; q < num_parts; q += kMaxParts)
+      linear_multi(pool, x, rows, in, parts + q, std::min(kMaxParts, num_parts - q));
+    return;
+  }
   const Path path = path_for(cpu_isa(), dt);
   const float* arranged = arranged_x(path, x, rows, in, kp, dt);  // read by every thread
-  std::vector<std::int64_t> first_unit(static_cast<std::size_t>(num_parts) + 1, 0);
-  std::vector<detail::GemmArgs> args(static_cast<std::size_t>(num_parts));
+  std::array<std::int64_t, kMaxParts + 1> first_unit{};
+  std::array<detail::GemmArgs, kMaxParts> args{};
   for (std::int64_t p = 0; p < num_parts; ++p) {
     const auto i = static_cast<std::size_t>(p);
     first_unit[i + 1] = first_unit[i] + units_of(parts[p].out);
@@ -148,7 +178,7 @@ void linear_multi(ThreadPool& pool, const float* x, std::int64_t rows, std::int6
   }
   // Fewer than ~2 panels per thread (or a tiny product) is not worth a hand-off.
   const std::int64_t grain = std::max<std::int64_t>(2, 4096 / std::max<std::int64_t>(1, rows * in / kPanel));
-  pool.parallel_for(first_unit.back(), grain, [&](std::int64_t u0, std::int64_t u1) {
+  auto body = [&](std::int64_t u0, std::int64_t u1) {
     for (std::int64_t p = 0; p < num_parts; ++p) {
       const LinearPart& part = parts[p];
       const auto i = static_cast<std::size_t>(p);
@@ -161,7 +191,17 @@ void linear_multi(ThreadPool& pool, const float* x, std::int64_t rows, std::int6
           for (std::int64_t n = n0; n < n1; ++n)
             part.y[t * part.out + n] += load_as_f32(part.bias.data, part.bias.dtype, static_cast<std::size_t>(n));
     }
-  });
+  };
+  const std::int64_t units = first_unit[static_cast<std::size_t>(num_parts)];
+  if (rows > kTaperRows || !tapered_split().load(std::memory_order_relaxed)) {
+    pool.parallel_for(units, grain, body);
+    return;
+  }
+  // Few rows stream the weights at the memory's speed: chunks that shrink to ~kTailBytes of weights, so the
+  // threads end an op within a few microseconds of each other (equal quarters of a thread's share left one
+  // idle for up to a quarter of it).
+  const std::int64_t unit_bytes = kPanel * kp * static_cast<std::int64_t>(dtype_size(dt));
+  pool.parallel_for_tapered(units, grain, std::max<std::int64_t>(1, kTailBytes / unit_bytes), body);
 }
 
 void linear(ThreadPool& pool, const float* x, std::int64_t rows, std::int64_t in, WeightRef w, std::int64_t out,

@@ -79,7 +79,9 @@ const std::uint8_t* feature(const GemmArgs& g, std::int64_t n) {
 // ahead into L1 and 32 blocks (16 KiB of bf16) ahead into L2 read 5-15% faster than plain rows on one
 // thread (README, "Fourth stop").
 constexpr std::size_t kAhead = 4;
-constexpr std::size_t kAheadPacked = 8, kAheadPackedL2 = 32;
+// Packed panels: blocks ahead into L1 and into L2 (set_packed_prefetch: benchmarks try others in-process;
+// read with the compiler's atomic built-ins, not std::atomic's inline members: see the top of the file).
+std::uint32_t g_ahead_packed = 8, g_ahead_packed_l2 = 32;
 
 template <DType Dt, bool L2 = false>
 inline void prefetch_block(const std::uint8_t* p) {  // may point past the weights: a prefetch never faults
@@ -109,12 +111,14 @@ void tile(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
   const std::size_t step = g.block_step;
   // Prefetch (the GEMV, and every tile on packed panels): each weight line prefetched ahead into L1, and on
   // packed panels (one stream) further ahead into L2 too.
-  const std::size_t ahead = (g.packed ? kAheadPacked : kAhead) * step, ahead_l2 = g.packed ? kAheadPackedL2 * step : 0;
+  const std::size_t ahead = (g.packed ? __atomic_load_n(&g_ahead_packed, __ATOMIC_RELAXED) : kAhead) * step;
+  const std::size_t ahead_l2 = g.packed ? __atomic_load_n(&g_ahead_packed_l2, __ATOMIC_RELAXED) * step : 0;
   std::int64_t b = 0;
   for (; b < g.full; b += kBlock) {
     __m512 lo[N], hi[N];
     if constexpr (Prefetch) {
-      for (int n = 0; n < N; ++n) prefetch_block<Dt>(w[n] + ahead);
+      if (ahead)
+        for (int n = 0; n < N; ++n) prefetch_block<Dt>(w[n] + ahead);
       if (ahead_l2)
         for (int n = 0; n < N; ++n) prefetch_block<Dt, true>(w[n] + ahead_l2);
     }
@@ -256,6 +260,11 @@ void arrange_tiled(const float* x, std::int64_t rows, std::int64_t in, std::int6
       }
     }
   }
+}
+
+void set_packed_prefetch(std::uint32_t l1_blocks, std::uint32_t l2_blocks) {
+  __atomic_store_n(&g_ahead_packed, l1_blocks, __ATOMIC_RELAXED);
+  __atomic_store_n(&g_ahead_packed_l2, l2_blocks, __ATOMIC_RELAXED);
 }
 
 void gemm_avx512(const GemmArgs& g, std::int64_t n0, std::int64_t n1) {

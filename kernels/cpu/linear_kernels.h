@@ -53,6 +53,14 @@ struct GemmArgs {
   std::int64_t ldy = 0;
 };
 
+// Whether cpu::linear cuts calls of few rows into tapered chunks (linear.cpp; default on, KVFLEET_CPU_TAPER=0
+// off): for benchmarks that compare both in one process. Never changes a bit.
+void set_tapered_split(bool on);
+
+// How far ahead the AVX-512 tiles on packed panels prefetch, in blocks (default 8 into L1, 32 into L2;
+// 0: none): for benchmarks that compare distances in one process. Never changes a bit.
+void set_packed_prefetch(std::uint32_t l1_blocks, std::uint32_t l2_blocks);
+
 // Fills the layout fields of g for a weight of `dtype` with `in` columns, plain or packed.
 void set_layout(GemmArgs& g, DType dtype, bool packed);
 

@@ -92,7 +92,24 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::run(std::int64_t n, std::int64_t grain, Job job) {
+std::uint32_t ThreadPool::cut(std::int64_t n, std::int64_t parts, std::int64_t grain, std::int64_t tail) {
+  std::int64_t c = 0;
+  if (tail == 0) {  // equal chunks: up to kChunksPerThread per thread, each at least grain / kChunksPerThread
+    const std::int64_t min_chunk = std::max<std::int64_t>(1, grain / kChunksPerThread);
+    const std::int64_t want = std::clamp<std::int64_t>(n / min_chunk, parts, std::min(parts * kChunksPerThread, kMaxChunks));
+    const std::int64_t chunk = (n + want - 1) / want;
+    for (std::int64_t b = 0; b < n; b += chunk) bounds_[c++] = b;
+  } else {  // tapered: 1 / (2 parts) of the rest, at least tail; the last chunk takes what the cap leaves
+    for (std::int64_t b = 0; b < n && c < kMaxChunks; ++c) {
+      bounds_[c] = b;
+      b += std::max(tail, (n - b) / (2 * parts));
+    }
+  }
+  bounds_[c] = n;
+  return static_cast<std::uint32_t>(c);
+}
+
+void ThreadPool::run(std::int64_t n, std::int64_t grain, std::int64_t tail, Job job) {
   if (n <= 0) return;
   grain = std::max<std::int64_t>(1, grain);
   const auto parts = std::min<std::int64_t>(size(), std::max<std::int64_t>(1, n / grain));
@@ -100,16 +117,12 @@ void ThreadPool::run(std::int64_t n, std::int64_t grain, Job job) {
     job.call(job.fn, 0, n);
     return;
   }
-  const std::int64_t min_chunk = std::max<std::int64_t>(1, grain / kChunksPerThread);
-  const std::int64_t want = std::clamp<std::int64_t>(n / min_chunk, parts, std::min<std::int64_t>(parts * kChunksPerThread, 0xffff));
   job_ = job;
-  job_n_ = n;
-  job_chunk_ = (n + want - 1) / want;
-  const auto chunks = static_cast<std::uint64_t>((n + job_chunk_ - 1) / job_chunk_);
+  const std::uint64_t chunks = cut(n, parts, grain, tail);
   const std::uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
   done_.store(0, std::memory_order_relaxed);
   claim_.store((std::uint64_t{gen} << 32) | (chunks << 16), std::memory_order_release);
-  generation_.store(gen, std::memory_order_release);  // publishes job_*, done_ and claim_
+  generation_.store(gen, std::memory_order_release);  // publishes job_, bounds_, done_ and claim_
   generation_.notify_all();                           // no syscall when no worker sleeps
   run_chunks();
   const auto all = static_cast<std::uint32_t>(chunks);
@@ -125,8 +138,7 @@ void ThreadPool::run_chunks() {
     if (next >= chunks) return;
     // On failure v is the word now: another chunk was claimed, or (a late worker) another job began.
     if (!claim_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-    const std::int64_t begin = next * job_chunk_, end = std::min(job_n_, begin + job_chunk_);
-    job_.call(job_.fn, begin, end);
+    job_.call(job_.fn, bounds_[next], bounds_[next + 1]);
     if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) done_.notify_one();
     ++v;  // most often the word as it is now; if not, the exchange fails and reloads it
   }

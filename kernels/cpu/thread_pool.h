@@ -4,7 +4,8 @@
 // for one that was slower or descheduled. Which thread runs a chunk never changes what any single output
 // element computes, so results do not depend on the number of threads or on timing (the kernels are
 // batch- and thread-invariant by construction); the chunk boundaries depend only on n, grain and the
-// pool size.
+// pool size (and a tapered op's tail: parallel_for_tapered, whose chunks shrink so that the threads' last
+// ones are short and both end an op at nearly the same time).
 //
 // Hand-off: a decode step is ~60 ops of tens of microseconds each, so waking a worker through a mutex and a
 // condition variable (60-85 us per op on a VM, issue 20) costs as much as the work. Workers and the caller
@@ -14,6 +15,7 @@
 // Thread-safety: one caller at a time (the engine thread owns the pool).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -40,9 +42,17 @@ class ThreadPool {
   // kChunksPerThread) long. The caller's thread claims chunks too.
   template <class Fn>
   void parallel_for(std::int64_t n, std::int64_t grain, Fn&& fn) {
-    using F = std::remove_reference_t<Fn>;
-    run(n, grain, {const_cast<void*>(static_cast<const void*>(std::addressof(fn))),
-                   [](void* f, std::int64_t b, std::int64_t e) { (*static_cast<F*>(f))(b, e); }});
+    run(n, grain, 0, job_of(fn));
+  }
+
+  // The same, with chunks that shrink towards the end of the range (guided): each is 1 / (2 x threads) of
+  // what is left, but at least `tail` long, so the threads' last chunks are short and neither waits long at
+  // the end of the op for the other's (a memory-bound GEMV's equal quarters left one thread idle for up to
+  // a quarter of its share). Same thread count as parallel_for; the boundaries depend only on n, grain,
+  // tail and the pool size.
+  template <class Fn>
+  void parallel_for_tapered(std::int64_t n, std::int64_t grain, std::int64_t tail, Fn&& fn) {
+    run(n, grain, std::max<std::int64_t>(1, tail), job_of(fn));
   }
 
   // Ops that went to the workers (parallel_for calls with more than one thread) since construction:
@@ -57,24 +67,33 @@ class ThreadPool {
   static std::chrono::microseconds spin_time();
 
   static constexpr std::int64_t kChunksPerThread = 4;
+  static constexpr std::int64_t kMaxChunks = 1024;  // chunks of one op at most (a tapered op's last chunk takes the rest)
 
  private:
   struct Job {
     void* fn;
     void (*call)(void*, std::int64_t, std::int64_t);
   };
-  void run(std::int64_t n, std::int64_t grain, Job job);
+  template <class Fn>
+  static Job job_of(Fn& fn) {
+    using F = std::remove_reference_t<Fn>;
+    return {const_cast<void*>(static_cast<const void*>(std::addressof(fn))),
+            [](void* f, std::int64_t b, std::int64_t e) { (*static_cast<F*>(f))(b, e); }};
+  }
+  // tail == 0: equal chunks (parallel_for); > 0: tapered ones (parallel_for_tapered). Returns the chunks.
+  std::uint32_t cut(std::int64_t n, std::int64_t parts, std::int64_t grain, std::int64_t tail);
+  void run(std::int64_t n, std::int64_t grain, std::int64_t tail, Job job);
   void run_chunks();  // claims and runs chunks of the current job until none is left
   void worker();
 
   std::vector<std::thread> workers_;
   Job job_{};
-  std::int64_t job_n_ = 0, job_chunk_ = 0;
+  std::int64_t bounds_[kMaxChunks + 1] = {};  // chunk c of the current job is [bounds_[c], bounds_[c + 1])
   // claim_: generation (high 32 bits) | chunks of the job (16) | next chunk to claim (16). A thread claims
   // chunk c by a compare-exchange from the word it read, so a late worker holding an old job's word can
-  // never claim a chunk of the next job; job_* are written only while no chunk is claimed and undone.
+  // never claim a chunk of the next job; job_ and bounds_ are written only while no chunk is claimed and undone.
   alignas(64) std::atomic<std::uint64_t> claim_{0};
-  // generation_ wakes the workers (release: job_* and claim_ are written before); done_ counts the
+  // generation_ wakes the workers (release: job_, bounds_ and claim_ are written before); done_ counts the
   // chunks finished, which the caller waits for.
   // 32 bits: std::atomic::wait is then a futex on the word itself (a 64-bit one waits through a shared proxy).
   alignas(64) std::atomic<std::uint32_t> generation_{0};

@@ -7,11 +7,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/linear_kernels.h"
 #include "kernels/cpu/ops.h"
 
 using namespace kvfleet;
@@ -248,4 +250,88 @@ TEST_CASE("ThreadPool: every part runs exactly once per op, spinning or after th
         std::this_thread::sleep_for(ThreadPool::spin_time() * 3 + std::chrono::microseconds(100));
     }
   }
+}
+
+TEST_CASE("ThreadPool::parallel_for_tapered: every index once, chunks that shrink to the tail, fixed boundaries") {
+  for (unsigned threads : {2u, 3u}) {
+    ThreadPool pool(threads);
+    for (std::int64_t n : {7, 160, 4000, 100000}) {
+      for (std::int64_t tail : {1, 8, 50}) {
+        CAPTURE(threads);
+        CAPTURE(n);
+        CAPTURE(tail);
+        std::vector<int> hits(static_cast<std::size_t>(n), 0);
+        std::vector<std::pair<std::int64_t, std::int64_t>> chunks[2];
+        for (auto& seen : chunks) {
+          std::mutex m;
+          pool.parallel_for_tapered(n, 2, tail, [&](std::int64_t b, std::int64_t e) {
+            for (std::int64_t i = b; i < e; ++i) ++hits[static_cast<std::size_t>(i)];
+            const std::lock_guard<std::mutex> lock(m);
+            seen.emplace_back(b, e);
+          });
+          std::sort(seen.begin(), seen.end());
+        }
+        for (int h : hits) REQUIRE(h == 2);
+        CHECK(chunks[0] == chunks[1]);  // the boundaries do not depend on which thread ran what
+        const auto& c = chunks[0];
+        REQUIRE(c.front().first == 0);
+        REQUIRE(c.back().second == n);
+        for (std::size_t i = 0; i + 1 < c.size(); ++i) {
+          CHECK(c[i].second == c[i + 1].first);
+          CHECK(c[i].second - c[i].first >= std::min(tail, n));  // only the last may be shorter
+          CHECK(c[i].second - c[i].first >= c[i + 1].second - c[i + 1].first);  // shrinking
+        }
+        CHECK(c.size() <= static_cast<std::size_t>(ThreadPool::kMaxChunks));
+        // The first chunk is 1 / (2 x threads) of the range (or the tail): the rest is cut ever finer.
+        CHECK(c.front().second == std::min(n, std::max(tail, n / (2 * std::min<std::int64_t>(threads, n / 2)))));
+      }
+    }
+  }
+}
+
+TEST_CASE("linear: one row's bits do not depend on tapered or equal chunks or the thread count") {
+  IsaGuard guard;
+  std::mt19937 rng(11);
+  ThreadPool one(1), two(2), three(3);
+  const std::int64_t in = 768, out = 3000;  // 375 panels: the GEMV is split (tapered by default)
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    const Weights w = random_weights(out * in, dt, rng);
+    for (std::int64_t rows : {1, 3, 8}) {
+      const auto x = random_x(rows * in, rng);
+      for (cpu::Isa isa : supported()) {
+        CAPTURE(cpu::isa_name(isa));
+        CAPTURE(dtype_name(dt));
+        CAPTURE(rows);
+        cpu::set_cpu_isa(isa);
+        const auto ref = run(one, x, rows, in, w, out, nullptr);
+        const std::uint64_t before = two.handoffs();
+        CHECK(run(two, x, rows, in, w, out, nullptr) == ref);
+        CHECK(two.handoffs() == before + 1);  // it was split
+        CHECK(run_packed(two, x, rows, in, w, out, nullptr) == ref);
+        CHECK(run_packed(three, x, rows, in, w, out, nullptr) == ref);
+        cpu::detail::set_tapered_split(false);
+        CHECK(run(two, x, rows, in, w, out, nullptr) == ref);
+        CHECK(run_packed(three, x, rows, in, w, out, nullptr) == ref);
+        cpu::detail::set_tapered_split(true);
+      }
+    }
+  }
+}
+
+TEST_CASE("linear_multi: more parts than one call holds (6) run in groups, each part equal to its own linear") {
+  std::mt19937 rng(5);
+  ThreadPool two(2);
+  const std::int64_t in = 256, rows = 3;
+  const std::int64_t outs[6] = {24, 8, 40, 16, 64, 9};
+  std::vector<Weights> w;
+  for (std::int64_t o : outs) w.push_back(random_weights(o * in, DType::bf16, rng));
+  const auto x = random_x(rows * in, rng);
+  std::vector<std::vector<float>> y(6);
+  std::vector<cpu::LinearPart> parts;
+  for (std::size_t p = 0; p < 6; ++p) {
+    y[p].assign(static_cast<std::size_t>(rows * outs[p]), -1.0f);
+    parts.push_back({{w[p].bytes.data(), DType::bf16}, outs[p], {}, y[p].data()});
+  }
+  cpu::linear_multi(two, x.data(), rows, in, parts.data(), 6);
+  for (std::size_t p = 0; p < 6; ++p) CHECK(y[p] == run(two, x, rows, in, w[p], outs[p], nullptr));
 }
