@@ -7,9 +7,10 @@
 #
 #   bench/cpu_roofline.sh [--threads 2|1,2] [--tokens 24] [--prefills 3] [--rounds 3] [--baseline DIR]...
 #                         [--workloads b1,b8,b32,p512] [--no-4k] [--compare-only]
-# The final comparison of issue 20 (old = the issue's "today" and the previous stop, in one run):
-#   bench/cpu_roofline.sh --threads 1,2 --rounds 3 --compare-only \
-#     --baseline /work/baseline-wt-http --baseline /work/baseline-s4
+# The final comparison of issue 20 (old = the issue's "today" and the previous stop, in one run; one run per
+# thread count, as three binaries take 6-7 minutes a thread count at load 5-8, about half that when quiet):
+#   bench/cpu_roofline.sh --threads 2 --rounds 3 --compare-only \
+#     --baseline /work/baseline-wt-http --baseline /work/baseline-s4      (and again with --threads 1)
 #
 # How old and new are timed: a binary that cannot be changed is only seen from outside, as the wall time of a
 # whole `kvfleet generate` process, and most of that is start-up (loading the model, packing the weights,
@@ -24,8 +25,10 @@
 #     another (--max-num-seqs 1): each is one 512-token step that also samples one token, on warm weights,
 #     as bench_cpu_roofline's prefill (best of its runs, the first one packing).
 # Each round runs, per workload, every binary's pair back to back (the pair's order alternates between
-# rounds); the rate printed is the tokens over the median difference, with the lowest and highest rate
-# of the rounds in brackets ("-": noise made a difference <= 0), and new/old is the ratio of the medians. Every binary gets the same flags, so old and new are measured alike.
+# rounds); the rate printed is the tokens over the median difference, with the lowest and highest rate of
+# the rounds in brackets ("-": noise made a difference <= 0), and new/old is the ratio of the medians.
+# Every binary gets the same flags, so old and new are measured alike. The new build's own rates here
+# should agree with bench_cpu_roofline's (in process) within the run-to-run noise.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=$here/build/bin
