@@ -5,21 +5,42 @@
 # `kvfleet generate` on the same workloads, interleaved (old, new, old, new), and prints new/old ratios,
 # for each thread count of --threads (a list: 1,2).
 #
-#   bench/cpu_roofline.sh [--threads 2|1,2] [--tokens 64] [--baseline DIR]... [--rounds 2] [--no-4k]
-#                         [--compare-only]
-# The final comparison of issue 20 (old = the issue's "today" and the previous stop, in one run):
-#   bench/cpu_roofline.sh --threads 1,2 --tokens 24 --rounds 3 --compare-only \
-#     --baseline /work/baseline-wt-http --baseline /work/baseline-gemm
+#   bench/cpu_roofline.sh [--threads 2|1,2] [--tokens 24] [--prefills 3] [--rounds 3] [--baseline DIR]...
+#                         [--workloads b1,b8,b32,p512] [--no-4k] [--compare-only]
+# The final comparison of issue 20 (old = the issue's "today" and the previous stop, in one run; one run per
+# thread count, as three binaries take 6-7 minutes a thread count at load 5-8, about half that when quiet):
+#   bench/cpu_roofline.sh --threads 2 --rounds 3 --compare-only \
+#     --baseline /work/baseline-wt-http --baseline /work/baseline-s4      (and again with --threads 1)
+#
+# How old and new are timed: a binary that cannot be changed is only seen from outside, as the wall time of a
+# whole `kvfleet generate` process, and most of that is start-up (loading the model, packing the weights,
+# zeroing the KV cache, the first step's page faults), which moves by a few tenths of a second from run to
+# run. So every workload is two runs of the same binary that differ only in the measured work, and the rate
+# is that work over the difference of their wall times; the start-up, the cold first step and the warm-up
+# steps are in both and cancel:
+#   decode batch B (b1, b8, b32): B sequences of 8 prompt tokens, 8 generated tokens (the reference run)
+#     against 8 + S (the full run); S decode steps of B tokens each (S = 2 x --tokens at batch 1, --tokens
+#     at 8 and 32), as bench_cpu_roofline times decode in process (tokens + 1 against 1).
+#   prefill 512 (p512): one 512-token prompt (the reference) against 1 + --prefills of them, run one after
+#     another (--max-num-seqs 1): each is one 512-token step that also samples one token, on warm weights,
+#     as bench_cpu_roofline's prefill (best of its runs, the first one packing).
+# Each round runs, per workload, every binary's pair back to back (the pair's order alternates between
+# rounds); the rate printed is the tokens over the median difference, with the lowest and highest rate of
+# the rounds in brackets ("-": noise made a difference <= 0), and new/old is the ratio of the medians.
+# Every binary gets the same flags, so old and new are measured alike. The new build's own rates here
+# should agree with bench_cpu_roofline's (in process) within the run-to-run noise.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=$here/build/bin
-threads=2 tokens=64 baselines=() rounds=2 no4k="" compare_only=""
+threads=2 tokens=24 prefills=3 baselines=() rounds=3 no4k="" compare_only="" workloads=b1,b8,b32,p512
 while [[ $# -gt 0 ]]; do
   case $1 in
     --threads) threads=$2; shift 2 ;;
     --tokens) tokens=$2; shift 2 ;;
+    --prefills) prefills=$2; shift 2 ;;
     --baseline) baselines+=("$2"); shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
+    --workloads) workloads=$2; shift 2 ;;
     --no-4k) no4k=--no-4k; shift ;;
     --compare-only) compare_only=1; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
@@ -36,57 +57,88 @@ if [[ -z $compare_only ]]; then
 fi
 [[ ${#baselines[@]} -eq 0 ]] && exit 0
 
-# Old vs new: wall time of `kvfleet generate`, less the wall time of a run that only starts, loads the model
-# (and packs it: the new CPU backend's one-off cost, in the s0 times printed) and computes one token of an
-# 8-token prompt (s0). So decode is (tokens - 1) steps / (t - t_s0), prefill 512 is ~504 tokens / (t - t_s0).
 prompts() {  # N sequences, P prompt tokens, G generated tokens
   for ((i = 0; i < $1; i++)); do
     ids=$(seq -s, $((i * 131 + 1)) $((i * 131 + $2)))
     echo "{\"id\":\"$i\",\"prompt_ids\":[$ids],\"max_tokens\":$3}"
   done
 }
-prompts 1 8 1 > "$work/s0.jsonl"
-prompts 1 8 $((tokens * 2)) > "$work/b1.jsonl"
-prompts 8 8 "$tokens" > "$work/b8.jsonl"
-prompts 32 8 "$tokens" > "$work/b32.jsonl"
-prompts 1 512 1 > "$work/p512.jsonl"
-timed() {  # KVFLEET_BIN FILE THREADS -> seconds
-  local t0 t1
-  t0=$(date +%s.%N)
-  "$1" generate --model "$model" --prompts "$2" --ignore-eos --no-prefix-cache --threads "$3" \
-    --max-num-seqs 64 --num-blocks 2048 > /dev/null
-  t1=$(date +%s.%N)
-  echo "$t1 - $t0" | bc -l
+declare -A seqs=() measured=() flags=()  # per workload: sequences per step, tokens measured, generate flags
+for w in ${workloads//,/ }; do
+  case $w in
+    b1 | b8 | b32)
+      n=${w#b} s=$((n == 1 ? 2 * tokens : tokens))
+      prompts "$n" 8 8 > "$work/$w.ref.jsonl"
+      prompts "$n" 8 $((8 + s)) > "$work/$w.full.jsonl"
+      seqs[$w]=$n measured[$w]=$((n * s)) blocks=$((n * ((16 + s) / 16 + 1) + 16)) ;;
+    p512)
+      prompts 1 512 1 > "$work/$w.ref.jsonl"
+      prompts $((1 + prefills)) 512 1 > "$work/$w.full.jsonl"
+      seqs[$w]=1 measured[$w]=$((512 * prefills)) blocks=$(((1 + prefills) * 34 + 16)) ;;
+    *) echo "unknown workload $w (b1, b8, b32, p512)" >&2; exit 2 ;;
+  esac
+  # The KV cache sized to the workload (each engine zeroes all of it at start-up), 2048 tokens a step.
+  flags[$w]="--max-num-seqs ${seqs[$w]} --max-batched-tokens 2048 --num-blocks $blocks"
+done
+timed() {  # KVFLEET_BIN FILE THREADS FLAGS -> wall seconds of one `kvfleet generate`
+  local t0=$EPOCHREALTIME
+  # shellcheck disable=SC2086  # FLAGS is a list of words
+  "$1" generate --model "$model" --prompts "$2" --ignore-eos --no-prefix-cache --threads "$3" $4 > /dev/null
+  awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.6f", b - a }'
 }
-min() { echo "if ($1 < $2) $1 else $2" | bc -l; }
-echo "old vs new, interleaved, best of $rounds rounds (tokens/s from wall time less start-up; load $(cut -d' ' -f1 /proc/loadavg))"
+stats() {  # values... -> "median lowest highest"
+  printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END {
+    m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.6f %.6f %.6f", m, v[1], v[NR] }'
+}
+rate() {  # TOKENS SECONDS -> tokens/s ("-" where noise made the difference of the two runs <= 0)
+  awk -v n="$1" -v d="$2" 'BEGIN { if (d > 0) printf "%.1f", n / d; else printf "-" }'
+}
+rates() {  # TOKENS DIFFERENCES... -> "median [lowest-highest]" tok/s
+  local n=$1 med lo hi
+  shift
+  read -r med lo hi <<< "$(stats "$@")"
+  printf '%7s [%s-%s]' "$(rate "$n" "$med")" "$(rate "$n" "$hi")" "$(rate "$n" "$lo")"
+}
+echo "old vs new, interleaved, $rounds rounds; tok/s = measured tokens / median over rounds of (wall time of the full run"
+echo "- wall time of the reference run), [lowest-highest] of the rounds; load $(cut -d' ' -f1 /proc/loadavg)"
 nb=${#baselines[@]}
 for ((b = 0; b < nb; b++)); do echo "old$b = ${baselines[$b]}/kvfleet"; done
+for w in ${workloads//,/ }; do echo "$w: ${measured[$w]} tokens measured; ${flags[$w]}"; done
 for t in ${threads//,/ }; do
-  declare -A best=()
+  declare -A diffs=() refs=()
   for ((r = 0; r < rounds; r++)); do
-    for w in s0 b1 b8 b32 p512; do
+    for w in ${workloads//,/ }; do
       for ((b = 0; b <= nb; b++)); do  # b == nb: the new build
         if ((b < nb)); then k=${baselines[$b]}/kvfleet; else k=$bin/kvfleet; fi
-        v=$(timed "$k" "$work/$w.jsonl" "$t")
-        best[$w,$b]=$(min "$v" "${best[$w,$b]:-1000000000}")
+        if ((r % 2 == 0)); then
+          ref=$(timed "$k" "$work/$w.ref.jsonl" "$t" "${flags[$w]}")
+          full=$(timed "$k" "$work/$w.full.jsonl" "$t" "${flags[$w]}")
+        else
+          full=$(timed "$k" "$work/$w.full.jsonl" "$t" "${flags[$w]}")
+          ref=$(timed "$k" "$work/$w.ref.jsonl" "$t" "${flags[$w]}")
+        fi
+        diffs[$w,$b]+=" $(awk -v f="$full" -v s="$ref" 'BEGIN { printf "%.6f", f - s }')"
+        refs[$w,$b]+=" $ref"
       done
     done
   done
-  line="threads $t s0 (start-up) new ${best[s0,$nb]} s"
-  for ((b = 0; b < nb; b++)); do line+=" | old$b ${best[s0,$b]} s"; done
-  echo "$line"
-  for w in b1 b8 b32 p512; do
-    case $w in b1) n=$((tokens * 2 - 1)) ;; b8) n=$((8 * (tokens - 1))) ;; b32) n=$((32 * (tokens - 1))) ;; p512) n=504 ;; esac
-    rate() { echo "$n / (${best[$w,$1]} - ${best[s0,$1]})" | bc -l; }
-    new_rate=$(rate "$nb")
-    line=$(printf 'threads %s %-5s new %7.1f tok/s' "$t" "$w" "$new_rate")
+  for w in ${workloads//,/ }; do
+    n=${measured[$w]}
+    # shellcheck disable=SC2086  # lists of numbers
+    read -r new_diff _ _ <<< "$(stats ${diffs[$w,$nb]})"
+    # shellcheck disable=SC2086
+    read -r ref_med _ _ <<< "$(stats ${refs[$w,$nb]})"
+    # shellcheck disable=SC2086
+    line=$(printf 'threads %s %-5s new %s tok/s (reference run %.2f s)' "$t" "$w" "$(rates "$n" ${diffs[$w,$nb]})" "$ref_med")
     for ((b = 0; b < nb; b++)); do
-      old_rate=$(rate "$b")
-      line+=$(printf ' | old%d %7.1f tok/s, new/old%d %.2fx' "$b" "$old_rate" "$b" "$(echo "$new_rate / $old_rate" | bc -l)")
+      # shellcheck disable=SC2086
+      read -r old_diff _ _ <<< "$(stats ${diffs[$w,$b]})"
+      ratio=$(awk -v a="$new_diff" -v b="$old_diff" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", b / a; else printf "-" }')
+      # shellcheck disable=SC2086
+      line+=" | old$b $(rates "$n" ${diffs[$w,$b]}), new/old$b $ratio"
     done
     echo "$line"
   done
-  unset best
+  unset diffs refs
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
