@@ -2,11 +2,15 @@
 // are the same bits with and without the packed copies, on every ISA path this CPU has, for prompts (the
 // GEMM) and for one row (the GEMV: it reads the packed panels too).
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/cpu_isa.h"
@@ -77,6 +81,75 @@ TEST_CASE("CPU backend: once packed, the plain weight is never read (GEMV and GE
     std::vector<float> one(static_cast<std::size_t>(out));
     backend->linear(x.data(), 1, in, dw, out, {}, one.data());
     CHECK(std::memcmp(first.data(), one.data(), one.size() * sizeof(float)) == 0);  // row 0 alone: same bits
+  }
+  ::munmap(map, bytes);
+  if (env) setenv("KVFLEET_CPU_PACK", saved.c_str(), 1);
+  else unsetenv("KVFLEET_CPU_PACK");
+}
+
+namespace {
+
+// The resident set of the mapping that starts at `addr`, in KiB (/proc/self/smaps); -1 if not found.
+long mapping_rss_kib(const void* addr) {
+  char start[32];
+  std::snprintf(start, sizeof start, "%lx-", reinterpret_cast<unsigned long>(addr));
+  std::ifstream smaps("/proc/self/smaps");
+  bool in = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2)  // a mapping's first line; "Rss:" etc. follow it
+      in = line.rfind(start, 0) == 0;
+    else if (in && line.rfind("Rss:", 0) == 0)
+      return std::stol(line.substr(4));
+  }
+  return -1;
+}
+
+}  // namespace
+
+// The checkpoint is a read-only private mapping of its file: giving a packed weight's plain pages back
+// must take them out of this process's resident set but leave them in the page cache, so that the next
+// process loading the model (a restarted replica, a test's next one) reads them from memory, not the disk.
+TEST_CASE("CPU backend: packing a weight mapped from a file leaves its pages in the page cache, not in the RSS") {
+  const char* env = std::getenv("KVFLEET_CPU_PACK");
+  const std::string saved = env ? env : "";
+  setenv("KVFLEET_CPU_PACK", "1", 1);
+  const std::int64_t in = 512, out = 256;  // 256 KiB of bf16: 64 pages
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  const std::size_t bytes = static_cast<std::size_t>(in * out) * 2;
+  REQUIRE(bytes % page == 0);
+  test::TempDir dir;
+  const std::string path = (dir / "w.bin").string();
+  {
+    std::vector<std::uint16_t> w(static_cast<std::size_t>(in * out));
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = f32_to_bf16(static_cast<float>((i * 37) % 101 - 50) / 64.0f);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    REQUIRE(fd >= 0);
+    REQUIRE(::write(fd, w.data(), bytes) == static_cast<ssize_t>(bytes));
+    REQUIRE(::fsync(fd) == 0);  // clean pages: nothing keeps them in the cache but their use
+    ::close(fd);
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  REQUIRE(map != MAP_FAILED);
+  volatile std::uint32_t sum = 0;
+  for (std::size_t at = 0; at < bytes; at += page) sum = sum + static_cast<const std::uint8_t*>(map)[at];
+  CHECK(mapping_rss_kib(map) == static_cast<long>(bytes / 1024));
+  std::vector<float> x(static_cast<std::size_t>(in), 0.25f), first(static_cast<std::size_t>(out)), again(first.size());
+  {
+    auto backend = make_cpu_backend(1);
+    const DeviceWeight dw{map, DType::bf16};
+    backend->linear(x.data(), 1, in, dw, out, {}, first.data());  // packs, then gives the plain pages back
+    CHECK(mapping_rss_kib(map) == 0);
+    std::vector<unsigned char> resident(bytes / page);
+    REQUIRE(::mincore(map, bytes, resident.data()) == 0);  // a file mapping: whether the page cache holds it
+    std::size_t cached = 0;
+    for (unsigned char r : resident) cached += r & 1;
+    CHECK(cached == resident.size());  // MADV_PAGEOUT evicted them (the old behaviour): 0
+    backend->linear(x.data(), 1, in, dw, out, {}, again.data());
+    CHECK(std::memcmp(first.data(), again.data(), first.size() * sizeof(float)) == 0);
   }
   ::munmap(map, bytes);
   if (env) setenv("KVFLEET_CPU_PACK", saved.c_str(), 1);

@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -23,6 +26,20 @@ namespace kvfleet {
 namespace {
 
 cpu::WeightRef ref(DeviceWeight w) { return {w.data, w.dtype}; }
+
+// Whether [begin, end) lies inside one private mapping of a file that this process cannot write
+// (/proc/self/maps: perms r--p or r-xp, an inode): the safetensors checkpoint's mapping.
+bool in_read_only_file_mapping(std::uintptr_t begin, std::uintptr_t end) {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    unsigned long lo = 0, hi = 0, offset = 0, inode = 0;
+    char perms[5] = {}, dev[32] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %4s %lx %31s %lu", &lo, &hi, perms, &offset, dev, &inode) != 6) continue;
+    if (begin < lo || begin >= hi) continue;
+    return end <= hi && inode != 0 && perms[1] == '-' && perms[3] == 'p';
+  }
+  return false;
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -156,12 +173,14 @@ class CpuBackend final : public Backend {
     return {nullptr, w.dtype, it->second.get()};
   }
 
-  // The whole pages of a packed weight's plain copy, given back with MADV_PAGEOUT: the checkpoint is
-  // mapped read-only from its file (engine/model/safetensors.cpp), so its clean pages are reclaimed and
-  // leave the resident set; were the range ever anonymous memory, MADV_PAGEOUT could only swap it,
-  // never lose it (MADV_DONTNEED would zero it). A page shared with another tensor is kept (the range is
-  // shrunk to whole pages inside the weight), and so is an embedding table (a tied lm_head): embedding
-  // lookups keep reading its rows, and a reclaimed page would be read from disk again.
+  // The whole pages of a packed weight's plain copy, given back. The checkpoint is mapped read-only and
+  // private from its file (engine/model/safetensors.cpp): there MADV_DONTNEED drops only this process's
+  // view, the pages leave the resident set and stay in the page cache, so the next process that loads the
+  // model reads them from memory, not from disk (MADV_PAGEOUT, used before, evicted them from the cache).
+  // Memory that is not such a mapping (anonymous: a converted weight, a test's buffer) gets MADV_PAGEOUT,
+  // which can only swap it out, never lose it (MADV_DONTNEED would zero it). A page shared with another
+  // tensor is kept (the range is shrunk to whole pages inside the weight), and so is an embedding table (a
+  // tied lm_head): embedding lookups keep reading its rows.
   void release_plain(const void* data, std::size_t bytes) {
     const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
     const auto begin = reinterpret_cast<std::uintptr_t>(data), end = begin + bytes;
@@ -170,7 +189,9 @@ class CpuBackend final : public Backend {
       if (t >= begin && t < end) return;
     }
     const std::uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
-    if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_PAGEOUT);  // a hint: errors ignored
+    if (last <= first) return;
+    const int advice = in_read_only_file_mapping(first, last) ? MADV_DONTNEED : MADV_PAGEOUT;
+    ::madvise(reinterpret_cast<void*>(first), last - first, advice);  // a hint: errors ignored
   }
 
   ThreadPool pool_;
