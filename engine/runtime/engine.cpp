@@ -520,6 +520,8 @@ void Engine::sample_rows(std::vector<SampleJob>& jobs, std::span<float> logits, 
   auto run = [&](std::int64_t begin, std::int64_t end, SamplerScratch& scratch) {
     for (std::int64_t i = begin; i < end; ++i) {
       SampleJob& j = jobs[static_cast<std::size_t>(i)];
+      // The next row of this share, prefetched while this one is weighed (the logits are megabytes).
+      scratch.next_row = i + 1 < end ? logits.data() + jobs[static_cast<std::size_t>(i + 1)].row * vocab : nullptr;
       try {
         sampled[j.slot] = sample_row(*j.active, *j.seq, std::span<float>(logits.data() + j.row * vocab, vocab), scratch);
       } catch (const std::exception& e) {

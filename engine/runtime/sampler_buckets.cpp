@@ -71,7 +71,7 @@ float bucket_row(std::span<const float> logits, float t, SamplerScratch& s) {
   s.weights.resize(n);
   s.bucket.resize(n);
   s.bucket_sum.resize(kBuckets);
-  weigh_and_bucket(logits, g, s.weights.data(), s.bucket.data(), s.bucket_sum.data());
+  weigh_and_bucket(logits, g, s.weights.data(), s.bucket.data(), s.bucket_sum.data(), s.next_row);
   return g.span / static_cast<float>(kBuckets);
 }
 
@@ -316,7 +316,7 @@ void select_top_k(std::span<const float> logits, std::size_t k, SamplerScratch& 
   if (!std::isfinite(range.max)) no_finite_logit();
   s.bucket.resize(n);
   s.bucket_count.resize(kBuckets);
-  count_buckets(logits, make_bucketing(range, 1.0f), s.bucket.data(), s.bucket_count.data());
+  count_buckets(logits, make_bucketing(range, 1.0f), s.bucket.data(), s.bucket_count.data(), s.next_row);
   std::size_t have = 0;
   int last = 0;
   for (; last < kBuckets - 1; ++last)

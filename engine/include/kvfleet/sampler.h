@@ -43,6 +43,9 @@ struct SamplerScratch {
   std::vector<std::uint16_t> bucket;
   std::vector<double> bucket_sum;
   std::vector<std::uint32_t> bucket_count;  // top-k: each bucket's number of ids
+  // Optional: the row (as many floats as this one) the caller samples next with this scratch; the weight
+  // pass prefetches it, so that its first pass does not wait on memory. A hint only: never read for values.
+  const float* next_row = nullptr;
 };
 TokenId sample(std::span<const float> logits, const SamplingParams& params, std::uint64_t draw_index,
                SamplerScratch& scratch);
