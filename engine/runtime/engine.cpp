@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <cmath>
@@ -522,6 +523,8 @@ void Engine::sample_rows(std::vector<SampleJob>& jobs, std::span<float> logits, 
   auto run = [&](std::int64_t begin, std::int64_t end, SamplerScratch& scratch) {
     for (std::int64_t i = begin; i < end; ++i) {
       SampleJob& j = jobs[static_cast<std::size_t>(i)];
+      // The next row of this share, prefetched while this one is weighed (the logits are megabytes).
+      scratch.next_row = i + 1 < end ? logits.data() + jobs[static_cast<std::size_t>(i + 1)].row * vocab : nullptr;
       try {
         sampled[j.slot] = sample_row(*j.active, *j.seq, std::span<float>(logits.data() + j.row * vocab, vocab), scratch);
       } catch (const std::exception& e) {
@@ -536,10 +539,15 @@ void Engine::sample_rows(std::vector<SampleJob>& jobs, std::span<float> logits, 
   if (shares == 1) {
     run(0, n, m.sampler_scratch[0]);
   } else {
-    const std::int64_t per = (n + shares - 1) / shares;
+    // Rows are claimed 16 at a time from a shared counter, not split in halves up front: a share whose
+    // thread is held up (another process on its core) leaves its rows to the others. A row's token
+    // depends on its row and seed alone, not on which share samples it.
+    constexpr std::int64_t kClaim = 16;
+    std::atomic<std::int64_t> next{0};
     m.sample_pool->parallel_for(shares, 1, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t s = begin; s < end; ++s)
-        run(s * per, std::min(n, (s + 1) * per), m.sampler_scratch[static_cast<std::size_t>(s)]);
+        for (std::int64_t at = next.fetch_add(kClaim); at < n; at = next.fetch_add(kClaim))
+          run(at, std::min(n, at + kClaim), m.sampler_scratch[static_cast<std::size_t>(s)]);
     });
   }
   for (std::size_t i = 0; i < jobs.size(); ++i)

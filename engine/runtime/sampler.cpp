@@ -231,6 +231,9 @@ TokenId sample(std::span<const float> logits, const SamplingParams& p, std::uint
     // top-p alone on a row too small for buckets to pay goes to the prefix path.
     if (p.min_p <= 0.0f && logits.size() >= 256)
       if (const TokenId t = draw_top_p(logits, p, draw_index, scratch); t >= 0) return t;
+    // min-p alone likewise (on a flat row its kept prefix is most of the vocabulary: too long to sort).
+    if (p.top_p >= 1.0f && logits.size() >= 256)
+      if (const TokenId t = draw_min_p(logits, p, draw_index, scratch); t >= 0) return t;
     if (const TokenId t = draw_bucketed_cut(logits, p, draw_index, scratch); t >= 0) return t;
     head = sorted_head(logits, p, scratch);
   }

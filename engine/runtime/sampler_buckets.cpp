@@ -71,7 +71,7 @@ float bucket_row(std::span<const float> logits, float t, SamplerScratch& s) {
   s.weights.resize(n);
   s.bucket.resize(n);
   s.bucket_sum.resize(kBuckets);
-  weigh_and_bucket(logits, g, s.weights.data(), s.bucket.data(), s.bucket_sum.data());
+  weigh_and_bucket(logits, g, s.weights.data(), s.bucket.data(), s.bucket_sum.data(), s.next_row);
   return g.span / static_cast<float>(kBuckets);
 }
 
@@ -253,6 +253,61 @@ TokenId draw_bucketed_cut(std::span<const float> logits, const SamplingParams& p
   return cut_and_draw(p, draw_index, s, total, tol, past_prefix_matters && ids.size() < n);
 }
 
+// min-p alone. The reference keeps ids, in its order, while probs[n] >= min_p * probs[0], that is (probs =
+// w / total, the maximum's weight 1) while w >= min_p, up to rounding. A bucket whose x range lies wholly
+// above log(min_p) by more than the weights' error (2e-7) and the x and bucket roundings holds only kept
+// ids, one wholly below it only dropped ones: only the few buckets around the cut (the zone) are sorted and
+// walked as the reference walks them. The draw then lands in a bucket above the zone (sorted in turn) or
+// among the zone's kept ids; in weight units, as draw_top_p.
+TokenId draw_min_p(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index, SamplerScratch& s) {
+  const std::size_t n = logits.size();
+  const float width_x = bucket_row(logits, p.temperature, s);
+  const double x_cut = std::log(static_cast<double>(p.min_p));
+  if (!(x_cut > -80.0)) return -1;  // a cut in the last bucket's clamped range: the sorted-prefix path
+  // Bucket of x is floor(-x / width_x) up to 1e-4 of a bucket (a float product of at most 1024); the zone
+  // spans x_cut -+ 1e-6 and a bucket more on each side.
+  // A cut below the row's range puts the zone in the last bucket (every id kept).
+  const double at = std::min<double>(-x_cut / static_cast<double>(width_x), kBuckets);
+  const double slack = 1e-6 / static_cast<double>(width_x) + 1e-3;
+  const int z0 = std::clamp(static_cast<int>(std::floor(at - slack)) - 1, 0, kBuckets - 1);
+  const int z1 = std::clamp(static_cast<int>(std::floor(at + slack)) + 1, z0, kBuckets - 1);
+  const double* sum = s.bucket_sum.data();
+  Blocks blocks;
+  block_sums(sum, blocks);
+  const double tol = tolerance(n);
+  double above = 0.0;  // the weight of the buckets above the zone, all kept
+  for (int b = 0; b < z0; ++b) above += sum[b];
+  std::vector<TokenId>& ids = s.ids;
+  ids.clear();
+  collect_buckets(s.bucket.data(), n, z0, z1, ids);
+  const float* w = s.weights.data();
+  std::erase_if(ids, [w](TokenId id) { return !(w[static_cast<std::size_t>(id)] > 0.0f); });
+  radix_sort_desc(logits, ids, s.keys, s.swap);
+  // The reference's cut over the zone: its first id is the reference's first when the zone starts at 0.
+  std::size_t kept = z0 == 0 && !ids.empty() ? 1 : 0;
+  const double bar = static_cast<double>(p.min_p);
+  double mass = above;
+  for (std::size_t i = 0; i < kept; ++i) mass += w[static_cast<std::size_t>(ids[i])];
+  for (; kept < ids.size(); ++kept) {
+    const double wi = w[static_cast<std::size_t>(ids[kept])];
+    if (near(wi, bar, tol)) return -1;
+    if (!(wi >= bar)) break;
+    mass += wi;
+  }
+  // Every zone id kept: the next one, below the zone, is clearly dropped (the zone's width promises it).
+  if (mass <= 0.0) return -1;
+  const double target = kernels::uniform_draw(p.seed, draw_index) * mass;
+  if (near(target, above, tol)) return -1;
+  if (!(target < above)) return walk_ids(s, kept, above, target, tol);  // among the zone's kept ids
+  double cum = 0.0;
+  const int b = walk_buckets(sum, blocks, cum, [target, tol](double end) {
+    return near(target, end, tol) ? -1 : target < end ? 1 : 0;
+  });
+  if (b < 0 || b >= z0) return -1;
+  sorted_bucket(logits, b, s);
+  return walk_ids(s, s.ids.size(), cum, target, tol);
+}
+
 // Buckets over l - max (temperature 1: only the order matters) are monotone in the logit, so the ids of the
 // buckets down to the one that reaches k ids hold the first k of the reference's order.
 void select_top_k(std::span<const float> logits, std::size_t k, SamplerScratch& s) {
@@ -261,7 +316,7 @@ void select_top_k(std::span<const float> logits, std::size_t k, SamplerScratch& 
   if (!std::isfinite(range.max)) no_finite_logit();
   s.bucket.resize(n);
   s.bucket_count.resize(kBuckets);
-  count_buckets(logits, make_bucketing(range, 1.0f), s.bucket.data(), s.bucket_count.data());
+  count_buckets(logits, make_bucketing(range, 1.0f), s.bucket.data(), s.bucket_count.data(), s.next_row);
   std::size_t have = 0;
   int last = 0;
   for (; last < kBuckets - 1; ++last)

@@ -33,6 +33,8 @@ TokenId draw_bucketed(std::span<const float> logits, const SamplingParams& p, st
                       SamplerScratch& s);
 // top-p without top-k and min-p: sorts the bucket the cut lands in and the one the draw lands in.
 TokenId draw_top_p(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index, SamplerScratch& s);
+// min-p without top-k and top-p: sorts the buckets around the cut and the one the draw lands in.
+TokenId draw_min_p(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index, SamplerScratch& s);
 // top-p and/or min-p without top-k: sorts the exact prefix of the reference's order the cuts can reach.
 TokenId draw_bucketed_cut(std::span<const float> logits, const SamplingParams& p, std::uint64_t draw_index,
                           SamplerScratch& s);

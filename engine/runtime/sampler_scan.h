@@ -34,9 +34,13 @@ Bucketing make_bucketing(Range range, float t);
 
 // Every id's weight (sampler_weights.h's weight(), bit for bit) into w and bucket into bucket, and each
 // bucket's weight sum (in double; `sum` has kBuckets entries, overwritten).
-void weigh_and_bucket(std::span<const float> logits, const Bucketing& g, float* w, std::uint16_t* bucket, double* sum);
+// `prefetch`, when not null, is a row of as many floats read next (SamplerScratch::next_row): pulled toward
+// L2 a cache line per 16 ids as this one is weighed.
+void weigh_and_bucket(std::span<const float> logits, const Bucketing& g, float* w, std::uint16_t* bucket, double* sum,
+                      const float* prefetch = nullptr);
 // Every id's bucket into bucket and each bucket's number of ids into count (kBuckets entries, overwritten).
-void count_buckets(std::span<const float> logits, const Bucketing& g, std::uint16_t* bucket, std::uint32_t* count);
+void count_buckets(std::span<const float> logits, const Bucketing& g, std::uint16_t* bucket, std::uint32_t* count,
+                   const float* prefetch = nullptr);
 // Appends to out, ascending, every id i < n with lo <= bucket[i] <= hi.
 void collect_buckets(const std::uint16_t* bucket, std::size_t n, int lo, int hi, std::vector<TokenId>& out);
 // The lowest i with logits[i] == v (-0 == +0); logits.size() if none.

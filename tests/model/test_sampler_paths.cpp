@@ -183,6 +183,61 @@ TEST_CASE("top-p alone: the two-bucket draw picks the reference's token or decli
   CHECK(declined * 10 < decided);  // top_p 0.999999 is within rounding of the whole mass on flat rows
 }
 
+TEST_CASE("min-p alone: the zone draw picks the reference's token or declines, and seldom declines") {
+  std::mt19937 rng(41);
+  SamplerScratch scratch;
+  int decided = 0, declined = 0;
+  on_each_path([&] {
+    for (const float spread : {0.05f, 0.5f, 2.0f, 8.0f, 400.0f}) {
+      const std::vector<float> row = awkward_row(8192, spread, rng);
+      for (const float t : {0.3f, 1.0f, 1.7f})
+        for (const float min_p : {1e-30f, 0.001f, 0.05f, 0.5f, 0.99f, 1.0f}) {
+          SamplingParams p;
+          p.temperature = t;
+          p.min_p = min_p;
+          for (std::uint64_t i = 0; i < 5; ++i) {
+            p.seed = 6151 * i + 11;
+            CAPTURE(spread);
+            CAPTURE(t);
+            CAPTURE(min_p);
+            CAPTURE(i);
+            const TokenId want = sample_reference(row, p, i);
+            const TokenId got = sd::draw_min_p(row, p, i, scratch);
+            if (got < 0) {
+              ++declined;
+            } else {
+              ++decided;
+              REQUIRE(got == want);
+            }
+            REQUIRE(sample(row, p, i, scratch) == want);
+          }
+        }
+    }
+  });
+  MESSAGE("zone min-p: " << decided << " decided, " << declined << " left to the exact paths");
+  CHECK(declined * 10 < decided);  // min_p 1e-30 (a cut below the buckets' range) is left to the prefix path
+}
+
+// A min-p cut exactly at an id's weight: the reference keeps it (>=); the zone walk must decline or agree.
+TEST_CASE("min-p at an id's own weight, and a row whose kept ids are almost all of it") {
+  SamplerScratch scratch;
+  std::vector<float> row(4096);
+  for (std::size_t i = 0; i < row.size(); ++i) row[i] = -0.001f * static_cast<float>(i % 97);
+  SamplingParams p;
+  p.min_p = sd::scalar_weight(row[40], 0.0f, 1.0f);  // exactly id 40's weight
+  for (std::uint64_t i = 0; i < 40; ++i) {
+    p.seed = i;
+    CAPTURE(i);
+    REQUIRE(sample(row, p, i, scratch) == sample_reference(row, p, i));
+  }
+  p.min_p = 0.5f;  // every id kept (weights >= e^-0.096)
+  for (std::uint64_t i = 0; i < 40; ++i) {
+    p.seed = i;
+    REQUIRE(sample(row, p, i, scratch) == sample_reference(row, p, i));
+    REQUIRE(sd::draw_min_p(row, p, i, scratch) == sample_reference(row, p, i));
+  }
+}
+
 TEST_CASE("sample() picks the reference's token on both scan paths, in every mode a chat user runs") {
   std::mt19937 rng(37);
   int checked = 0;

@@ -29,7 +29,8 @@ struct SamplingParams {
 // relative error < 2e-7), summed in double. Picks the same token as sorting the whole vocabulary would (the
 // reference below), without sorting it: the ids fall into buckets by weight, which keep the sorted order,
 // and only the bucket a cut or the draw lands in is sorted (temperature alone and top-p: one or two
-// buckets; top-k: the buckets down to the k-th id; min-p: the head above min_p); a draw too close to call
+// buckets; top-k: the buckets down to the k-th id; min-p alone: the buckets around its cut and the
+// draw's; top-p with min-p: the head above the cuts); a draw too close to call
 // falls back to the reference. The row passes use AVX-512 where the CPU has it (engine/runtime/sampler_scan.h).
 TokenId sample(std::span<const float> logits, const SamplingParams& params, std::uint64_t draw_index);
 
@@ -43,6 +44,9 @@ struct SamplerScratch {
   std::vector<std::uint16_t> bucket;
   std::vector<double> bucket_sum;
   std::vector<std::uint32_t> bucket_count;  // top-k: each bucket's number of ids
+  // Optional: the row (as many floats as this one) the caller samples next with this scratch; the weight
+  // pass prefetches it, so that its first pass does not wait on memory. A hint only: never read for values.
+  const float* next_row = nullptr;
 };
 TokenId sample(std::span<const float> logits, const SamplingParams& params, std::uint64_t draw_index,
                SamplerScratch& scratch);
