@@ -78,6 +78,17 @@ class RouterProcess {
     FAIL("no replica " << url);
     return {};
   }
+  // The same once every request sent to it has its verdict: the proxy records a request's outcome (circuit
+  // breaker, in-flight counts) after relaying the answer, so a client that just read one can be first.
+  // Waits up to 10 s for in_flight_requests 0 (a test with requests still running must not use it).
+  boost::json::object settled_replica(const std::string& url) const {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (;;) {
+      boost::json::object r = replica(url);
+      if (r.at("in_flight_requests").to_number<double>() == 0 || std::chrono::steady_clock::now() > end) return r;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
 
  private:
   void add_admin_key(const std::string& target, http::Headers& h) const {
