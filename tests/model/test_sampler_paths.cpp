@@ -79,6 +79,22 @@ Scan scan(const std::vector<float>& row, float t) {
   return s;
 }
 
+// One seeded draw of a fast path `draw` (top-p's two-bucket draw, min-p's zone draw) against the reference:
+// the reference's token or a decline (< 0), counted; and sample() always picks the reference's token.
+template <class Draw>
+void check_draw(const std::vector<float>& row, const SamplingParams& p, std::uint64_t i, SamplerScratch& scratch,
+                Draw draw, int& decided, int& declined) {
+  const TokenId want = sample_reference(row, p, i);
+  const TokenId got = draw(row, p, i, scratch);
+  if (got < 0) {
+    ++declined;
+  } else {
+    ++decided;
+    REQUIRE(got == want);
+  }
+  REQUIRE(sample(row, p, i, scratch) == want);
+}
+
 }  // namespace
 
 TEST_CASE("the AVX-512 row passes give the generic passes' bits, and the weights are weight()'s") {
@@ -166,15 +182,7 @@ TEST_CASE("top-p alone: the two-bucket draw picks the reference's token or decli
           CAPTURE(t);
           CAPTURE(top_p);
           CAPTURE(i);
-          const TokenId want = sample_reference(row, p, i);
-          const TokenId got = sd::draw_top_p(row, p, i, scratch);
-          if (got < 0) {
-            ++declined;
-          } else {
-            ++decided;
-            REQUIRE(got == want);
-          }
-          REQUIRE(sample(row, p, i, scratch) == want);
+          check_draw(row, p, i, scratch, sd::draw_top_p, decided, declined);
         }
       }
   }
@@ -201,15 +209,7 @@ TEST_CASE("min-p alone: the zone draw picks the reference's token or declines, a
             CAPTURE(t);
             CAPTURE(min_p);
             CAPTURE(i);
-            const TokenId want = sample_reference(row, p, i);
-            const TokenId got = sd::draw_min_p(row, p, i, scratch);
-            if (got < 0) {
-              ++declined;
-            } else {
-              ++decided;
-              REQUIRE(got == want);
-            }
-            REQUIRE(sample(row, p, i, scratch) == want);
+            check_draw(row, p, i, scratch, sd::draw_min_p, decided, declined);
           }
         }
     }
