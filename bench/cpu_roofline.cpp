@@ -10,12 +10,15 @@
 //   build/bin/bench_cpu_roofline --model DIR [--threads 0] [--tokens 64] [--runs 3] [--read-mib 1024]
 //                                [--no-4k] [--batches 1,8,32] [--prefill 512,4096]  (0: none)
 //                                [--ab-taper N]  (only: batch-1 decode, tapered vs equal chunks, N rounds)
+//                                [--json FILE]   (every figure printed, as one JSON object; bench/cpu_goals.py)
 // bench/cpu_roofline.sh makes the 125M Llama and runs this (and old-vs-new, interleaved).
 #include <immintrin.h>
 
 #include <algorithm>
+#include <boost/json.hpp>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <latch>
 #include <string>
 #include <thread>
@@ -254,6 +257,7 @@ int main(int argc, char** argv) {
   std::size_t read_mib = 1024;
   bool with_4k = true;
   int ab_rounds = 0;  // --ab-taper N: only ab_taper, N rounds
+  std::string json_path;
   std::vector<int> batches = {1, 8, 32}, prefills = {512, 4096};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -267,6 +271,7 @@ int main(int argc, char** argv) {
     else if (a == "--batches") batches = int_list(next());
     else if (a == "--prefill") prefills = int_list(next());
     else if (a == "--ab-taper") ab_rounds = std::stoi(next());
+    else if (a == "--json") json_path = next();
   }
   if (model_dir.empty()) {
     std::fprintf(stderr, "usage: bench_cpu_roofline --model DIR [--threads N] [--tokens 64] [--runs 3] [--no-4k]\n");
@@ -286,6 +291,8 @@ int main(int argc, char** argv) {
   const double bytes_per_param = static_cast<double>(model.weight_bytes()) /
                                  (linear_params + (c.tie_word_embeddings ? 0 : h * static_cast<double>(c.vocab_size)));
   const double step_bytes = linear_params * bytes_per_param;
+  boost::json::object out{{"threads", pool.size()}, {"kernels", cpu::isa_name(cpu::cpu_isa())}, {"model", model_dir},
+                          {"step_bytes", step_bytes}, {"read_bytes_per_s", bw}, {"fma_flops_per_s", peak}};
   std::printf("threads %u, kernels %s; model %s: %lld layers, hidden %lld, %.0f MB streamed per decode step\n",
               pool.size(), std::string(cpu::isa_name(cpu::cpu_isa())).c_str(), model_dir.c_str(),
               static_cast<long long>(c.num_layers), static_cast<long long>(c.hidden_size), step_bytes / 1e6);
@@ -295,6 +302,7 @@ int main(int argc, char** argv) {
     const double one = std::max(read_bandwidth(pool, read_mib, 3, 1), read_bandwidth_streams(pool, read_mib, 3, 1));
     std::printf("read bandwidth on 1 thread: %.2f GB/s: %u threads read %.2fx of one (the bound on batch-1 decode's "
                 "scaling)\n", one / 1e9, pool.size(), bw / one);
+    out["read_bytes_per_s_1_thread"] = one;
   }
   std::printf("fp32 FMA peak (%s, %u threads):       %.1f GFLOP/s\n", wide ? "512-bit" : "256-bit", pool.size(),
               peak / 1e9);
@@ -302,6 +310,7 @@ int main(int argc, char** argv) {
     ab_taper(model, threads, tokens, ab_rounds, step_bytes);
     return 0;
   }
+  boost::json::array decode_out, prefill_out;
   for (int batch : batches) {
     // The decode rate: the run with `tokens` generated minus the run with 1, per generated token.
     // The VM's bandwidth moves by up to 2x within minutes: read it again around each decode measurement
@@ -319,6 +328,13 @@ int main(int argc, char** argv) {
                 100.0 * steps_per_s * step_bytes / bw, own * 1e6, 100.0 * own * steps_per_s);
     std::printf("                 read bandwidth just before / after: %.2f / %.2f GB/s: %.0f%% of their mean\n",
                 bw_before / 1e9, bw_after / 1e9, 100.0 * steps_per_s * step_bytes / bw_near);
+    decode_out.push_back(boost::json::object{{"batch", batch},
+                                             {"tok_per_s", steps_per_s * batch},
+                                             {"bytes_per_s", steps_per_s * step_bytes},
+                                             {"read_bytes_per_s_before", bw_before},
+                                             {"read_bytes_per_s_after", bw_after},
+                                             {"median_step_s", median_step},
+                                             {"engine_own_s_per_step", own}});
     if (median_step > 0)
       std::printf("                 median step %.2f ms: %.1f tok/s, %.2f GB/s = %.0f%% of that mean\n", median_step * 1e3,
                   batch / median_step, step_bytes / median_step / 1e9, 100.0 * step_bytes / median_step / bw_near);
@@ -332,6 +348,17 @@ int main(int argc, char** argv) {
     const double flops = 2.0 * (linear_params - lm) * pp + 2.0 * lm + 4.0 * static_cast<double>(c.num_layers) * qd * pp * (pp + 1) / 2;
     std::printf("prefill %4d:    %8.1f tok/s  (%.1f GFLOP/s, %.0f%% of FMA peak; %s)\n", p, pp / s, flops / s / 1e9,
                 100.0 * flops / s / peak, p == 4096 ? "1 run" : "best of runs");
+    prefill_out.push_back(boost::json::object{{"tokens", p}, {"tok_per_s", pp / s}, {"flops_per_s", flops / s}});
+  }
+  out["decode"] = std::move(decode_out);
+  out["prefill"] = std::move(prefill_out);
+  if (!json_path.empty()) {
+    std::ofstream f(json_path);
+    f << boost::json::serialize(out) << "\n";
+    if (!f) {
+      std::fprintf(stderr, "cannot write %s\n", json_path.c_str());
+      return 1;
+    }
   }
   return 0;
 }

@@ -6,7 +6,10 @@
 # for each thread count of --threads (a list: 1,2).
 #
 #   bench/cpu_roofline.sh [--threads 2|1,2] [--tokens 24] [--prefills 3] [--rounds 3] [--baseline DIR]...
-#                         [--workloads b1,b8,b32,p512] [--no-4k] [--compare-only]
+#                         [--workloads b1,b8,b32,p512] [--no-4k] [--compare-only] [--model DIR] [--raw FILE]
+# --model DIR: that model (made elsewhere) instead of a fresh 125M Llama. --raw FILE: every timed pair appended
+# as a line "threads workload binary measured_tokens full_seconds reference_seconds" (binary: the --baseline
+# DIR, or "new"), for a caller that gathers rounds of several calls (bench/cpu_goals.py).
 # The final comparison of issue 20 (old = the issue's "today" and the previous stop, in one run; one run per
 # thread count, as three binaries take 6-7 minutes a thread count at load 5-8, about half that when quiet):
 #   bench/cpu_roofline.sh --threads 2 --rounds 3 --compare-only \
@@ -32,7 +35,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=$here/build/bin
-threads=2 tokens=24 prefills=3 baselines=() rounds=3 no4k="" compare_only="" workloads=b1,b8,b32,p512
+threads=2 tokens=24 prefills=3 baselines=() rounds=3 no4k="" compare_only="" workloads=b1,b8,b32,p512 model="" raw=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --threads) threads=$2; shift 2 ;;
@@ -43,14 +46,18 @@ while [[ $# -gt 0 ]]; do
     --workloads) workloads=$2; shift 2 ;;
     --no-4k) no4k=--no-4k; shift ;;
     --compare-only) compare_only=1; shift ;;
+    --model) model=$2; shift 2 ;;
+    --raw) raw=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
 work=$(mktemp -d /tmp/kvfleet-roofline.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-model=$work/llama-125m
-"$bin/kvfleet" make-model --arch llama --layers 12 --hidden 768 --intermediate 2048 --heads 12 --kv-heads 4 \
-  --vocab 32000 --dtype bfloat16 --max-position 8192 --out "$model" > /dev/null
+if [[ -z $model ]]; then
+  model=$work/llama-125m
+  "$bin/kvfleet" make-model --arch llama --layers 12 --hidden 768 --intermediate 2048 --heads 12 --kv-heads 4 \
+    --vocab 32000 --dtype bfloat16 --max-position 8192 --out "$model" > /dev/null
+fi
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
 if [[ -z $compare_only ]]; then
   for t in ${threads//,/ }; do "$bin/bench_cpu_roofline" --model "$model" --threads "$t" --tokens "$tokens" $no4k; done
@@ -118,6 +125,10 @@ for t in ${threads//,/ }; do
           ref=$(timed "$k" "$work/$w.ref.jsonl" "$t" "${flags[$w]}")
         fi
         diffs[$w,$b]+=" $(awk -v f="$full" -v s="$ref" 'BEGIN { printf "%.6f", f - s }')"
+        if [[ -n $raw ]]; then
+          if ((b < nb)); then name=${baselines[$b]}; else name=new; fi
+          echo "$t $w $name ${measured[$w]} $full $ref" >> "$raw"
+        fi
         refs[$w,$b]+=" $ref"
       done
     done

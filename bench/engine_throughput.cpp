@@ -13,9 +13,16 @@
 // --top-p, --top-k, --min-p, --presence and --frequency set the other sampling modes a chat user runs
 // (each request's SamplingParams and Penalties); every request gets its own seed.
 //
+// --model DIR runs that model instead of the built-in one (26M parameters, vocab 8,192, no tokenizer). When
+// DIR has a tokenizer, every request is detokenized on the engine thread as the replica's are
+// (GenerationRequest::detokenize: the stream decoder the stop strings are matched on, RequestOutput::text),
+// and --stop S gives each request a stop string (one that never matches still costs its check every token).
+// --json FILE writes every run's figures as a JSON array (bench/cpu_goals.py reads it).
+//
 //   build/bin/bench_engine_throughput [--threads N] [--tokens 64] [--batches 1,8,32,256] [--temperature 0]
 //                                     [--top-p 1] [--top-k 0] [--min-p 0] [--presence 0] [--frequency 0]
 //                                     [--outputs none|queue|relay|both] [--rounds 2]
+//                                     [--model DIR] [--stop S] [--json FILE]
 #include <time.h>
 
 #include <algorithm>
@@ -24,10 +31,13 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/json.hpp>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -37,6 +47,7 @@
 #include "kvfleet/engine.h"
 #include "kvfleet/http/async_queue.h"
 #include "kvfleet/make_model.h"
+#include "kvfleet/tokenizer.h"
 
 using namespace kvfleet;
 namespace asio = boost::asio;
@@ -119,10 +130,12 @@ struct Run {
 struct Sampling {
   SamplingParams params;
   Penalties penalties;
+  bool detokenize = false;  // the model has a tokenizer: text out, as the replica asks for it
+  std::vector<std::string> stop;
 };
 
-Run run_once(const Model& model, int batch, std::int32_t tokens, const Sampling& sampling, unsigned threads,
-             const std::string& outputs) {
+Run run_once(const Model& model, const Tokenizer* tokenizer, int batch, std::int32_t tokens, const Sampling& sampling,
+             unsigned threads, const std::string& outputs) {
   EngineConfig c;
   c.num_blocks = std::max(1024, batch * ((8 + tokens) / 16 + 2));
   c.scheduler.max_num_seqs = std::max(c.scheduler.max_num_seqs, batch);
@@ -137,6 +150,7 @@ Run run_once(const Model& model, int batch, std::int32_t tokens, const Sampling&
   Run run{};
   {
     Engine engine(model, c);
+    engine.set_tokenizer(tokenizer);
     if (outputs == "relay") engine.set_outputs_done([&relay] { relay.flush(); });
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < batch; ++i) {
@@ -147,6 +161,8 @@ Run run_once(const Model& model, int batch, std::int32_t tokens, const Sampling&
       r.sampling = sampling.params;
       r.penalties = sampling.penalties;
       r.sampling.seed = static_cast<std::uint64_t>(i);
+      r.detokenize = sampling.detokenize;
+      r.stop = sampling.stop;
       OutputCallback cb = outputs == "queue" ? consumers->queue_callback()
                           : outputs == "relay" ? consumers->relay_callback(relay) : OutputCallback{};
       engine.submit(r, std::move(cb));
@@ -174,6 +190,7 @@ int main(int argc, char** argv) {
   int rounds = 2;
   std::string outputs = "none";
   std::vector<int> batches{1, 8, 32};
+  std::string model_dir, json_path;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--threads") threads = static_cast<unsigned>(std::stoul(argv[i + 1]));
@@ -186,6 +203,9 @@ int main(int argc, char** argv) {
     else if (a == "--frequency") sampling.penalties.frequency = std::stof(argv[i + 1]);
     else if (a == "--outputs") outputs = argv[i + 1];
     else if (a == "--rounds") rounds = std::stoi(argv[i + 1]);
+    else if (a == "--model") model_dir = argv[i + 1];
+    else if (a == "--stop") sampling.stop.emplace_back(argv[i + 1]);
+    else if (a == "--json") json_path = argv[i + 1];
     else if (a == "--batches") {
       batches.clear();
       std::stringstream list(argv[i + 1]);
@@ -196,15 +216,29 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--outputs: none, queue, relay or both\n");
     return 2;
   }
-  const auto dir = std::filesystem::temp_directory_path() / "kvfleet-bench-model";
-  MakeModelOptions o;  // ~26M parameters in bf16: a small llama
-  o.layers = 4; o.hidden = 512; o.intermediate = 1536; o.heads = 8; o.kv_heads = 4; o.vocab = 8192;
-  o.dtype = DType::bf16;
-  make_model(o, dir);
+  const bool own_model = model_dir.empty();
+  const auto dir = own_model ? std::filesystem::temp_directory_path() / "kvfleet-bench-model"
+                             : std::filesystem::path(model_dir);
+  if (own_model) {
+    MakeModelOptions o;  // ~26M parameters in bf16: a small llama
+    o.layers = 4; o.hidden = 512; o.intermediate = 1536; o.heads = 8; o.kv_heads = 4; o.vocab = 8192;
+    o.dtype = DType::bf16;
+    make_model(o, dir);
+  }
   const Model model = Model::load(dir);
-  std::printf("model: %lld layers, hidden %lld, %.1f MB of bf16 weights; %d tokens per sequence; outputs: %s\n",
-              static_cast<long long>(o.layers), static_cast<long long>(o.hidden),
-              static_cast<double>(model.weight_bytes()) / 1e6, tokens, outputs.c_str());
+  std::optional<Tokenizer> tokenizer;
+  if (std::filesystem::exists(dir / "tokenizer.json")) tokenizer = Tokenizer::load(dir);
+  sampling.detokenize = tokenizer.has_value();
+  if (!sampling.stop.empty() && !tokenizer) {
+    std::fprintf(stderr, "--stop needs a model with a tokenizer (--model DIR with tokenizer.json)\n");
+    return 2;
+  }
+  const ModelConfig& mc = model.config();
+  std::printf("model: %lld layers, hidden %lld, vocab %lld, %.1f MB of weights; %d tokens per sequence; outputs: %s; "
+              "detokenized: %s, %zu stop strings\n",
+              static_cast<long long>(mc.num_layers), static_cast<long long>(mc.hidden_size),
+              static_cast<long long>(mc.vocab_size), static_cast<double>(model.weight_bytes()) / 1e6, tokens,
+              outputs.c_str(), tokenizer ? "yes" : "no", sampling.stop.size());
   const SamplingParams& sp = sampling.params;
   std::printf("sampling: temperature %g, top_p %g, top_k %d, min_p %g, presence %g, frequency %g\n", sp.temperature,
               sp.top_p, sp.top_k, sp.min_p, sampling.penalties.presence, sampling.penalties.frequency);
@@ -214,9 +248,13 @@ int main(int argc, char** argv) {
     for (int r = 0; r < rounds; ++r) modes.insert(modes.end(), {"queue", "relay"});
   }
   double base = 0.0;
+  boost::json::array runs;
   for (int batch : batches) {
     for (const std::string& mode : modes) {
-      const Run r = run_once(model, batch, tokens, sampling, threads, mode);
+      const Run r = run_once(model, tokenizer ? &*tokenizer : nullptr, batch, tokens, sampling, threads, mode);
+      runs.push_back(boost::json::object{{"batch", batch}, {"outputs", mode}, {"tok_per_s", r.tps},
+                                         {"steps", r.steps}, {"engine_own_share", r.share / 100.0},
+                                         {"engine_own_s_per_step", r.ms_outside / 1e3}});
       if (base == 0.0) base = r.tps;
       std::printf("batch %3d %-5s: %8.1f generated tokens/s  (%.2fx the first); %llu steps, engine's own share %.2f%% "
                   "(%.3f ms/step outside the forward pass)",
@@ -225,6 +263,14 @@ int main(int argc, char** argv) {
       std::printf("\n");
     }
   }
-  std::filesystem::remove_all(dir);
+  if (own_model) std::filesystem::remove_all(dir);
+  if (!json_path.empty()) {
+    std::ofstream f(json_path);
+    f << boost::json::serialize(runs) << "\n";
+    if (!f) {
+      std::fprintf(stderr, "cannot write %s\n", json_path.c_str());
+      return 1;
+    }
+  }
   return 0;
 }
