@@ -3,10 +3,10 @@
 //
 //   build/bin/bench_matvec [--threads N] [--mb 1024] [--rounds 3] [--kernels-only 1] [--gemv-only 1]
 //                          [--chain TOKENS [--hidden 768 --intermediate 2048 --layers 12 --kv-dim 256 --vocab 32000]
-//                           [--variants e8:32,t8:32]]
+//                           [--variants e8:32,t8:32,t2:0:0]]
 // --chain: a batch-1 decode token's linear calls (packed bf16, the model shape given), variants token by
 // token in one process: e/t = equal or tapered chunks (ThreadPool::parallel_for_tapered), L1:L2 = the
-// packed prefetch distances in blocks.
+// packed prefetch distances in blocks (the GEMV as a tile); t2:0:0 = 2 streams, L1:L2 (the panel GEMV).
 // --gemv-only 1: bf16 weights of --mb MiB (from memory) on the pool, plain rows vs packed panels
 // alternating: batch 1 (GEMV) and 2-32 rows (the GEMM, which at few rows still streams the weights).
 // First (AVX-512 CPUs) the kernels alone on one thread, by CPU time: main@2632b1d's kernel (copied in,
@@ -199,17 +199,27 @@ void gemv_ab(std::size_t mb, int rounds) {
 // (set_tapered_split) and prefetch distances (set_packed_prefetch) alternate token by token, as variants
 // "e8:32" (equal chunks, 8 blocks ahead into L1, 32 into L2) or "t8:32" (tapered); prints each one's best
 // and median token time and GB/s.
+// "t2:0:0" (a digit and two distances) runs the panel GEMV (set_packed_gemv) with that many streams and
+// prefetch distances, "t8:32" (two numbers) the GEMV as a tile with those distances (set_packed_prefetch).
 struct ChainVariant {
   bool tapered;
-  std::uint32_t l1, l2;
+  std::uint32_t streams, l1, l2;  // streams 0: the tile
+  std::string name;
 };
 
-std::vector<ChainVariant> chain_variants(const std::string& s) {  // "e8:32,t8:32"
+std::vector<ChainVariant> chain_variants(const std::string& s) {  // "e8:32,t8:32,t2:0:0"
   std::vector<ChainVariant> v;
   for (std::size_t i = 0; i < s.size();) {
-    const std::size_t j = std::min(s.find(',', i), s.size()), colon = s.find(':', i);
-    v.push_back({s[i] == 't', static_cast<std::uint32_t>(std::stoul(s.substr(i + 1, colon - i - 1))),
-                 static_cast<std::uint32_t>(std::stoul(s.substr(colon + 1, j - colon - 1)))});
+    const std::size_t j = std::min(s.find(',', i), s.size());
+    const std::string item = s.substr(i, j - i);
+    std::vector<std::uint32_t> nums;
+    for (std::size_t k = 1; k < item.size();) {
+      const std::size_t c = std::min(item.find(':', k), item.size());
+      nums.push_back(static_cast<std::uint32_t>(std::stoul(item.substr(k, c - k))));
+      k = c + 1;
+    }
+    if (nums.size() == 3) v.push_back({item[0] == 't', nums[0], nums[1], nums[2], item});
+    else v.push_back({item[0] == 't', 0, nums.at(0), nums.at(1), item});
     i = j + 1;
   }
   return v;
@@ -257,25 +267,36 @@ void decode_chain(unsigned threads, int tokens, std::int64_t hidden, std::int64_
     }
     cpu::linear(pool, x.data(), 1, hidden, ws.back().ref(), vocab, {}, a);
   };
+  std::uint32_t gemv_streams = 0, gemv_l1 = 0, gemv_l2 = 0;  // restored at the end
+  cpu::detail::packed_gemv(gemv_streams, gemv_l1, gemv_l2);
   std::vector<std::vector<double>> t(variants.size());
   for (int i = 0; i < tokens; ++i)
     for (std::size_t k = 0; k < variants.size(); ++k) {  // round robin, each round starting one further on
       const std::size_t v = (k + static_cast<std::size_t>(i)) % variants.size();
       cpu::detail::set_tapered_split(variants[v].tapered);
-      cpu::detail::set_packed_prefetch(variants[v].l1, variants[v].l2);
+      if (variants[v].streams == 0) {
+        cpu::detail::set_packed_gemv(0, 0, 0);
+        cpu::detail::set_packed_prefetch(variants[v].l1, variants[v].l2);
+      } else {
+        cpu::detail::set_packed_gemv(variants[v].streams, variants[v].l1, variants[v].l2);
+        cpu::detail::set_packed_prefetch(8, 32);
+      }
       t[v].push_back(best_seconds(1, token));
     }
   cpu::detail::set_tapered_split(true);
   cpu::detail::set_packed_prefetch(8, 32);
+  cpu::detail::set_packed_gemv(gemv_streams, gemv_l1, gemv_l2);
   std::printf("decode chain, %u threads, %lld layers, hidden %lld, %.0f MB a token, %d tokens each:\n", pool.size(),
               static_cast<long long>(layers), static_cast<long long>(hidden), bytes / 1e6, tokens);
   for (std::size_t v = 0; v < variants.size(); ++v) {
     std::sort(t[v].begin(), t[v].end());
     const double best = t[v].front(), med = t[v][t[v].size() / 2];
-    std::printf("  %-6s chunks, prefetch %2u / %2u blocks: best %7.3f ms (%.2f GB/s), median %7.3f ms (%.2f GB/s); "
-                "median vs the first: %.3fx\n",
-                variants[v].tapered ? "taper" : "equal", variants[v].l1, variants[v].l2, best * 1e3, bytes / best / 1e9,
-                med * 1e3, bytes / med / 1e9, t[0][t[0].size() / 2] / med);
+    const ChainVariant& cv = variants[v];
+    std::printf("  %-8s %s chunks, %s, prefetch %2u / %2u blocks: best %7.3f ms (%.2f GB/s), median %7.3f ms "
+                "(%.2f GB/s); median vs the first: %.3fx\n",
+                cv.name.c_str(), cv.tapered ? "taper" : "equal",
+                cv.streams == 0 ? "tile     " : cv.streams == 1 ? "1 stream " : "2 streams", cv.l1, cv.l2, best * 1e3,
+                bytes / best / 1e9, med * 1e3, bytes / med / 1e9, t[0][t[0].size() / 2] / med);
   }
 }
 

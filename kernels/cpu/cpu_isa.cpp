@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -65,6 +66,23 @@ Isa cpu_isa() { return current().load(std::memory_order_relaxed); }
 void set_cpu_isa(Isa isa) {
   if (!cpu_supports(isa)) throw std::invalid_argument("this CPU does not support the " + std::string(isa_name(isa)) + " kernels");
   current().store(isa, std::memory_order_relaxed);
+}
+
+CpuModel cpu_model() {
+  CpuModel m;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return m;
+  char vendor[12];
+  std::memcpy(vendor, &b, 4);
+  std::memcpy(vendor + 4, &d, 4);
+  std::memcpy(vendor + 8, &c, 4);
+  m.amd = std::memcmp(vendor, "AuthenticAMD", 12) == 0;
+  m.intel = std::memcmp(vendor, "GenuineIntel", 12) == 0;
+  if (__get_cpuid(1, &a, &b, &c, &d)) {
+    const unsigned base = (a >> 8) & 0xf, ext = (a >> 20) & 0xff;
+    m.family = base == 0xf ? base + ext : base;
+  }
+  return m;
 }
 
 std::string_view isa_name(Isa isa) {

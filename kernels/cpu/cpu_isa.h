@@ -18,4 +18,12 @@ bool cpu_supports(Isa isa);          // whether this CPU can run that path
 void set_cpu_isa(Isa isa);           // throws std::invalid_argument when !cpu_supports(isa); not thread-safe
 std::string_view isa_name(Isa isa);  // "avx512", "avx2", "scalar", "avx512bf16"
 
+// The CPU's vendor and family (CPUID leaves 0 and 1), for the few choices tuned per microarchitecture rather
+// than per instruction set (the packed GEMV's reading pattern, linear_avx512.cpp). Never changes a bit.
+struct CpuModel {
+  bool amd = false, intel = false;
+  unsigned family = 0;  // base family + extended family (AMD Zen 4: 0x19, Zen 5: 0x1a; Intel: 6)
+};
+CpuModel cpu_model();
+
 }  // namespace kvfleet::cpu

@@ -61,6 +61,13 @@ void set_tapered_split(bool on);
 // 0: none): for benchmarks that compare distances in one process. Never changes a bit.
 void set_packed_prefetch(std::uint32_t l1_blocks, std::uint32_t l2_blocks);
 
+// How the AVX-512 GEMV (one row) reads packed panels: streams 0 = like every tile (8 pointers, the prefetch
+// of set_packed_prefetch), 1 or 2 = a panel at a time, one or two panels side by side, prefetching l1 / l2
+// blocks ahead (0: none). Chosen once per process from KVFLEET_CPU_GEMV (tile, 1, 2) or the CPU
+// (linear_avx512.cpp); settable for benchmarks that compare in one process. Never changes a bit.
+void set_packed_gemv(std::uint32_t streams, std::uint32_t l1_blocks, std::uint32_t l2_blocks);
+void packed_gemv(std::uint32_t& streams, std::uint32_t& l1_blocks, std::uint32_t& l2_blocks);
+
 // Fills the layout fields of g for a weight of `dtype` with `in` columns, plain or packed.
 void set_layout(GemmArgs& g, DType dtype, bool packed);
 
