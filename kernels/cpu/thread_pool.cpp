@@ -33,12 +33,17 @@ long procs_running() {
 // no more threads want to run than there are cores: a spinning thread on an oversubscribed machine holds a
 // core that the thread it waits for needs (measured: on the loaded 2-core VM every spin lost; on the quiet
 // one a 100 us spin made batch-1 decode 1.5x faster). Re-checked every 20 ms by whichever thread comes first.
-bool spin_allowed() {
+// spin_forced(): KVFLEET_POOL_SPIN_US is set.
+bool spin_forced() {
   static const bool forced = [] {
     const char* env = std::getenv("KVFLEET_POOL_SPIN_US");
     return env && *env;
   }();
-  if (forced) return true;
+  return forced;
+}
+
+bool spin_allowed() {
+  if (spin_forced()) return true;
   static const long cores = std::max(1u, std::thread::hardware_concurrency());
   static std::atomic<std::int64_t> next_check{0};
   static std::atomic<bool> allowed{false};
@@ -59,13 +64,18 @@ bool spin_until(Pred pred) {
   static const auto spin = ThreadPool::spin_time();
   if (spin.count() <= 0 || !spin_allowed()) return pred();
   const auto deadline = Clock::now() + spin;
+  // Past the first few microseconds, a spin the user forced lets a thread that shares this core (maybe the
+  // one awaited) run. Otherwise spin_allowed() found no more runnable threads than cores, so nobody waits
+  // for this core and a yield is only a system call (1-2 us on this VM, with PTI) that the wake-up may have
+  // to wait out: the worker reached it whenever the caller's serial part outlasted ~1,000 pauses (the
+  // engine's step between tokens), and sched_yield + futex were ~3% of a 125M batch-1 decode's samples.
+  const bool yield = spin_forced();
   for (unsigned i = 1;; ++i) {
     if (pred()) return true;
     _mm_pause();
     if (i % 64 == 0) {
       if (Clock::now() > deadline) return pred();
-      // Past the first few microseconds, let a thread that shares this core (maybe the one awaited) run.
-      if (i >= 1024) std::this_thread::yield();
+      if (yield && i >= 1024) std::this_thread::yield();
     }
   }
 }
