@@ -200,26 +200,34 @@ void gemv_ab(std::size_t mb, int rounds) {
 // "e8:32" (equal chunks, 8 blocks ahead into L1, 32 into L2) or "t8:32" (tapered); prints each one's best
 // and median token time and GB/s.
 // "t2:0:0" (a digit and two distances) runs the panel GEMV (set_packed_gemv) with that many streams and
-// prefetch distances, "t8:32" (two numbers) the GEMV as a tile with those distances (set_packed_prefetch).
+// prefetch distances, "t8:32" (two numbers) the GEMV as a tile with those distances (set_packed_prefetch);
+// "@N" after either: tapered chunks down to N KiB of weights (set_taper_tail_bytes; default 96).
 struct ChainVariant {
   bool tapered;
   std::uint32_t streams, l1, l2;  // streams 0: the tile
   std::string name;
+  std::int64_t tail_kib = 96;
 };
 
 std::vector<ChainVariant> chain_variants(const std::string& s) {  // "e8:32,t8:32,t2:0:0"
   std::vector<ChainVariant> v;
   for (std::size_t i = 0; i < s.size();) {
     const std::size_t j = std::min(s.find(',', i), s.size());
-    const std::string item = s.substr(i, j - i);
+    std::string item = s.substr(i, j - i);
+    std::int64_t tail_kib = 96;
+    if (const std::size_t at = item.find('@'); at != std::string::npos) {
+      tail_kib = std::stoll(item.substr(at + 1));
+      item.resize(at);
+    }
     std::vector<std::uint32_t> nums;
     for (std::size_t k = 1; k < item.size();) {
       const std::size_t c = std::min(item.find(':', k), item.size());
       nums.push_back(static_cast<std::uint32_t>(std::stoul(item.substr(k, c - k))));
       k = c + 1;
     }
-    if (nums.size() == 3) v.push_back({item[0] == 't', nums[0], nums[1], nums[2], item});
-    else v.push_back({item[0] == 't', 0, nums.at(0), nums.at(1), item});
+    const std::string name = s.substr(i, j - i);
+    if (nums.size() == 3) v.push_back({item[0] == 't', nums[0], nums[1], nums[2], name, tail_kib});
+    else v.push_back({item[0] == 't', 0, nums.at(0), nums.at(1), name, tail_kib});
     i = j + 1;
   }
   return v;
@@ -274,6 +282,7 @@ void decode_chain(unsigned threads, int tokens, std::int64_t hidden, std::int64_
     for (std::size_t k = 0; k < variants.size(); ++k) {  // round robin, each round starting one further on
       const std::size_t v = (k + static_cast<std::size_t>(i)) % variants.size();
       cpu::detail::set_tapered_split(variants[v].tapered);
+      cpu::detail::set_taper_tail_bytes(variants[v].tail_kib << 10);
       if (variants[v].streams == 0) {
         cpu::detail::set_packed_gemv(0, 0, 0);
         cpu::detail::set_packed_prefetch(variants[v].l1, variants[v].l2);
@@ -284,6 +293,7 @@ void decode_chain(unsigned threads, int tokens, std::int64_t hidden, std::int64_
       t[v].push_back(best_seconds(1, token));
     }
   cpu::detail::set_tapered_split(true);
+  cpu::detail::set_taper_tail_bytes(96 << 10);
   cpu::detail::set_packed_prefetch(8, 32);
   cpu::detail::set_packed_gemv(gemv_streams, gemv_l1, gemv_l2);
   std::printf("decode chain, %u threads, %lld layers, hidden %lld, %.0f MB a token, %d tokens each:\n", pool.size(),
@@ -292,7 +302,7 @@ void decode_chain(unsigned threads, int tokens, std::int64_t hidden, std::int64_
     std::sort(t[v].begin(), t[v].end());
     const double best = t[v].front(), med = t[v][t[v].size() / 2];
     const ChainVariant& cv = variants[v];
-    std::printf("  %-8s %s chunks, %s, prefetch %2u / %2u blocks: best %7.3f ms (%.2f GB/s), median %7.3f ms "
+    std::printf("  %-12s %s chunks, %s, prefetch %2u / %2u blocks: best %7.3f ms (%.2f GB/s), median %7.3f ms "
                 "(%.2f GB/s); median vs the first: %.3fx\n",
                 cv.name.c_str(), cv.tapered ? "taper" : "equal",
                 cv.streams == 0 ? "tile     " : cv.streams == 1 ? "1 stream " : "2 streams", cv.l1, cv.l2, best * 1e3,

@@ -84,11 +84,11 @@ const float* arranged_x(const Path& path, const float* x, std::int64_t rows, std
 std::int64_t units_of(std::int64_t out) { return (out + kPanel - 1) / kPanel; }
 
 // Calls of up to kTaperRows rows (memory-bound: each weight is read once per call) split the features into
-// tapered chunks (ThreadPool::parallel_for_tapered) whose last ones hold ~kTailBytes of weights: short
+// tapered chunks (ThreadPool::parallel_for_tapered) whose last ones hold ~96 KiB (g_tail_bytes) of weights: short
 // enough that the threads end within a few microseconds of each other, long enough that the start of a
-// chunk's stream (README, "Fifth stop") is small beside it.
+// chunk's stream (docs/cpu_backend.md, "Fifth stop") is small beside it.
 constexpr std::int64_t kTaperRows = 8;
-constexpr std::int64_t kTailBytes = 96 << 10;
+std::atomic<std::int64_t> g_tail_bytes{96 << 10};  // set_taper_tail_bytes: benchmarks compare in one process
 
 // KVFLEET_CPU_TAPER=0 (read once; or set_tapered_split): equal chunks for every call, as before the fifth
 // stop, for A/B runs. Same bits either way.
@@ -105,6 +105,9 @@ std::atomic<bool>& tapered_split() {
 namespace detail {
 
 void set_tapered_split(bool on) { tapered_split().store(on, std::memory_order_relaxed); }
+
+void set_taper_tail_bytes(std::int64_t bytes) { g_tail_bytes.store(bytes, std::memory_order_relaxed); }
+std::int64_t taper_tail_bytes() { return g_tail_bytes.load(std::memory_order_relaxed); }
 
 void arrange_bf16(const float* x, std::int64_t rows, std::int64_t in, std::int64_t kp, float* xa) {
   auto* dst = reinterpret_cast<std::uint16_t*>(xa);
@@ -197,11 +200,12 @@ void linear_multi(ThreadPool& pool, const float* x, std::int64_t rows, std::int6
     pool.parallel_for(units, grain, body);
     return;
   }
-  // Few rows stream the weights at the memory's speed: chunks that shrink to ~kTailBytes of weights, so the
+  // Few rows stream the weights at the memory's speed: chunks that shrink to ~g_tail_bytes of weights, so the
   // threads end an op within a few microseconds of each other (equal quarters of a thread's share left one
   // idle for up to a quarter of it).
   const std::int64_t unit_bytes = kPanel * kp * static_cast<std::int64_t>(dtype_size(dt));
-  pool.parallel_for_tapered(units, grain, std::max<std::int64_t>(1, kTailBytes / unit_bytes), body);
+  const std::int64_t tail_bytes = g_tail_bytes.load(std::memory_order_relaxed);
+  pool.parallel_for_tapered(units, grain, std::max<std::int64_t>(1, tail_bytes / unit_bytes), body);
 }
 
 void linear(ThreadPool& pool, const float* x, std::int64_t rows, std::int64_t in, WeightRef w, std::int64_t out,

@@ -56,6 +56,9 @@ struct GemmArgs {
 // Whether cpu::linear cuts calls of few rows into tapered chunks (linear.cpp; default on, KVFLEET_CPU_TAPER=0
 // off): for benchmarks that compare both in one process. Never changes a bit.
 void set_tapered_split(bool on);
+// The weight bytes a tapered call's last chunks hold (default 96 KiB), for benchmarks. Never changes a bit.
+void set_taper_tail_bytes(std::int64_t bytes);
+std::int64_t taper_tail_bytes();
 
 // How far ahead the AVX-512 tiles on packed panels prefetch, in blocks (default 8 into L1, 32 into L2;
 // 0: none): for benchmarks that compare distances in one process. Never changes a bit.
