@@ -201,12 +201,12 @@ void gemv_ab(std::size_t mb, int rounds) {
 // and median token time and GB/s.
 // "t2:0:0" (a digit and two distances) runs the panel GEMV (set_packed_gemv) with that many streams and
 // prefetch distances, "t8:32" (two numbers) the GEMV as a tile with those distances (set_packed_prefetch);
-// "@N" after either: tapered chunks down to N KiB of weights (set_taper_tail_bytes; default 96).
+// "@N" after either: tapered chunks down to N KiB of weights (set_taper_tail_bytes; without it the default).
 struct ChainVariant {
   bool tapered;
   std::uint32_t streams, l1, l2;  // streams 0: the tile
   std::string name;
-  std::int64_t tail_kib = 96;
+  std::int64_t tail_kib = 0;  // 0: the default tail
 };
 
 std::vector<ChainVariant> chain_variants(const std::string& s) {  // "e8:32,t8:32,t2:0:0"
@@ -214,7 +214,7 @@ std::vector<ChainVariant> chain_variants(const std::string& s) {  // "e8:32,t8:3
   for (std::size_t i = 0; i < s.size();) {
     const std::size_t j = std::min(s.find(',', i), s.size());
     std::string item = s.substr(i, j - i);
-    std::int64_t tail_kib = 96;
+    std::int64_t tail_kib = 0;
     if (const std::size_t at = item.find('@'); at != std::string::npos) {
       tail_kib = std::stoll(item.substr(at + 1));
       item.resize(at);
@@ -277,12 +277,13 @@ void decode_chain(unsigned threads, int tokens, std::int64_t hidden, std::int64_
   };
   std::uint32_t gemv_streams = 0, gemv_l1 = 0, gemv_l2 = 0;  // restored at the end
   cpu::detail::packed_gemv(gemv_streams, gemv_l1, gemv_l2);
+  const std::int64_t default_tail = cpu::detail::taper_tail_bytes();
   std::vector<std::vector<double>> t(variants.size());
   for (int i = 0; i < tokens; ++i)
     for (std::size_t k = 0; k < variants.size(); ++k) {  // round robin, each round starting one further on
       const std::size_t v = (k + static_cast<std::size_t>(i)) % variants.size();
       cpu::detail::set_tapered_split(variants[v].tapered);
-      cpu::detail::set_taper_tail_bytes(variants[v].tail_kib << 10);
+      cpu::detail::set_taper_tail_bytes(variants[v].tail_kib > 0 ? variants[v].tail_kib << 10 : default_tail);
       if (variants[v].streams == 0) {
         cpu::detail::set_packed_gemv(0, 0, 0);
         cpu::detail::set_packed_prefetch(variants[v].l1, variants[v].l2);
@@ -293,7 +294,7 @@ void decode_chain(unsigned threads, int tokens, std::int64_t hidden, std::int64_
       t[v].push_back(best_seconds(1, token));
     }
   cpu::detail::set_tapered_split(true);
-  cpu::detail::set_taper_tail_bytes(96 << 10);
+  cpu::detail::set_taper_tail_bytes(default_tail);
   cpu::detail::set_packed_prefetch(8, 32);
   cpu::detail::set_packed_gemv(gemv_streams, gemv_l1, gemv_l2);
   std::printf("decode chain, %u threads, %lld layers, hidden %lld, %.0f MB a token, %d tokens each:\n", pool.size(),

@@ -161,9 +161,9 @@ void tile(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
 // keeps 8 pointers and loads a bf16 block once per half), and with 2 streams two panels side by side: the
 // thread's panels [p0, p1) are read as the pairs (p0 + i, p0 + half + i), an odd last panel alone. Measured
 // on the AMD EPYC (Zen 5) VM, a 125M token's linear calls (bench_matvec --chain, median GB/s,
-// docs/cpu_backend.md "Sixth stop"): 1 thread tile 19.7, one panel at a time 25.5, two panels 27.1; 2 threads tile 31.1, two
-// panels 37.1, two panels prefetching 4 blocks ahead into L1 38.3; the 1.6 GB model's, 2 threads: tile
-// 39.9, two panels + 4 ahead 49.6 (1 thread 22.4 -> 27.3). Prefetching into L2 as the tile does lost 7-13%
+// docs/cpu_backend.md "Sixth stop"): 1 thread tile 19.7, one panel at a time 25.5, two panels 27.1;
+// 2 threads tile 31.1, two panels 37.1, two panels prefetching 4 blocks ahead into L1 38.3; the 1.6 GB
+// model's, 2 threads: tile 39.9, two panels + 4 ahead 49.6 (1 thread 22.4 -> 27.3). Prefetching into L2 as the tile does lost 7-13%
 // there. On the earlier stops' VM (AVX-512 FP16: an Intel Xeon) the tile's software prefetch was measured a
 // gain, so the default is chosen per CPU (gemv_initial): two panels + 4 ahead on AMD family 1Ah (Zen 5),
 // the tile elsewhere; KVFLEET_CPU_GEMV=tile|1|2 forces one; set_packed_gemv for A/B runs.
@@ -205,7 +205,6 @@ inline void load_pair(const std::uint8_t* blk, __m512& lo, __m512& hi) {
   }
 }
 
-template <DType Dt>
 inline void prefetch_panel_block(const std::uint8_t* p, std::size_t bytes, int hint) {  // a block of all 8 features
   for (std::size_t o = 0; o < bytes; o += 64) {
     if (hint == 0) _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
@@ -227,9 +226,9 @@ void gemv_panels(const GemmArgs& g, const std::uint8_t* const* first, float* con
   const std::size_t l2 = __atomic_load_n(&g_gemv_l2, __ATOMIC_RELAXED) * step;
   for (std::int64_t b = 0; b < g.full; b += kBlock) {
     if (l1)
-      for (int s = 0; s < S; ++s) prefetch_panel_block<Dt>(w[s] + l1, step, 0);
+      for (int s = 0; s < S; ++s) prefetch_panel_block(w[s] + l1, step, 0);
     if (l2)
-      for (int s = 0; s < S; ++s) prefetch_panel_block<Dt>(w[s] + l2, step, 1);
+      for (int s = 0; s < S; ++s) prefetch_panel_block(w[s] + l2, step, 1);
     const __m512 xl = _mm512_loadu_ps(x), xh = _mm512_loadu_ps(x + kLanes);
     for (int s = 0; s < S; ++s)
       for (int n = 0; n < kPanel; ++n) {
