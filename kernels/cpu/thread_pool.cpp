@@ -29,32 +29,39 @@ long procs_running() {
   return n;
 }
 
-// Whether spinning pays now. With KVFLEET_POOL_SPIN_US set: always (the user chose). Otherwise only while
-// no more threads want to run than there are cores: a spinning thread on an oversubscribed machine holds a
-// core that the thread it waits for needs (measured: on the loaded 2-core VM every spin lost; on the quiet
-// one a 100 us spin made batch-1 decode 1.5x faster). Re-checked every 20 ms by whichever thread comes first.
-// spin_forced(): KVFLEET_POOL_SPIN_US is set.
-bool spin_forced() {
+// Whether spinning pays now, and whether a long spin should yield. With KVFLEET_POOL_SPIN_US set: always
+// spin (the user chose), and yield. Otherwise spin only while no more threads want to run than there are
+// cores, plus one: the count includes this reading thread and often a transient kernel thread. A spinning
+// thread on an oversubscribed machine holds a core that the thread it waits for needs (measured: on the
+// loaded 2-core VM every spin lost; on the quiet one a 100 us spin made batch-1 decode 1.5x faster).
+// Re-checked every 20 ms by whichever thread comes first.
+// Yield: past the first few microseconds, a spin lets another runnable thread have its core (maybe the one
+// awaited, or a thread of the program that calls the engine: with one runnable thread more than cores, a
+// spin that never yields held back a test's main thread long enough for a request it was about to abort
+// to finish, 1 run in 60 under load). With no more runnable threads than cores nobody waits for the core,
+// and a yield is only a system call (1-2 us on the Zen 5 VM, with PTI) that the wake-up may have to wait
+// out: sched_yield + futex were ~3% of a 125M batch-1 decode's samples at 2 threads, so then it does not.
+struct SpinPolicy {
+  bool spin = false, yield = true;
+};
+
+SpinPolicy spin_policy() {
   static const bool forced = [] {
     const char* env = std::getenv("KVFLEET_POOL_SPIN_US");
     return env && *env;
   }();
-  return forced;
-}
-
-bool spin_allowed() {
-  if (spin_forced()) return true;
+  if (forced) return {true, true};
   static const long cores = std::max(1u, std::thread::hardware_concurrency());
   static std::atomic<std::int64_t> next_check{0};
-  static std::atomic<bool> allowed{false};
+  static std::atomic<int> state{0};  // 0: no spin; 1: spin and yield; 2: spin without yielding
   const std::int64_t now = Clock::now().time_since_epoch().count();
   std::int64_t due = next_check.load(std::memory_order_relaxed);
   if (now >= due && next_check.compare_exchange_strong(due, now + 20'000'000, std::memory_order_relaxed)) {
     const long running = procs_running();
-    // One more than the cores: the count includes this reading thread and often a transient kernel thread.
-    allowed.store(running > 0 && running <= cores + 1, std::memory_order_relaxed);
+    state.store(running <= 0 || running > cores + 1 ? 0 : running > cores ? 1 : 2, std::memory_order_relaxed);
   }
-  return allowed.load(std::memory_order_relaxed);
+  const int st = state.load(std::memory_order_relaxed);
+  return {st > 0, st < 2};
 }
 
 // Spins until pred() holds or spin_time() has passed; true if pred() held. The clock is read every 64
@@ -62,20 +69,15 @@ bool spin_allowed() {
 template <class Pred>
 bool spin_until(Pred pred) {
   static const auto spin = ThreadPool::spin_time();
-  if (spin.count() <= 0 || !spin_allowed()) return pred();
+  const SpinPolicy policy = spin.count() > 0 ? spin_policy() : SpinPolicy{};
+  if (!policy.spin) return pred();
   const auto deadline = Clock::now() + spin;
-  // Past the first few microseconds, a spin the user forced lets a thread that shares this core (maybe the
-  // one awaited) run. Otherwise spin_allowed() found no more runnable threads than cores, so nobody waits
-  // for this core and a yield is only a system call (1-2 us on this VM, with PTI) that the wake-up may have
-  // to wait out: the worker reached it whenever the caller's serial part outlasted ~1,000 pauses (the
-  // engine's step between tokens), and sched_yield + futex were ~3% of a 125M batch-1 decode's samples.
-  const bool yield = spin_forced();
   for (unsigned i = 1;; ++i) {
     if (pred()) return true;
     _mm_pause();
     if (i % 64 == 0) {
       if (Clock::now() > deadline) return pred();
-      if (yield && i >= 1024) std::this_thread::yield();
+      if (policy.yield && i >= 1024) std::this_thread::yield();
     }
   }
 }

@@ -124,7 +124,10 @@ TEST_CASE("aborts in every state end the request once and free its blocks") {
   std::vector<RequestId> ids;
   for (std::size_t i = 0; i < f.requests.size(); ++i) {
     auto r = f.requests[i];
-    r.max_tokens = 50;
+    // The ones aborted below ask for 400 tokens (prompt + 400 < the cache's 512): with 50, a main thread
+    // held off its core for ~50 of this tiny model's steps (a few ms, under a parallel ctest) saw request 0
+    // finish by length before its abort (1 run in ~460 under load).
+    r.max_tokens = i % 2 == 0 ? 400 : 50;
     ids.push_back(engine.submit(r, col.callback(i)));
   }
   for (std::size_t i = 0; i < ids.size(); i += 2) engine.abort(ids[i]);  // waiting, prefilling or decoding
