@@ -4,20 +4,27 @@
 // (12 query heads, 4 kv heads, head_dim 64, block 16).
 //
 //   build/bin/bench_attention [--threads 2] [--reps 5] [--4k] [--cpu-time] [--new-only] [--prefill-only]
-//   decode: 32 sequences x context 512; prefill: one 512-token prompt (causal), with --4k also one 4096-token
-//   prompt (new kernel only); new with fp32/bf16 KV. --new-only leaves the old kernel out, --prefill-only the
-//   decode shapes (for profiling). The new kernel runs on the instruction set cpu_isa() chose
-//   (KVFLEET_CPU_ISA=avx2 forces the AVX2 one).
+//                             [--layers N] [--ahead 0,1,2]
+//   decode: 32 sequences x context 64 and 512, 1 x 512, 8 x 4096; prefill: one 512-token prompt (causal),
+//   with --4k also one 4096-token prompt (new kernel only); new with fp32/bf16 KV. --new-only leaves the old
+//   kernel out, --prefill-only the decode shapes (for profiling). --layers N: N caches, each timed call runs
+//   them all (a step's layers: the KV no longer stays in the caches from one call to the next, as in a
+//   model); --ahead: the new kernel only, with each listed prefetch distance in turn
+//   (set_attention_prefetch_blocks), and the fp32 decode's K/V read rate. The new kernel runs on the
+//   instruction set cpu_isa() chose (KVFLEET_CPU_ISA=avx2 forces the AVX2 one).
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/attention_kernels.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/ops.h"
 
@@ -70,30 +77,39 @@ namespace {
 constexpr std::int64_t kHeads = 12, kKvHeads = 4, kDim = 64, kBlock = 16;
 
 struct Setup {
-  std::vector<std::byte> storage;
+  std::vector<std::vector<std::byte>> storage;  // one cache per layer (--layers)
+  std::vector<cpu::KvLayer> caches;
   cpu::KvLayer cache;
   std::vector<std::vector<std::int32_t>> tables;
   std::vector<AttnRow> rows;
   std::vector<float> q, out;
 };
 
+int g_layers = 1;  // --layers: caches per setup, each timed call runs them all (as a step runs its layers)
+
 // `seqs` sequences of `context` keys; rows: the last position of each (decode) or every position of the
 // first (prefill).
+
 Setup make(DType dtype, int seqs, int context, bool prefill) {
   Setup s;
   const std::int64_t blocks_per = (context + kBlock - 1) / kBlock;
   s.cache = {nullptr, dtype, kBlock, kKvHeads, kDim};
-  s.storage.resize(static_cast<std::size_t>(seqs * blocks_per * s.cache.block_elems()) * dtype_size(dtype));
+  const std::size_t bytes = static_cast<std::size_t>(seqs * blocks_per * s.cache.block_elems()) * dtype_size(dtype);
   std::mt19937 rng(1);
-  std::vector<float> f(s.storage.size() / dtype_size(dtype));
+  std::vector<float> f(bytes / dtype_size(dtype));
   std::normal_distribution<float> normal;
   for (auto& x : f) x = normal(rng);
-  if (dtype == DType::f32) std::memcpy(s.storage.data(), f.data(), s.storage.size());
-  else for (std::size_t i = 0; i < f.size(); ++i) {
-    const std::uint16_t h = dtype == DType::bf16 ? f32_to_bf16(f[i]) : f32_to_f16(f[i]);
-    std::memcpy(s.storage.data() + 2 * i, &h, 2);
+  for (int l = 0; l < g_layers; ++l) {  // every layer the same values: the work is what is measured
+    std::vector<std::byte>& st = s.storage.emplace_back(bytes);
+    if (dtype == DType::f32) std::memcpy(st.data(), f.data(), bytes);
+    else for (std::size_t i = 0; i < f.size(); ++i) {
+      const std::uint16_t h = dtype == DType::bf16 ? f32_to_bf16(f[i]) : f32_to_f16(f[i]);
+      std::memcpy(st.data() + 2 * i, &h, 2);
+    }
+    s.caches.push_back(s.cache);
+    s.caches.back().base = st.data();
   }
-  s.cache.base = s.storage.data();
+  s.cache.base = s.storage[0].data();
   for (int i = 0; i < seqs; ++i) {
     std::vector<std::int32_t> t(static_cast<std::size_t>(blocks_per));
     for (std::int64_t b = 0; b < blocks_per; ++b) t[static_cast<std::size_t>(b)] = static_cast<std::int32_t>(i * blocks_per + b);
@@ -111,6 +127,8 @@ Setup make(DType dtype, int seqs, int context, bool prefill) {
   s.out.resize(s.q.size());
   return s;
 }
+
+std::vector<std::int64_t> g_ahead;  // --ahead 0,1,2: attention's prefetch distances compared in turn (new kernel only)
 
 bool g_cpu_time = false;  // --cpu-time: the process's CPU time instead of the wall clock (for --threads 1 on a
                           // loaded machine, where the wall clock mostly measures the waits for a core)
@@ -138,17 +156,37 @@ void compare(ThreadPool& pool, const char* name, int seqs, int context, bool pre
   const auto rows = static_cast<std::int64_t>(f32.rows.size());
   const float scale = 0.125f;
   double t_old = 1e30, t_new = 1e30, t_bf16 = 1e30;  // best of reps, each measured in turn
+  std::vector<std::array<double, 2>> t_ahead(g_ahead.size(), {1e30, 1e30});
   for (int r = 0; r < reps; ++r) {
     if (with_old)
       t_old = std::min(t_old, seconds([&] {
-        old_kernel::paged_attention(pool, f32.q.data(), rows, kHeads, f32.rows.data(), f32.cache, scale, f32.out.data());
+        for (const cpu::KvLayer& c : f32.caches)
+          old_kernel::paged_attention(pool, f32.q.data(), rows, kHeads, f32.rows.data(), c, scale, f32.out.data());
       }));
-    t_new = std::min(t_new, seconds([&] {
-      cpu::paged_attention(pool, f32.q.data(), rows, kHeads, f32.rows.data(), f32.cache, scale, f32.out.data());
-    }));
-    t_bf16 = std::min(t_bf16, seconds([&] {
-      cpu::paged_attention(pool, b16.q.data(), rows, kHeads, b16.rows.data(), b16.cache, scale, b16.out.data());
-    }));
+    auto all_layers = [&](Setup& st) {
+      for (const cpu::KvLayer& c : st.caches)
+        cpu::paged_attention(pool, st.q.data(), rows, kHeads, st.rows.data(), c, scale, st.out.data());
+    };
+    for (std::size_t a = 0; a < g_ahead.size(); ++a) {  // the prefetch variants in turn (--ahead)
+      cpu::detail::set_attention_prefetch_blocks(g_ahead[a]);
+      t_ahead[a][0] = std::min(t_ahead[a][0], seconds([&] { all_layers(f32); }));
+      t_ahead[a][1] = std::min(t_ahead[a][1], seconds([&] { all_layers(b16); }));
+    }
+    if (!g_ahead.empty()) continue;
+    t_new = std::min(t_new, seconds([&] { all_layers(f32); }));
+    t_bf16 = std::min(t_bf16, seconds([&] { all_layers(b16); }));
+  }
+  if (!g_ahead.empty()) {
+    std::printf("%-8s %3d seqs x %4d x %d layers:", name, seqs, context, g_layers);
+    for (std::size_t a = 0; a < g_ahead.size(); ++a)
+      std::printf(" | ahead %lld: fp32 %7.3f ms, bf16 %7.3f ms", static_cast<long long>(g_ahead[a]),
+                  t_ahead[a][0] * 1e3, t_ahead[a][1] * 1e3);
+    const double kv_bytes = static_cast<double>(f32.storage[0].size()) * g_layers;
+    if (!prefill)  // decode reads each K/V byte once: the best fp32 time as a read rate
+      std::printf("  (fp32 KV %.1f MB, best %.1f GB/s)", kv_bytes / 1e6,
+                  kv_bytes / std::min_element(t_ahead.begin(), t_ahead.end())->at(0) / 1e9);
+    std::printf("\n");
+    return;
   }
   if (!with_old) {
     std::printf("%-8s %3d seqs x %4d: old (not run) | new fp32 KV %8.3f ms | new bf16 KV %8.3f ms\n", name, seqs,
@@ -173,6 +211,11 @@ int main(int argc, char** argv) {
     else if (a == "--prefill-only") prefill_only = true;
     else if (a == "--threads" && i + 1 < argc) threads = static_cast<unsigned>(std::stoul(argv[++i]));
     else if (a == "--reps" && i + 1 < argc) reps = std::stoi(argv[++i]);
+    else if (a == "--layers" && i + 1 < argc) g_layers = std::max(1, std::stoi(argv[++i]));
+    else if (a == "--ahead" && i + 1 < argc) {
+      std::stringstream list(argv[++i]);
+      for (std::string item; std::getline(list, item, ',');) g_ahead.push_back(std::stoll(item));
+    }
   }
   ThreadPool pool(threads);
   std::printf("kernel %s, threads %u, heads %lld/%lld, head_dim %lld, block %lld; best of %d interleaved runs\n",
@@ -180,6 +223,7 @@ int main(int argc, char** argv) {
               static_cast<long long>(kHeads), static_cast<long long>(kKvHeads), static_cast<long long>(kDim),
               static_cast<long long>(kBlock), reps);
   if (!prefill_only) {
+    compare(pool, "decode", 32, 64, false, reps, !new_only);
     compare(pool, "decode", 1, 512, false, reps, !new_only);
     compare(pool, "decode", 32, 512, false, reps, !new_only);
     compare(pool, "decode", 8, 4096, false, reps, !new_only);

@@ -28,4 +28,8 @@ void transpose_keys_avx512(const float* k, std::int64_t n, std::int64_t d, float
 void attend_block_avx512(AttnQuery* qs, std::int64_t nq, std::int64_t start, std::int64_t block_size,
                          const float* kt, const float* v, std::int64_t d, float scale, float* w);
 
+// Blocks of K/V that paged_attention prefetches ahead of the one it reads (default 1, or
+// KVFLEET_CPU_ATTN_PREFETCH; 0: none): for benchmarks comparing in one process. Same bits either way.
+void set_attention_prefetch_blocks(std::int64_t blocks);
+
 }  // namespace kvfleet::cpu::detail

@@ -17,8 +17,10 @@
 // the AVX-512 kernel writes the same FMAs explicitly; tests/model/test_attention.cpp compares the paths bit
 // for bit.)
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -192,6 +194,39 @@ void attend_block(QueryState* qs, std::int64_t nq, std::int64_t start, std::int6
   }
 }
 
+// How many blocks ahead of the one being read attend_tile prefetches (set_attention_prefetch_blocks: benchmarks
+// compare in one process; KVFLEET_CPU_ATTN_PREFETCH=N, read once). A block's K and V of one kv head are two
+// runs of block_size x head_dim elements (4 KiB each in fp32 at 16 x 64) 12 KiB apart in the next block 32
+// KiB on (Contract 5's layout), and the blocks of a sequence lie anywhere: the hardware prefetchers do not
+// follow, and without this each block began with a wait on memory (decode of 32 sequences x 512 keys read
+// 5.7 GB/s on one thread where a block from L2 takes a third of the time; docs/cpu_backend.md, "Seventh stop").
+std::atomic<std::int64_t> g_prefetch_blocks{[] {
+  const char* env = std::getenv("KVFLEET_CPU_ATTN_PREFETCH");
+  return env ? std::max<std::int64_t>(0, std::atoll(env)) : std::int64_t{1};
+}()};
+
+// One cache line into L1. An asm statement, not __builtin_prefetch: GCC 12 deleted a loop of nothing but
+// prefetches here as free of side effects (none was left in the object code).
+inline void prefetch_line(const char* p) {
+#if defined(__x86_64__)
+  asm volatile("prefetcht0 %0" : : "m"(*p));
+#else
+  __builtin_prefetch(p, 0, 3);
+#endif
+}
+
+// K and V of slots [0, n) of one block and kv head, every cache line of them, into the caches.
+template <class T>
+inline void prefetch_block(const KvLayer& c, std::int32_t block, std::int64_t h, std::int64_t n) {
+  const auto* k = reinterpret_cast<const char*>(c.at<T>(c.k_offset(block, h, 0)));
+  const auto* v = reinterpret_cast<const char*>(c.at<T>(c.v_offset(block, h, 0)));
+  const std::int64_t bytes = n * c.head_dim * static_cast<std::int64_t>(sizeof(T));
+  for (std::int64_t o = 0; o < bytes; o += 64) {
+    prefetch_line(k + o);
+    prefetch_line(v + o);
+  }
+}
+
 // Rows [r0, r0 + nr) of one sequence (consecutive positions), kv head h, all the heads of its group; wide:
 // the AVX-512 steps (the same bits).
 template <class T>
@@ -216,8 +251,12 @@ void attend_tile(const float* q, std::int64_t r0, std::int64_t nr, std::int64_t 
     last = std::max(last, rows[r].position);
   }
   const std::int32_t* table = rows[r0].block_table;
+  const std::int64_t ahead = g_prefetch_blocks.load(std::memory_order_relaxed);
+  auto prefetch = [&](std::int64_t b) { prefetch_block<T>(c, table[b], h, std::min(bs, last - b * bs + 1)); };
+  for (std::int64_t b = 0; b < ahead && b * bs <= last; ++b) prefetch(b);
   for (std::int64_t b = 0; b * bs <= last; ++b) {
     const std::int64_t start = b * bs, n_block = std::min(bs, last - start + 1);
+    if (ahead > 0 && (b + ahead) * bs <= last) prefetch(b + ahead);  // read while this block is
     const float* k = block_rows<T>(c, c.k_offset(table[b], h, 0), n_block, s.k);
     const float* v = block_rows<T>(c, c.v_offset(table[b], h, 0), n_block, s.v);
     if (wide) {
@@ -260,6 +299,10 @@ void make_tiles(const AttnRow* rows, std::int64_t n, std::vector<Tile>& tiles) {
 
 }  // namespace
 
+void detail::set_attention_prefetch_blocks(std::int64_t blocks) {
+  g_prefetch_blocks.store(std::max<std::int64_t>(0, blocks), std::memory_order_relaxed);
+}
+
 void paged_attention(ThreadPool& pool, const float* q, std::int64_t rows, std::int64_t num_heads,
                      const AttnRow* row_info, KvLayer cache, float scale, float* out) {
   thread_local std::vector<Tile> caller_tiles;
@@ -272,7 +315,14 @@ void paged_attention(ThreadPool& pool, const float* q, std::int64_t rows, std::i
     using T = decltype(elem);
     pool.parallel_for(items, 1, [&](std::int64_t begin, std::int64_t end) {
       thread_local Scratch scratch;
+      const bool ahead = g_prefetch_blocks.load(std::memory_order_relaxed) > 0;
       for (std::int64_t i = begin; i < end; ++i) {
+        if (ahead && i + 1 < end) {  // the next item's first block, read while this item's are
+          const Tile& n = tiles[static_cast<std::size_t>((i + 1) / kvh)];
+          const AttnRow& r = row_info[n.begin + n.rows - 1];
+          prefetch_block<T>(cache, r.block_table[0], (i + 1) % kvh,
+                            std::min<std::int64_t>(cache.block_size, r.position + 1));
+        }
         const Tile& t = tiles[static_cast<std::size_t>(i / kvh)];
         attend_tile<T>(q, t.begin, t.rows, num_heads, i % kvh, row_info, cache, scale, out, scratch, wide);
       }
