@@ -10,7 +10,8 @@
 //   kernel out, --prefill-only the decode shapes (for profiling). --layers N: N caches, each timed call runs
 //   them all (a step's layers: the KV no longer stays in the caches from one call to the next, as in a
 //   model); --ahead: the new kernel only, with each listed prefetch distance in turn
-//   (set_attention_prefetch_blocks), and the fp32 decode's K/V read rate. The new kernel runs on the
+//   (set_attention_prefetch_blocks), each transposing K per block and reading K's transposed copy
+//   (KvLayer::kt, as the CPU backend keeps it), and the fp32 decode's K/V read rate. The new kernel runs on the
 //   instruction set cpu_isa() chose (KVFLEET_CPU_ISA=avx2 forces the AVX2 one).
 #include <algorithm>
 #include <array>
@@ -79,6 +80,8 @@ constexpr std::int64_t kHeads = 12, kKvHeads = 4, kDim = 64, kBlock = 16;
 struct Setup {
   std::vector<std::vector<std::byte>> storage;  // one cache per layer (--layers)
   std::vector<cpu::KvLayer> caches;
+  std::vector<std::vector<std::byte>> kt;  // --kt: K transposed beside each layer's cache (KvLayer::kt)
+  std::vector<std::vector<std::uint8_t>> kt_fresh;
   cpu::KvLayer cache;
   std::vector<std::vector<std::int32_t>> tables;
   std::vector<AttnRow> rows;
@@ -90,7 +93,7 @@ int g_layers = 1;  // --layers: caches per setup, each timed call runs them all 
 // `seqs` sequences of `context` keys; rows: the last position of each (decode) or every position of the
 // first (prefill).
 
-Setup make(DType dtype, int seqs, int context, bool prefill) {
+Setup make(DType dtype, int seqs, int context, bool prefill, bool with_kt = false) {
   Setup s;
   const std::int64_t blocks_per = (context + kBlock - 1) / kBlock;
   s.cache = {nullptr, dtype, kBlock, kKvHeads, kDim};
@@ -108,6 +111,12 @@ Setup make(DType dtype, int seqs, int context, bool prefill) {
     }
     s.caches.push_back(s.cache);
     s.caches.back().base = st.data();
+    if (with_kt) {  // all stale: the first call transposes every block (refresh_transposed), as after a transfer
+      s.kt.emplace_back(static_cast<std::size_t>(seqs * blocks_per * s.cache.kt_block_elems()) * dtype_size(dtype));
+      s.kt_fresh.emplace_back(static_cast<std::size_t>(seqs * blocks_per), std::uint8_t{0});
+      s.caches.back().kt = s.kt.back().data();
+      s.caches.back().kt_fresh = s.kt_fresh.back().data();
+    }
   }
   s.cache.base = s.storage[0].data();
   for (int i = 0; i < seqs; ++i) {
@@ -156,7 +165,12 @@ void compare(ThreadPool& pool, const char* name, int seqs, int context, bool pre
   const auto rows = static_cast<std::int64_t>(f32.rows.size());
   const float scale = 0.125f;
   double t_old = 1e30, t_new = 1e30, t_bf16 = 1e30;  // best of reps, each measured in turn
-  std::vector<std::array<double, 2>> t_ahead(g_ahead.size(), {1e30, 1e30});
+  std::vector<std::array<double, 4>> t_ahead(g_ahead.size(), {1e30, 1e30, 1e30, 1e30});
+  Setup f32k, b16k;  // the same caches with K's transposed copy
+  if (!g_ahead.empty()) {
+    f32k = make(DType::f32, seqs, context, prefill, true);
+    b16k = make(DType::bf16, seqs, context, prefill, true);
+  }
   for (int r = 0; r < reps; ++r) {
     if (with_old)
       t_old = std::min(t_old, seconds([&] {
@@ -167,10 +181,16 @@ void compare(ThreadPool& pool, const char* name, int seqs, int context, bool pre
       for (const cpu::KvLayer& c : st.caches)
         cpu::paged_attention(pool, st.q.data(), rows, kHeads, st.rows.data(), c, scale, st.out.data());
     };
+    if (r == 0 && !g_ahead.empty()) {  // untimed: the copies' first transposition
+      all_layers(f32k);
+      all_layers(b16k);
+    }
     for (std::size_t a = 0; a < g_ahead.size(); ++a) {  // the prefetch variants in turn (--ahead)
       cpu::detail::set_attention_prefetch_blocks(g_ahead[a]);
       t_ahead[a][0] = std::min(t_ahead[a][0], seconds([&] { all_layers(f32); }));
       t_ahead[a][1] = std::min(t_ahead[a][1], seconds([&] { all_layers(b16); }));
+      t_ahead[a][2] = std::min(t_ahead[a][2], seconds([&] { all_layers(f32k); }));
+      t_ahead[a][3] = std::min(t_ahead[a][3], seconds([&] { all_layers(b16k); }));
     }
     if (!g_ahead.empty()) continue;
     t_new = std::min(t_new, seconds([&] { all_layers(f32); }));
@@ -179,11 +199,12 @@ void compare(ThreadPool& pool, const char* name, int seqs, int context, bool pre
   if (!g_ahead.empty()) {
     std::printf("%-8s %3d seqs x %4d x %d layers:", name, seqs, context, g_layers);
     for (std::size_t a = 0; a < g_ahead.size(); ++a)
-      std::printf(" | ahead %lld: fp32 %7.3f ms, bf16 %7.3f ms", static_cast<long long>(g_ahead[a]),
-                  t_ahead[a][0] * 1e3, t_ahead[a][1] * 1e3);
+      std::printf("\n  ahead %lld: transposing K fp32 %8.3f ms, bf16 %8.3f ms | K's transposed copy fp32 %8.3f ms, "
+                  "bf16 %8.3f ms", static_cast<long long>(g_ahead[a]), t_ahead[a][0] * 1e3, t_ahead[a][1] * 1e3,
+                  t_ahead[a][2] * 1e3, t_ahead[a][3] * 1e3);
     const double kv_bytes = static_cast<double>(f32.storage[0].size()) * g_layers;
     if (!prefill)  // decode reads each K/V byte once: the best fp32 time as a read rate
-      std::printf("  (fp32 KV %.1f MB, best %.1f GB/s)", kv_bytes / 1e6,
+      std::printf("\n  (fp32 KV %.1f MB: transposing, best %.1f GB/s)", kv_bytes / 1e6,
                   kv_bytes / std::min_element(t_ahead.begin(), t_ahead.end())->at(0) / 1e9);
     std::printf("\n");
     return;

@@ -100,10 +100,29 @@ struct KvLayer {
   T* at(std::int64_t offset) const {
     return static_cast<T*>(base) + offset;
   }
+
+  // Optional (the CPU backend keeps one; a kernel test may not): K again, transposed for decode attention,
+  // which otherwise transposes every block it reads on every step. Per block and kv head, the block's
+  // keys in groups of 16 ([group][head_dim][16 keys], block_size rounded up to 16), elements of `dtype`.
+  // K stays the authority: kt_fresh[block] is 1 while the copy matches K (rope_store_kv writes both),
+  // 0 after K was written another way (a transfer into the block: the backend clears it);
+  // paged_attention transposes a block that is not fresh again before it reads the copy.
+  void* kt = nullptr;
+  std::uint8_t* kt_fresh = nullptr;
+  std::int64_t kt_head_elems() const { return (block_size + 15) / 16 * 16 * head_dim; }
+  std::int64_t kt_block_elems() const { return num_kv_heads * kt_head_elems(); }
+  std::int64_t kt_offset(std::int64_t block, std::int64_t head) const {
+    return block * kt_block_elems() + head * kt_head_elems();
+  }
+  template <class T>
+  T* kt_at(std::int64_t offset) const {
+    return static_cast<T*>(kt) + offset;
+  }
 };
 
 // Rotates q [rows][num_heads][head_dim] in place and k by position, then writes k and v
-// ([rows][num_kv_heads][head_dim]) into the cache slot of each row (slot = block * block_size + offset).
+// ([rows][num_kv_heads][head_dim]) into the cache slot of each row (slot = block * block_size + offset),
+// and k into the transposed copy too where the cache has one (KvLayer::kt).
 void rope_store_kv(const Rope& rope, float* q, const float* k, const float* v, std::int64_t rows,
                    std::int64_t num_heads, const std::int32_t* positions, const std::int64_t* slots, KvLayer cache);
 // The same, rows split over the pool (each row writes its own slot: rows never share one).

@@ -1,9 +1,12 @@
 // Paged attention on the CPU: flash-style, one work item per (tile of query rows, kv head).
 //
 // A tile is up to kTileRows consecutive rows of one sequence (a prefill chunk; a decode row is a tile of
-// one). For every K/V block the tile's rows reach, the block is widened to fp32 once (K also transposed,
-// so that 16 keys' scores are one vector: scores16) and used by all the tile's rows and all the query heads
-// of the kv head's GQA group. Softmax is online: per block, the running
+// one). For every K/V block the tile's rows reach, the block is widened to fp32 once (K transposed, so that
+// 16 keys' scores are one vector: scores16) and used by all the tile's rows and all the query heads of the
+// kv head's GQA group. Where the cache keeps K transposed beside it (KvLayer::kt: the CPU backend does),
+// that copy is read and nothing is transposed per step (decode transposed every block on every step: ~40%
+// of its attention time); a block whose copy is stale is transposed again first (refresh_transposed). The
+// next block is prefetched while one is read (g_prefetch_blocks). Softmax is online: per block, the running
 // max m, the running sum l and the accumulator are rescaled by exp(m_old - m_new). The blocks are visited
 // in absolute key order and each query's arithmetic depends only on its own position and the cache, so a
 // row gives the same bits in a tile of any size, in any batch, chunked or not, on any number of threads.
@@ -215,15 +218,33 @@ inline void prefetch_line(const char* p) {
 #endif
 }
 
-// K and V of slots [0, n) of one block and kv head, every cache line of them, into the caches.
+// What attention reads of slots [0, n) of one block and kv head, every cache line of it, into the caches:
+// the transposed copy of K where the cache has one (whole groups of 16 keys), else K; and V.
 template <class T>
 inline void prefetch_block(const KvLayer& c, std::int32_t block, std::int64_t h, std::int64_t n) {
-  const auto* k = reinterpret_cast<const char*>(c.at<T>(c.k_offset(block, h, 0)));
+  const std::int64_t elem = static_cast<std::int64_t>(sizeof(T)), v_bytes = n * c.head_dim * elem;
   const auto* v = reinterpret_cast<const char*>(c.at<T>(c.v_offset(block, h, 0)));
-  const std::int64_t bytes = n * c.head_dim * static_cast<std::int64_t>(sizeof(T));
-  for (std::int64_t o = 0; o < bytes; o += 64) {
-    prefetch_line(k + o);
-    prefetch_line(v + o);
+  for (std::int64_t o = 0; o < v_bytes; o += 64) prefetch_line(v + o);
+  const bool kt = c.kt != nullptr;
+  const auto* k = reinterpret_cast<const char*>(kt ? c.kt_at<T>(c.kt_offset(block, h)) : c.at<T>(c.k_offset(block, h, 0)));
+  const std::int64_t k_bytes = kt ? (n + kKeys - 1) / kKeys * kKeys * c.head_dim * elem : v_bytes;
+  for (std::int64_t o = 0; o < k_bytes; o += 64) prefetch_line(k + o);
+}
+
+// The transposed keys of slots [0, n) of one block and kv head (KvLayer::kt, fresh): in place for an fp32
+// cache, widened into buf otherwise (whole groups of 16; a lane past n holds whatever the slot holds, and no
+// query reads a score past its own last key).
+template <class T>
+const float* transposed_rows(const KvLayer& c, std::int32_t block, std::int64_t h, std::int64_t n,
+                             std::vector<float>& buf) {
+  const T* kt = c.kt_at<T>(c.kt_offset(block, h));
+  if constexpr (std::is_same_v<T, float>) {
+    (void)n;
+    (void)buf;
+    return kt;
+  } else {
+    widen(kt, buf.data(), (n + kKeys - 1) / kKeys * kKeys * c.head_dim);
+    return buf.data();
   }
 }
 
@@ -257,15 +278,17 @@ void attend_tile(const float* q, std::int64_t r0, std::int64_t nr, std::int64_t 
   for (std::int64_t b = 0; b * bs <= last; ++b) {
     const std::int64_t start = b * bs, n_block = std::min(bs, last - start + 1);
     if (ahead > 0 && (b + ahead) * bs <= last) prefetch(b + ahead);  // read while this block is
-    const float* k = block_rows<T>(c, c.k_offset(table[b], h, 0), n_block, s.k);
     const float* v = block_rows<T>(c, c.v_offset(table[b], h, 0), n_block, s.v);
-    if (wide) {
-      detail::transpose_keys_avx512(k, n_block, d, s.kt.data());
-      detail::attend_block_avx512(s.qs.data(), nq, start, bs, s.kt.data(), v, d, scale, s.p.data());
+    const float* kt = s.kt.data();
+    if (c.kt) {
+      kt = transposed_rows<T>(c, table[b], h, n_block, s.kt);
     } else {
-      transpose_keys(k, n_block, d, s.kt.data());
-      attend_block(s.qs.data(), nq, start, bs, s.kt.data(), v, d, scale, s.p.data(), s.alpha.data());
+      const float* k = block_rows<T>(c, c.k_offset(table[b], h, 0), n_block, s.k);
+      if (wide) detail::transpose_keys_avx512(k, n_block, d, s.kt.data());
+      else transpose_keys(k, n_block, d, s.kt.data());
     }
+    if (wide) detail::attend_block_avx512(s.qs.data(), nq, start, bs, kt, v, d, scale, s.p.data());
+    else attend_block(s.qs.data(), nq, start, bs, kt, v, d, scale, s.p.data(), s.alpha.data());
   }
   for (std::int64_t i = 0; i < nq; ++i) {
     const std::int64_t r = r0 + i / group, head = h * group + i % group;
@@ -297,6 +320,29 @@ void make_tiles(const AttnRow* rows, std::int64_t n, std::vector<Tile>& tiles) {
   }
 }
 
+// Every block the tiles read whose transposed copy is not fresh (KvLayer::kt_fresh: K was written behind
+// it), transposed again from K for every kv head, padding lanes zero. On the caller, before the items run:
+// two tiles can share a block (a cached prefix), so no item may write it.
+template <class T>
+void refresh_transposed(const KvLayer& c, const AttnRow* rows, const std::vector<Tile>& tiles) {
+  const std::int64_t bs = c.block_size, d = c.head_dim, bsp = (bs + kKeys - 1) / kKeys * kKeys;
+  for (const Tile& t : tiles) {
+    const AttnRow& r = rows[t.begin + t.rows - 1];  // the tile's last (highest) position
+    for (std::int64_t b = 0; b * bs <= r.position; ++b) {
+      const std::int32_t block = r.block_table[b];
+      if (c.kt_fresh[block]) continue;
+      for (std::int64_t h = 0; h < c.num_kv_heads; ++h) {
+        const T* k = c.at<T>(c.k_offset(block, h, 0));
+        T* kt = c.kt_at<T>(c.kt_offset(block, h));
+        for (std::int64_t j = 0; j < bsp; ++j)
+          for (std::int64_t i = 0; i < d; ++i)
+            kt[(j / kKeys * d + i) * kKeys + j % kKeys] = j < bs ? k[j * d + i] : T{};
+      }
+      c.kt_fresh[block] = 1;
+    }
+  }
+}
+
 }  // namespace
 
 void detail::set_attention_prefetch_blocks(std::int64_t blocks) {
@@ -313,6 +359,7 @@ void paged_attention(ThreadPool& pool, const float* q, std::int64_t rows, std::i
   const bool wide = isa == Isa::avx512 || isa == Isa::avx512bf16;
   with_kv_type(cache.dtype, [&](auto elem) {
     using T = decltype(elem);
+    if (cache.kt) refresh_transposed<T>(cache, row_info, tiles);
     pool.parallel_for(items, 1, [&](std::int64_t begin, std::int64_t end) {
       thread_local Scratch scratch;
       const bool ahead = g_prefetch_blocks.load(std::memory_order_relaxed) > 0;

@@ -1,7 +1,8 @@
 // The CPU paged attention (flash-style tiles, online softmax, GQA) against the two-pass double reference,
 // for every KV dtype, and its invariance: a row gives the same bits alone, in a tile, chunked or batched,
 // and on any number of threads, on every instruction-set path; the AVX-512 kernel gives the AVX2 kernel's
-// bits.
+// bits; reading K's transposed copy (KvLayer::kt) gives the bits of transposing K, also after K was written
+// behind the copy.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -35,10 +36,19 @@ struct Fixture {
   std::vector<AttnRow> rows;
   std::vector<float> q;
 
-  explicit Fixture(Case k, bool long_chunk = false) : c(k) {
+  std::vector<std::byte> kt;  // with_kt: K transposed beside the cache (KvLayer::kt), as the CPU backend keeps it
+  std::vector<std::uint8_t> kt_fresh;
+
+  explicit Fixture(Case k, bool long_chunk = false, bool with_kt = false) : c(k) {
     cache = {nullptr, c.dtype, c.block_size, c.kv_heads, c.head_dim};
     storage.assign(static_cast<std::size_t>(c.num_blocks * cache.block_elems()) * dtype_size(c.dtype), std::byte{0});
     cache.base = storage.data();
+    if (with_kt) {
+      kt.assign(static_cast<std::size_t>(c.num_blocks * cache.kt_block_elems()) * dtype_size(c.dtype), std::byte{0});
+      kt_fresh.assign(static_cast<std::size_t>(c.num_blocks), 1);
+      cache.kt = kt.data();
+      cache.kt_fresh = kt_fresh.data();
+    }
     std::mt19937 rng(7);
     std::normal_distribution<float> normal(0.0f, 1.5f);
     std::vector<std::int32_t> free(static_cast<std::size_t>(c.num_blocks));
@@ -187,4 +197,42 @@ TEST_CASE("the AVX-512 attention kernel gives the AVX2 kernel's bits for every s
       cpu::attention_reference(f.q.data(), n, heads, f.rows.data(), f.cache, f.scale(), ref.data());
       CHECK(max_abs_diff(avx512, ref) < 2e-5);
     }
+}
+
+TEST_CASE("attention on K's transposed copy gives the bits of transposing K, and a stale copy is refreshed") {
+  IsaGuard guard;
+  // Blocks of 5, 7, 16, 20 and 32 keys: within one group of 16, exactly one, and spanning two (padding lanes).
+  const std::array<std::int64_t, 4> shapes[] = {{6, 2, 40, 5}, {12, 4, 64, 16}, {16, 4, 128, 7}, {24, 3, 64, 20},
+                                                {4, 4, 36, 32}};
+  for (cpu::Isa isa : supported_isas())
+    for (DType dtype : {DType::f32, DType::bf16, DType::f16})
+      for (const auto& shape : shapes) {
+        cpu::set_cpu_isa(isa);
+        const std::int64_t heads = shape[0], kv_heads = shape[1], dim = shape[2], block = shape[3];
+        CAPTURE(cpu::isa_name(isa));
+        CAPTURE(dtype_name(dtype));
+        CAPTURE(dim);
+        CAPTURE(block);
+        const Fixture plain({heads, kv_heads, dim, block, 60, dtype}, true);
+        Fixture f({heads, kv_heads, dim, block, 60, dtype}, true, /*with_kt=*/true);
+        ThreadPool pool(2);
+        const auto n = static_cast<std::int64_t>(f.rows.size());
+        const std::vector<float> want = plain.run(pool, 0, n);
+        // rope_store_kv kept the copy: every block fresh, and the same bits as transposing K.
+        CHECK(std::count(f.kt_fresh.begin(), f.kt_fresh.end(), 0) == 0);
+        CHECK(f.run(pool, 0, n) == want);
+        for (std::int64_t r = 0; r < n; r += 7) {  // decode-like tiles of one
+          const std::vector<float> alone = f.run(pool, r, 1);
+          CHECK(std::equal(alone.begin(), alone.end(), want.begin() + static_cast<std::ptrdiff_t>(r * f.row_floats())));
+        }
+        // The copy is what is read: garbage in a block still marked fresh changes the output...
+        std::fill(f.kt.begin(), f.kt.end(), std::byte{0x3c});
+        CHECK(f.run(pool, 0, n) != want);
+        // ...and marked stale (K written behind it, as a transfer does), it is transposed again from K.
+        std::fill(f.kt_fresh.begin(), f.kt_fresh.end(), std::uint8_t{0});
+        CHECK(f.run(pool, 0, n) == want);
+        const std::int32_t read = f.tables[0][0];  // a block the rows reach is fresh again
+        CHECK(f.kt_fresh[static_cast<std::size_t>(read)] == 1);
+        CHECK(f.run(pool, 0, n) == want);
+      }
 }

@@ -1,5 +1,6 @@
 // The CPU backend: host memory, the kernels of kernels/cpu, a KV cache of fp32 (default), bf16 or fp16
-// (--kv-cache-dtype; arithmetic stays fp32, 16-bit halves the KV traffic and matches the CUDA block bytes).
+// (--kv-cache-dtype; arithmetic stays fp32, 16-bit halves the KV traffic and matches the CUDA block bytes),
+// and beside it K transposed for attention (cpu::KvLayer::kt: 1.5x the cache's bytes in all).
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -65,6 +66,11 @@ class CpuBackend final : public Backend {
   void allocate_kv_cache(const KvCacheShape& s) override {
     shape_ = s;
     cache_.assign(static_cast<std::size_t>(s.num_layers * s.num_blocks) * kv_block_bytes(), std::byte{0});
+    // The transposed copy of K (cpu::KvLayer::kt): zero, as K is, so every block starts fresh.
+    const cpu::KvLayer l = layer_view(0);
+    kt_.assign(static_cast<std::size_t>(s.num_layers * s.num_blocks * l.kt_block_elems()) * dtype_size(kv_dtype_),
+               std::byte{0});
+    kt_fresh_.assign(static_cast<std::size_t>(s.num_layers * s.num_blocks), 1);
   }
   const KvCacheShape& kv_cache_shape() const override { return shape_; }
   DType kv_dtype() const override { return kv_dtype_; }
@@ -79,8 +85,12 @@ class CpuBackend final : public Backend {
   }
   void write_kv_bytes(std::int64_t layer, std::int64_t block, const void* host) override {
     std::memcpy(block_bytes(layer, block), host, kv_block_bytes());
+    kt_fresh_[static_cast<std::size_t>(layer * shape_.num_blocks + block)] = 0;
   }
+  // A transfer may write the bytes behind this pointer (the decode side's pulls land there): the block's
+  // transposed K is marked stale, and attention transposes it again before it next reads the block.
   const void* kv_host_bytes(std::int64_t layer, std::int64_t block) const override {
+    kt_fresh_[static_cast<std::size_t>(layer * shape_.num_blocks + block)] = 0;
     return cache_.data() + static_cast<std::size_t>(layer * shape_.num_blocks + block) * kv_block_bytes();
   }
 
@@ -146,8 +156,13 @@ class CpuBackend final : public Backend {
 
  private:
   cpu::KvLayer layer_view(std::int64_t layer) {
-    return {cache_.data() + static_cast<std::size_t>(layer * shape_.num_blocks) * kv_block_bytes(), kv_dtype_,
-            shape_.block_size, shape_.num_kv_heads, shape_.head_dim};
+    cpu::KvLayer l{cache_.data() + static_cast<std::size_t>(layer * shape_.num_blocks) * kv_block_bytes(), kv_dtype_,
+                   shape_.block_size, shape_.num_kv_heads, shape_.head_dim};
+    if (!kt_.empty()) {
+      l.kt = kt_.data() + static_cast<std::size_t>(layer * shape_.num_blocks * l.kt_block_elems()) * dtype_size(kv_dtype_);
+      l.kt_fresh = kt_fresh_.data() + static_cast<std::size_t>(layer * shape_.num_blocks);
+    }
+    return l;
   }
   std::byte* block_bytes(std::int64_t layer, std::int64_t block) {
     return cache_.data() + static_cast<std::size_t>(layer * shape_.num_blocks + block) * kv_block_bytes();
@@ -213,6 +228,10 @@ class CpuBackend final : public Backend {
   DType kv_dtype_;
   KvCacheShape shape_;
   std::vector<std::byte> cache_;
+  // K transposed per block (cpu::KvLayer::kt: decode attention reads it instead of transposing every block
+  // every step), half as many bytes again as the cache; and per (layer, block) whether it matches K.
+  std::vector<std::byte> kt_;
+  mutable std::vector<std::uint8_t> kt_fresh_;
   std::vector<cpu::AttnRow> rows_;
   std::vector<cpu::ExpertRef> experts_;
   cpu::MoeScratch moe_scratch_;
