@@ -1,6 +1,7 @@
 // The CPU backend: host memory, the kernels of kernels/cpu, a KV cache of fp32 (default), bf16 or fp16
 // (--kv-cache-dtype; arithmetic stays fp32, 16-bit halves the KV traffic and matches the CUDA block bytes),
-// and beside it K transposed for attention (cpu::KvLayer::kt: 1.5x the cache's bytes in all).
+// and beside it K transposed for attention (cpu::KvLayer::kt: 1.5x the cache's bytes in all at block sizes
+// that are multiples of 16).
 #include <sys/mman.h>
 #include <unistd.h>
 
