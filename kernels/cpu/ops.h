@@ -109,10 +109,15 @@ struct KvLayer {
   // paged_attention transposes a block that is not fresh again before it reads the copy.
   void* kt = nullptr;
   std::uint8_t* kt_fresh = nullptr;
-  std::int64_t kt_head_elems() const { return (block_size + 15) / 16 * 16 * head_dim; }
+  static constexpr std::int64_t kKtKeys = 16;  // keys per transposed group (attention_kernels.h's kAttnKeys)
+  std::int64_t kt_head_elems() const { return (block_size + kKtKeys - 1) / kKtKeys * kKtKeys * head_dim; }
   std::int64_t kt_block_elems() const { return num_kv_heads * kt_head_elems(); }
   std::int64_t kt_offset(std::int64_t block, std::int64_t head) const {
     return block * kt_block_elems() + head * kt_head_elems();
+  }
+  // Element i of slot `slot`'s key in its head's copy: lane slot % 16 of group slot / 16, row i.
+  std::int64_t kt_slot_offset(std::int64_t slot, std::int64_t i) const {
+    return (slot / kKtKeys * head_dim + i) * kKtKeys + slot % kKtKeys;
   }
   template <class T>
   T* kt_at(std::int64_t offset) const {

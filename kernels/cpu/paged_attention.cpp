@@ -43,6 +43,7 @@ constexpr std::int64_t kTileRows = 16;
 // q . k is four partial sums over the dimensions i = u (mod 4), each in increasing i, then (s0 + s1) +
 // (s2 + s3). That order is a function of head_dim alone, whatever the tile, the batch or the block.
 constexpr int kKeys = static_cast<int>(detail::kAttnKeys);
+static_assert(KvLayer::kKtKeys == detail::kAttnKeys, "K's transposed copy is read as the kernels' groups");
 
 // GCC/Clang vector types (AVX2 registers with the build's -march; element-wise, so the arithmetic is the
 // plain loop's): the 4 partial sums of 16 keys stay in 8 registers.
@@ -336,7 +337,7 @@ void refresh_transposed(const KvLayer& c, const AttnRow* rows, const std::vector
         T* kt = c.kt_at<T>(c.kt_offset(block, h));
         for (std::int64_t j = 0; j < bsp; ++j)
           for (std::int64_t i = 0; i < d; ++i)
-            kt[(j / kKeys * d + i) * kKeys + j % kKeys] = j < bs ? k[j * d + i] : T{};
+            kt[c.kt_slot_offset(j, i)] = j < bs ? k[j * d + i] : T{};
       }
       c.kt_fresh[block] = 1;
     }

@@ -41,9 +41,9 @@ void store_rows(const Rope& rope, float* q, const float* k, const float* v, std:
       T* key = cache.at<T>(cache.k_offset(block, h, offset));
       narrow(kr, key, d);
       narrow(v + (r * kvh + h) * d, cache.at<T>(cache.v_offset(block, h, offset)), d);
-      if (cache.kt) {  // the transposed copy: lane offset % 16 of group offset / 16, the same elements
-        T* kt = cache.kt_at<T>(cache.kt_offset(block, h)) + (offset / 16) * d * 16 + offset % 16;
-        for (std::int64_t i = 0; i < d; ++i) kt[i * 16] = key[i];
+      if (cache.kt) {  // the transposed copy: the same elements
+        T* kt = cache.kt_at<T>(cache.kt_offset(block, h) + cache.kt_slot_offset(offset, 0));
+        for (std::int64_t i = 0; i < d; ++i) kt[i * KvLayer::kKtKeys] = key[i];
       }
     }
   }
