@@ -134,12 +134,16 @@ void ThreadPool::run(std::int64_t n, std::int64_t grain, std::int64_t tail, Job 
   const std::uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
   done_.store(0, std::memory_order_relaxed);
   claim_.store((std::uint64_t{gen} << 32) | (chunks << 16), std::memory_order_release);
-  generation_.store(gen, std::memory_order_release);  // publishes job_, bounds_, done_ and claim_
-  generation_.notify_all();                           // no syscall when no worker sleeps
+  // Publishes job_, bounds_, done_ and claim_. seq_cst, as the load of sleepers_ after it and a sleeping
+  // worker's count and check (worker()): either this load sees the sleeper, or the sleeper sees this op.
+  generation_.store(gen, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) generation_.notify_all();
   run_chunks();
   const auto all = static_cast<std::uint32_t>(chunks);
   if (!spin_until([&] { return done_.load(std::memory_order_acquire) == all; })) {
-    for (std::uint32_t d; (d = done_.load(std::memory_order_acquire)) != all;) done_.wait(d, std::memory_order_acquire);
+    caller_sleeps_.store(true, std::memory_order_seq_cst);  // then whoever ends the last chunk wakes it
+    for (std::uint32_t d; (d = done_.load(std::memory_order_seq_cst)) != all;) done_.wait(d, std::memory_order_acquire);
+    caller_sleeps_.store(false, std::memory_order_relaxed);
   }
 }
 
@@ -151,7 +155,8 @@ void ThreadPool::run_chunks() {
     // On failure v is the word now: another chunk was claimed, or (a late worker) another job began.
     if (!claim_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
     job_.call(job_.fn, bounds_[next], bounds_[next + 1]);
-    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) done_.notify_one();
+    if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == chunks && caller_sleeps_.load(std::memory_order_seq_cst))
+      done_.notify_one();
     ++v;  // most often the word as it is now; if not, the exchange fails and reloads it
   }
 }
@@ -160,7 +165,9 @@ void ThreadPool::worker() {
   std::uint32_t seen = 0;
   for (;;) {
     if (!spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; })) {
-      generation_.wait(seen, std::memory_order_acquire);
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);  // then run() wakes it (see there)
+      if (generation_.load(std::memory_order_seq_cst) == seen) generation_.wait(seen, std::memory_order_acquire);
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
       continue;  // woken (or spuriously): check again, spinning first
     }
     seen = generation_.load(std::memory_order_acquire);

@@ -10,8 +10,8 @@
 // Hand-off: a decode step is ~60 ops of tens of microseconds each, so waking a worker through a mutex and a
 // condition variable (60-85 us per op on a VM, issue 20) costs as much as the work. Workers and the caller
 // instead wait on an atomic generation counter / done count: a short spin (spin_time(), when the machine
-// has a free core), then std::atomic::wait (a futex). Between steps the workers fall asleep and cost
-// nothing. The body is passed by reference (no std::function, no allocation per op).
+// has a free core), then std::atomic::wait (a futex), and an op makes no system call unless one of its
+// threads sleeps (sleepers_). Between steps the workers fall asleep and cost nothing. The body is passed by reference (no std::function, no allocation per op).
 // Thread-safety: one caller at a time (the engine thread owns the pool).
 #pragma once
 
@@ -99,6 +99,12 @@ class ThreadPool {
   alignas(64) std::atomic<std::uint32_t> generation_{0};
   alignas(64) std::atomic<std::uint32_t> done_{0};
   std::atomic<bool> stop_{false};
+  // Who sleeps in std::atomic::wait: workers on generation_ (sleepers_), the caller on done_ (caller_sleeps_);
+  // an op notifies only then. libstdc++ counts waiters in a table of 16 slots shared by every atomic of the
+  // process (GCC 12, bits/atomic_wait.h), and its notify makes a system call (a futex wake, 1-2 us on this
+  // VM) whenever any thread waits on any atomic in the word's slot: measured (strace), two per op.
+  alignas(64) std::atomic<std::uint32_t> sleepers_{0};
+  std::atomic<bool> caller_sleeps_{false};
 };
 
 }  // namespace kvfleet

@@ -4,8 +4,11 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <random>
@@ -250,6 +253,54 @@ TEST_CASE("ThreadPool: every part runs exactly once per op, spinning or after th
         std::this_thread::sleep_for(ThreadPool::spin_time() * 3 + std::chrono::microseconds(100));
     }
   }
+}
+
+// The pool notifies only a thread that sleeps (sleepers_, caller_sleeps_): every way of falling asleep
+// must still be woken, with another pool's workers asleep in the process (what made every notify a
+// system call before). Each op has two chunks and the caller's waits until a worker has taken the other
+// (a worker never woken fails that wait); pauses between ops from half to twice the spin time put the
+// worker to sleep just as ops come; and in some ops the worker's chunk outlasts the caller's spin, so the
+// caller sleeps until the worker ends it (never woken, it would hang: a watchdog fails the test instead).
+TEST_CASE("ThreadPool: ops wake sleeping workers and a sleeping caller, with another pool asleep beside") {
+  ThreadPool idle(3);
+  idle.parallel_for(3, 1, [](std::int64_t, std::int64_t) {});  // then its workers sleep on their own word
+  std::atomic<bool> finished{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 600 && !finished.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!finished.load()) {
+      std::fprintf(stderr, "ThreadPool test: no progress in 30 s, a lost wake-up\n");
+      std::_Exit(1);
+    }
+  });
+  {
+    ThreadPool pool(2);
+    const auto spin = ThreadPool::spin_time();
+    const auto caller = std::this_thread::get_id();
+    int worker_missing = 0;
+    for (int op = 0; op < 300; ++op) {
+      const bool long_chunk = op % 10 == 3;
+      std::atomic<bool> taken{false};
+      std::atomic<int> hits[2] = {0, 0};
+      pool.parallel_for(2, 1, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) ++hits[i];
+        if (std::this_thread::get_id() != caller) {
+          taken.store(true);
+          if (long_chunk) std::this_thread::sleep_for(spin * 2 + std::chrono::microseconds(500));
+          return;
+        }
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (!taken.load() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+        if (!taken.load()) ++worker_missing;
+      });
+      REQUIRE(hits[0].load() == 1);
+      REQUIRE(hits[1].load() == 1);
+      std::this_thread::sleep_for(spin * (1 + op % 4) / 2);
+    }
+    CHECK(worker_missing == 0);
+    CHECK(pool.handoffs() == 300);
+  }
+  finished.store(true);
+  watchdog.join();
 }
 
 TEST_CASE("ThreadPool::parallel_for_tapered: every index once, chunks that shrink to the tail, fixed boundaries") {
