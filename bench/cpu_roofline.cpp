@@ -9,7 +9,8 @@
 //
 //   build/bin/bench_cpu_roofline --model DIR [--threads 0] [--tokens 64] [--runs 3] [--read-mib 1024]
 //                                [--no-4k] [--batches 1,8,32] [--prefill 512,4096]  (0: none)
-//                                [--ab-taper N]  (only: batch-1 decode, tapered vs equal chunks, N rounds)
+//                                [--ab KNOB N]   (only: batch-1 decode with KNOB off and on, alternating, N
+//                                                 rounds each; KNOB taper or notify; --ab-taper N = --ab taper N)
 //                                [--json FILE]   (every figure printed, as one JSON object; bench/cpu_goals.py)
 // bench/cpu_roofline.sh makes the 125M Llama and runs this (and old-vs-new, interleaved).
 #include <immintrin.h>
@@ -19,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <stdexcept>
 #include <latch>
 #include <string>
 #include <thread>
@@ -216,26 +218,33 @@ double engine_seconds(const Model& model, unsigned threads, int batch, int promp
   return best;
 }
 
-// Batch-1 decode with tapered and with equal chunks (set_tapered_split), alternating on one engine (A B B A
-// ...), `rounds` rates of each: the change measured in one process, next to each other in time.
-void ab_taper(const Model& model, unsigned threads, int tokens, int rounds, double step_bytes) {
+// Batch-1 decode with a knob off and on, alternating on one engine (A B B A ...), `rounds` rates of each:
+// the change measured in one process, next to each other in time. Knobs: "taper" (tapered against equal
+// chunks, set_tapered_split), "notify" (the pool notifying only a sleeping thread against on every op,
+// ThreadPool::set_notify_always).
+void ab_knob(const Model& model, const std::string& knob, unsigned threads, int tokens, int rounds, double step_bytes) {
+  auto set = [&](bool on) {
+    if (knob == "taper") cpu::detail::set_tapered_split(on);
+    else if (knob == "notify") ThreadPool::set_notify_always(!on);
+    else throw std::invalid_argument("--ab: unknown knob " + knob + " (taper, notify)");
+  };
   Engine engine(model, engine_config(threads, 1, 8, tokens + 1));
   engine_runs(engine, 1, 8, 2, 1);  // packs the weights
   std::vector<double> rate[2];
   for (int r = 0; r < rounds; ++r)
     for (int k = 0; k < 2; ++k) {
-      const int mode = r % 2 == 0 ? k : 1 - k;  // 1: tapered
-      cpu::detail::set_tapered_split(mode == 1);
+      const int mode = r % 2 == 0 ? k : 1 - k;  // 1: on
+      set(mode == 1);
       const double full = engine_runs(engine, 1, 8, tokens + 1, 1), start = engine_runs(engine, 1, 8, 1, 1);
       rate[mode].push_back(tokens / std::max(1e-9, full - start));
     }
-  cpu::detail::set_tapered_split(true);
+  set(true);
   for (auto& v : rate) std::sort(v.begin(), v.end());
   const double med[2] = {rate[0][rate[0].size() / 2], rate[1][rate[1].size() / 2]};
-  std::printf("decode batch 1, %d rounds alternating: tapered chunks median %.1f tok/s (best %.1f, %.2f GB/s), "
-              "equal chunks median %.1f (best %.1f, %.2f GB/s): tapered/equal %.3fx (median), %.3fx (best)\n",
-              rounds, med[1], rate[1].back(), med[1] * step_bytes / 1e9, med[0], rate[0].back(), med[0] * step_bytes / 1e9,
-              med[1] / med[0], rate[1].back() / rate[0].back());
+  std::printf("decode batch 1, %u threads, %d rounds alternating %s: on median %.1f tok/s (best %.1f, %.2f GB/s), "
+              "off median %.1f (best %.1f, %.2f GB/s): on/off %.3fx (median), %.3fx (best)\n",
+              threads, rounds, knob.c_str(), med[1], rate[1].back(), med[1] * step_bytes / 1e9, med[0], rate[0].back(),
+              med[0] * step_bytes / 1e9, med[1] / med[0], rate[1].back() / rate[0].back());
 }
 
 std::vector<int> int_list(const std::string& s) {  // "1,8,32"; "" or "0": none
@@ -256,7 +265,8 @@ int main(int argc, char** argv) {
   int tokens = 64, runs = 3;
   std::size_t read_mib = 1024;
   bool with_4k = true;
-  int ab_rounds = 0;  // --ab-taper N: only ab_taper, N rounds
+  int ab_rounds = 0;  // --ab KNOB N (or --ab-taper N): only ab_knob, N rounds
+  std::string ab = "taper";
   std::string json_path;
   std::vector<int> batches = {1, 8, 32}, prefills = {512, 4096};
   for (int i = 1; i < argc; ++i) {
@@ -271,6 +281,10 @@ int main(int argc, char** argv) {
     else if (a == "--batches") batches = int_list(next());
     else if (a == "--prefill") prefills = int_list(next());
     else if (a == "--ab-taper") ab_rounds = std::stoi(next());
+    else if (a == "--ab") {
+      ab = next();
+      ab_rounds = std::stoi(next());
+    }
     else if (a == "--json") json_path = next();
   }
   if (model_dir.empty()) {
@@ -307,7 +321,7 @@ int main(int argc, char** argv) {
   std::printf("fp32 FMA peak (%s, %u threads):       %.1f GFLOP/s\n", wide ? "512-bit" : "256-bit", pool.size(),
               peak / 1e9);
   if (ab_rounds > 0) {
-    ab_taper(model, threads, tokens, ab_rounds, step_bytes);
+    ab_knob(model, ab, threads, tokens, ab_rounds, step_bytes);
     return 0;
   }
   boost::json::array decode_out, prefill_out;

@@ -82,7 +82,11 @@ bool spin_until(Pred pred) {
   }
 }
 
+std::atomic<bool> g_notify_always{false};
+
 }  // namespace
+
+void ThreadPool::set_notify_always(bool on) { g_notify_always.store(on, std::memory_order_relaxed); }
 
 std::chrono::microseconds ThreadPool::spin_time() {
   static const std::chrono::microseconds us = [] {
@@ -137,7 +141,8 @@ void ThreadPool::run(std::int64_t n, std::int64_t grain, std::int64_t tail, Job 
   // Publishes job_, bounds_, done_ and claim_. seq_cst, as the load of sleepers_ after it and a sleeping
   // worker's count and check (worker()): either this load sees the sleeper, or the sleeper sees this op.
   generation_.store(gen, std::memory_order_seq_cst);
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) generation_.notify_all();
+  if (sleepers_.load(std::memory_order_seq_cst) > 0 || g_notify_always.load(std::memory_order_relaxed))
+    generation_.notify_all();
   run_chunks();
   const auto all = static_cast<std::uint32_t>(chunks);
   if (!spin_until([&] { return done_.load(std::memory_order_acquire) == all; })) {
@@ -155,7 +160,8 @@ void ThreadPool::run_chunks() {
     // On failure v is the word now: another chunk was claimed, or (a late worker) another job began.
     if (!claim_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
     job_.call(job_.fn, bounds_[next], bounds_[next + 1]);
-    if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == chunks && caller_sleeps_.load(std::memory_order_seq_cst))
+    if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == chunks &&
+        (caller_sleeps_.load(std::memory_order_seq_cst) || g_notify_always.load(std::memory_order_relaxed)))
       done_.notify_one();
     ++v;  // most often the word as it is now; if not, the exchange fails and reloads it
   }

@@ -66,6 +66,10 @@ class ThreadPool {
   // oversubscribed one every spin lost (a spinning thread holds a core the thread it waits for needs).
   static std::chrono::microseconds spin_time();
 
+  // Benchmarks only: notify on every op whether or not a thread sleeps, as before the sleeper counts (libstdc++
+  // then decides whether that is a system call), to compare both in one process. Never changes a result.
+  static void set_notify_always(bool on);
+
   static constexpr std::int64_t kChunksPerThread = 4;
   static constexpr std::int64_t kMaxChunks = 1024;  // chunks of one op at most (a tapered op's last chunk takes the rest)
 
