@@ -7,7 +7,8 @@
 // Each op is parallel_for(n = threads, grain 1) over a trivial body: what remains is the hand-off (in
 // today's pool a caller that finds the worker slow to start may run every chunk itself: it never waits
 // for a thread with nothing claimed). Then ops with work: n = 4 x threads items of ~5 us each, reported
-// as the time beyond the ideal split (items x 5 us / threads): hand-off plus the wait for the slowest.
+// as the time beyond the ideal split (items x 5 us / threads): hand-off plus the wait for the slowest. Last,
+// today's pool notifying on every op (ThreadPool::set_notify_always) against only a sleeping thread.
 #include <algorithm>
 #include <chrono>
 #include <atomic>
@@ -279,5 +280,25 @@ int main(int argc, char** argv) {
   }
   std::printf("best beyond the ideal: mutex+condvar %.2f us/op, a14c1fc's %.2f, today's %.2f\n", work_old, work_prev,
               work_new);
+  // Today's pool notifying on every op (as before the sleeper counts: libstdc++ makes that a futex system
+  // call whenever any thread of the process waits on an atomic in the same slot of its waiter table) against
+  // only when one of its threads sleeps, with another pool's workers asleep in the process, as the old pools'
+  // are here by now.
+  kvfleet::ThreadPool asleep(4);
+  asleep.parallel_for(4, 1, [](std::int64_t, std::int64_t) {});
+  double always = 1e30, sleepers = 1e30, always_work = 1e30, sleepers_work = 1e30;
+  for (int r = 0; r < rounds; ++r) {
+    for (const bool on : {true, false}) {
+      kvfleet::ThreadPool::set_notify_always(on);
+      const double bare = us_per_op(pool, ops), work = overhead_per_work_op(pool, ops / 10);
+      (on ? always : sleepers) = std::min(on ? always : sleepers, bare);
+      (on ? always_work : sleepers_work) = std::min(on ? always_work : sleepers_work, work);
+      std::printf("round %d, today's pool notifying %s: %8.2f us/op bare, %8.2f beyond the ideal with work\n", r,
+                  on ? "on every op      " : "only a sleeper   ", bare, work);
+    }
+  }
+  kvfleet::ThreadPool::set_notify_always(false);
+  std::printf("best, notifying on every op / only a sleeper: bare %.2f / %.2f us/op, with work %.2f / %.2f us/op\n",
+              always, sleepers, always_work, sleepers_work);
   return 0;
 }
