@@ -20,8 +20,8 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <stdexcept>
 #include <latch>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>

@@ -286,19 +286,19 @@ int main(int argc, char** argv) {
   // are here by now.
   kvfleet::ThreadPool asleep(4);
   asleep.parallel_for(4, 1, [](std::int64_t, std::int64_t) {});
-  double always = 1e30, sleepers = 1e30, always_work = 1e30, sleepers_work = 1e30;
+  double best_bare[2] = {1e30, 1e30}, best_work[2] = {1e30, 1e30};  // [1]: notifying on every op
   for (int r = 0; r < rounds; ++r) {
-    for (const bool on : {true, false}) {
-      kvfleet::ThreadPool::set_notify_always(on);
+    for (const int always : {1, 0}) {
+      kvfleet::ThreadPool::set_notify_always(always == 1);
       const double bare = us_per_op(pool, ops), work = overhead_per_work_op(pool, ops / 10);
-      (on ? always : sleepers) = std::min(on ? always : sleepers, bare);
-      (on ? always_work : sleepers_work) = std::min(on ? always_work : sleepers_work, work);
+      best_bare[always] = std::min(best_bare[always], bare);
+      best_work[always] = std::min(best_work[always], work);
       std::printf("round %d, today's pool notifying %s: %8.2f us/op bare, %8.2f beyond the ideal with work\n", r,
-                  on ? "on every op      " : "only a sleeper   ", bare, work);
+                  always ? "on every op      " : "only a sleeper   ", bare, work);
     }
   }
   kvfleet::ThreadPool::set_notify_always(false);
   std::printf("best, notifying on every op / only a sleeper: bare %.2f / %.2f us/op, with work %.2f / %.2f us/op\n",
-              always, sleepers, always_work, sleepers_work);
+              best_bare[1], best_bare[0], best_work[1], best_work[0]);
   return 0;
 }

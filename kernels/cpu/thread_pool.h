@@ -11,7 +11,8 @@
 // condition variable (60-85 us per op on a VM, issue 20) costs as much as the work. Workers and the caller
 // instead wait on an atomic generation counter / done count: a short spin (spin_time(), when the machine
 // has a free core), then std::atomic::wait (a futex), and an op makes no system call unless one of its
-// threads sleeps (sleepers_). Between steps the workers fall asleep and cost nothing. The body is passed by reference (no std::function, no allocation per op).
+// threads sleeps (sleepers_). Between steps the workers fall asleep and cost nothing. The body is passed by
+// reference (no std::function, no allocation per op).
 // Thread-safety: one caller at a time (the engine thread owns the pool).
 #pragma once
 
