@@ -680,9 +680,11 @@ void Engine::emit_token(SeqId id, TokenId token) {
   } else {
     o.logprobs.clear();
   }
+  // Counted before it is delivered: whoever sees the final output (a rank's callback sends it at once) and
+  // then asks for stats (answered off the engine thread) must find it counted.
+  if (o.finished) count_finished(o.finish_reason);
   deliver(a, o);
   if (o.finished) {
-    count_finished(o.finish_reason);
     m.scheduler->finish(id, o.finish_reason);
     m.active.erase(it);
   }
@@ -701,8 +703,8 @@ void Engine::finish_prefill_only(SeqId id, const Sequence& seq) {
   o.num_cached_tokens = a.cached_tokens;
   o.queue_time_s = a.queue_time_s;
   o.pin = m.scheduler->kv().pin(std::span<const BlockId>(seq.block_table).first(full));
+  count_finished(FinishReason::length);  // before it is delivered, as in emit_token
   deliver(a, o);
-  count_finished(FinishReason::length);
   m.scheduler->finish(id, FinishReason::length);
   m.active.erase(id);
 }
