@@ -10,7 +10,7 @@
 //   build/bin/bench_cpu_roofline --model DIR [--threads 0] [--tokens 64] [--runs 3] [--read-mib 1024]
 //                                [--no-4k] [--batches 1,8,32] [--prefill 512,4096]  (0: none)
 //                                [--ab KNOB N]   (only: batch-1 decode with KNOB off and on, alternating, N
-//                                                 rounds each; KNOB taper or notify; --ab-taper N = --ab taper N)
+//                                                 rounds each; KNOB taper, notify or gemv2; --ab-taper N = --ab taper N)
 //                                [--json FILE]   (every figure printed, as one JSON object; bench/cpu_goals.py)
 // bench/cpu_roofline.sh makes the 125M Llama and runs this (and old-vs-new, interleaved).
 #include <immintrin.h>
@@ -221,12 +221,14 @@ double engine_seconds(const Model& model, unsigned threads, int batch, int promp
 // Batch-1 decode with a knob off and on, alternating on one engine (A B B A ...), `rounds` rates of each:
 // the change measured in one process, next to each other in time. Knobs: "taper" (tapered against equal
 // chunks, set_tapered_split), "notify" (the pool notifying only a sleeping thread against on every op,
-// ThreadPool::set_notify_always).
+// ThreadPool::set_notify_always), "gemv2" (the AVX2 GEMV's two passes a panel against the 2 x 2 tile,
+// set_avx2_gemv: on an AVX2-only CPU).
 void ab_knob(const Model& model, const std::string& knob, unsigned threads, int tokens, int rounds, double step_bytes) {
   auto set = [&](bool on) {
     if (knob == "taper") cpu::detail::set_tapered_split(on);
     else if (knob == "notify") ThreadPool::set_notify_always(!on);
-    else throw std::invalid_argument("--ab: unknown knob " + knob + " (taper, notify)");
+    else if (knob == "gemv2") cpu::detail::set_avx2_gemv(on ? 0 : -1);
+    else throw std::invalid_argument("--ab: unknown knob " + knob + " (taper, notify, gemv2)");
   };
   Engine engine(model, engine_config(threads, 1, 8, tokens + 1));
   engine_runs(engine, 1, 8, 2, 1);  // packs the weights

@@ -2,6 +2,10 @@
 // two 8-lane registers: lanes 0-7 and 8-15.
 #include <immintrin.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
 #include "kernels/cpu/linear_kernels.h"
 
 namespace kvfleet::cpu::detail {
@@ -70,6 +74,81 @@ void tile(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
     for (int n = 0; n < N; ++n) g.y[(t0 + m) * g.ldy + n0 + n] = reduce(acc[m][n][0], acc[m][n][1]);
 }
 
+// One row on packed panels (the GEMV, memory-bound). A panel's 8 features would need 16 accumulators, all
+// of AVX2's registers, so a panel is read in two passes of 4 features (8 accumulators, 4 x vectors); the
+// first pass prefetches the whole panel `ahead` blocks in front of it (every line of each 8-feature block
+// step, into L1), so memory sees one sequential stream and the second pass reads the panel (12-32 KiB at
+// K = 768-2048) from the caches. The tile above read a panel in four passes of 2 features, each touching 2
+// of every 8 lines: on the AMD EPYC (Zen 3) VM, 57% of the read bandwidth at batch 1 (docs/cpu_backend.md,
+// "Ninth stop"). Per lane the order is the tile's (lo then hi, block by block; reduce's tree): same bits.
+std::atomic<int> g_gemv_ahead{-1};  // blocks; -1: not yet read from KVFLEET_CPU_GEMV_AVX2 (set_avx2_gemv)
+
+int gemv_ahead() {
+  int a = g_gemv_ahead.load(std::memory_order_relaxed);
+  if (a != -1) return a;
+  const char* env = std::getenv("KVFLEET_CPU_GEMV_AVX2");  // tile | a prefetch distance in blocks
+  a = !env ? 0 : std::strcmp(env, "tile") == 0 ? -2 : std::atoi(env);
+  int unset = -1;
+  g_gemv_ahead.compare_exchange_strong(unset, a, std::memory_order_relaxed);
+  return g_gemv_ahead.load(std::memory_order_relaxed);
+}
+
+// A block's weights of one feature for lanes 8 * part .. 8 * part + 7: lo (paired with x[b + 8 part + j])
+// and hi (with x[b + 16 + 8 part + j]).
+template <DType Dt>
+inline void load_part(const std::uint8_t* blk, int part, __m256& lo, __m256& hi) {
+  if constexpr (Dt == DType::bf16) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk) + part);
+    lo = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    hi = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+  } else if constexpr (Dt == DType::f16) {
+    const auto* p = reinterpret_cast<const __m128i*>(blk);
+    lo = _mm256_cvtph_ps(_mm_loadu_si128(p + part));
+    hi = _mm256_cvtph_ps(_mm_loadu_si128(p + 2 + part));
+  } else {
+    const auto* p = reinterpret_cast<const float*>(blk);
+    lo = _mm256_loadu_ps(p + 8 * part);
+    hi = _mm256_loadu_ps(p + 16 + 8 * part);
+  }
+}
+
+// Features f0 .. f0 + 3 of the panel at `panel` into out[0..4); Prefetch: the first pass.
+template <DType Dt, bool Prefetch>
+void gemv_quad(const GemmArgs& g, const std::uint8_t* panel, int f0, std::size_t ahead, float* out) {
+  __m256 acc[4][2];
+  for (auto& a : acc) a[0] = a[1] = _mm256_setzero_ps();
+  const std::size_t step = g.block_step, fb = g.feature_bytes;
+  const std::uint8_t* w = panel + static_cast<std::size_t>(f0) * fb;
+  const float* x = g.xa;
+  for (std::int64_t b = 0; b < g.kp; b += kBlock, w += step, x += kBlock) {
+    if constexpr (Prefetch)
+      for (std::size_t o = 0; o < step; o += 64) _mm_prefetch(reinterpret_cast<const char*>(panel + ahead + o), _MM_HINT_T0);
+    panel += step;
+    const __m256 xl0 = _mm256_loadu_ps(x), xl1 = _mm256_loadu_ps(x + 8);
+    const __m256 xh0 = _mm256_loadu_ps(x + 16), xh1 = _mm256_loadu_ps(x + 24);
+    for (int n = 0; n < 4; ++n) {
+      __m256 lo, hi;
+      load_part<Dt>(w + n * fb, 0, lo, hi);
+      acc[n][0] = _mm256_fmadd_ps(xh0, hi, _mm256_fmadd_ps(xl0, lo, acc[n][0]));
+      load_part<Dt>(w + n * fb, 1, lo, hi);
+      acc[n][1] = _mm256_fmadd_ps(xh1, hi, _mm256_fmadd_ps(xl1, lo, acc[n][1]));
+    }
+  }
+  for (int n = 0; n < 4; ++n) out[n] = reduce(acc[n][0], acc[n][1]);
+}
+
+template <DType Dt>
+void gemv_packed(const GemmArgs& g, std::int64_t n0, std::int64_t n1, std::size_t ahead) {
+  for (std::int64_t p = n0 / kPanel; p * kPanel < n1; ++p) {  // n0 is a panel's first feature
+    const std::uint8_t* panel = g.w + static_cast<std::size_t>(p) * g.panel_bytes;
+    float out[kPanel];
+    gemv_quad<Dt, true>(g, panel, 0, ahead, out);
+    gemv_quad<Dt, false>(g, panel, 4, 0, out + 4);
+    const std::int64_t valid = n1 - p * kPanel < kPanel ? n1 - p * kPanel : kPanel;
+    for (std::int64_t n = 0; n < valid; ++n) g.y[p * kPanel + n] = out[n];
+  }
+}
+
 template <int N>
 void rows_of(const GemmArgs& g, std::int64_t n0) {
   std::int64_t t = 0;
@@ -79,7 +158,24 @@ void rows_of(const GemmArgs& g, std::int64_t n0) {
 
 }  // namespace
 
+void set_avx2_gemv(int ahead_blocks) { g_gemv_ahead.store(ahead_blocks < 0 ? -2 : ahead_blocks, std::memory_order_relaxed); }
+
+int avx2_gemv() {
+  const int a = gemv_ahead();
+  return a < 0 ? -1 : a;
+}
+
 void gemm_avx2(const GemmArgs& g, std::int64_t n0, std::int64_t n1) {
+  if (g.rows == 1 && g.packed) {
+    if (const int a = gemv_ahead(); a >= 0) {
+      const std::size_t ahead = static_cast<std::size_t>(a) * g.block_step;
+      switch (g.dtype) {
+        case DType::bf16: return gemv_packed<DType::bf16>(g, n0, n1, ahead);
+        case DType::f16: return gemv_packed<DType::f16>(g, n0, n1, ahead);
+        case DType::f32: return gemv_packed<DType::f32>(g, n0, n1, ahead);
+      }
+    }
+  }
   std::int64_t n = n0;
   for (; n + 2 <= n1; n += 2) rows_of<2>(g, n);
   if (n < n1) rows_of<1>(g, n);

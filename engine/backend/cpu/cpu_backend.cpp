@@ -211,14 +211,14 @@ class CpuBackend final : public Backend {
   }
 
   ThreadPool pool_;
-  // Packed by default where the AVX-512 kernel runs: its GEMV prefetches the panels' one stream far ahead
-  // (1.04-1.18x plain rows' bandwidth here); the AVX2 kernel's GEMV, without software prefetch, read
-  // packed panels 15-27% slower than plain rows, so AVX2 and scalar CPUs keep the plain weights.
-  // KVFLEET_CPU_PACK=1 / 0 forces either (same bits).
+  // Packed by default where a vector kernel runs: the AVX-512 GEMV prefetches the panels' one stream far
+  // ahead (1.04-1.18x plain rows' bandwidth on the Zen 5 VM), and the AVX2 GEMV reads a panel in two passes
+  // (linear_avx2.cpp; on the Zen 3 VM 1.39x plain rows in a 125M decode at batch 1, docs/cpu_backend.md
+  // "Ninth stop"). The scalar fallback keeps the plain weights. KVFLEET_CPU_PACK=1 / 0 forces either (same bits).
   const bool pack_ = [] {
     const char* env = std::getenv("KVFLEET_CPU_PACK");
     if (env) return std::string_view(env) != "0";
-    return cpu::cpu_isa() == cpu::Isa::avx512 || cpu::cpu_isa() == cpu::Isa::avx512bf16;
+    return cpu::cpu_isa() != cpu::Isa::scalar;
   }();
   std::vector<const void*> embedding_tables_;
   struct Free {
