@@ -128,6 +128,20 @@ inline void load_part(const std::uint8_t* blk, int part, __m256& lo, __m256& hi)
   }
 }
 
+// load_part's lo (Hi = 0) or hi (Hi = 1) alone.
+template <DType Dt, int Hi>
+inline __m256 load_one(const std::uint8_t* blk, int part) {
+  if constexpr (Dt == DType::bf16) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk) + part);
+    if constexpr (Hi == 0) return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    else return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+  } else if constexpr (Dt == DType::f16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk) + 2 * Hi + part));
+  } else {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(blk) + 16 * Hi + 8 * part);
+  }
+}
+
 // Features f0 .. f0 + 3 of the panel at `panel` into out[0..4); Prefetch: the first pass.
 template <DType Dt, bool Prefetch>
 void gemv_quad(const GemmArgs& g, const std::uint8_t* panel, int f0, std::size_t ahead, float* out) {
@@ -168,7 +182,8 @@ void gemv_packed(const GemmArgs& g, std::int64_t n0, std::int64_t n1, std::size_
 // Rows > 1: M x N tiles with the dtype a template argument and no branch in the reduction loop (a plain
 // row's partial last block, if any, after it). Per block, lane part p (lanes 8p .. 8p + 7) and half (lo, hi):
 // N widened weight vectors, then each of the M rows' x vector once for the N features; M x N x 2
-// accumulators. 3 x 2: 12 accumulators + 2 weights + 1 x of the 16 registers; 24 FMAs to 20 loads a block
+// accumulators. 3 x 2: 12 accumulators + 2 weights + the bf16 mask + 1 x of the 16 registers (lo and hi
+// widened together spilled an accumulator every half-block); 24 FMAs to 24 loads a block
 // (the 2 x 2 tile above: 16 FMAs to 12 loads, and a dtype switch and a tail test on every load).
 template <DType Dt, int M, int N>
 void tile_t(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
@@ -185,15 +200,16 @@ void tile_t(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
   std::int64_t b = 0;
   for (; b < g.full; b += kBlock) {
     for (int p = 0; p < 2; ++p) {
-      __m256 lo[N], hi[N];
-      for (int n = 0; n < N; ++n) load_part<Dt>(w[n], p, lo[n], hi[n]);
+      __m256 v[N];  // lo, then hi (loaded again: a weight register fewer, no accumulator spilled)
+      for (int n = 0; n < N; ++n) v[n] = load_one<Dt, 0>(w[n], p);
       for (int m = 0; m < M; ++m) {
         const __m256 xl = _mm256_loadu_ps(x + m * kp + b + 8 * p);
-        for (int n = 0; n < N; ++n) acc[m][n][p] = _mm256_fmadd_ps(xl, lo[n], acc[m][n][p]);
+        for (int n = 0; n < N; ++n) acc[m][n][p] = _mm256_fmadd_ps(xl, v[n], acc[m][n][p]);
       }
+      for (int n = 0; n < N; ++n) v[n] = load_one<Dt, 1>(w[n], p);
       for (int m = 0; m < M; ++m) {
         const __m256 xh = _mm256_loadu_ps(x + m * kp + b + 16 + 8 * p);
-        for (int n = 0; n < N; ++n) acc[m][n][p] = _mm256_fmadd_ps(xh, hi[n], acc[m][n][p]);
+        for (int n = 0; n < N; ++n) acc[m][n][p] = _mm256_fmadd_ps(xh, v[n], acc[m][n][p]);
       }
     }
     for (int n = 0; n < N; ++n) w[n] += step;
