@@ -77,13 +77,14 @@ void tile(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
 }
 
 // One row on packed panels (the GEMV, memory-bound). A panel's 8 features would need 16 accumulators, all
-// of AVX2's registers, so a panel is read in two passes of 4 features (8 accumulators, 4 x vectors); the
-// first pass prefetches the whole panel `ahead` blocks in front of it (every line of each 8-feature block
-// step, into L1), so memory sees one sequential stream and the second pass reads the panel (12-32 KiB at
-// K = 768-2048) from the caches. The tile above read a panel in four passes of 2 features, each touching 2
-// of every 8 lines: on the AMD EPYC (Zen 3) VM, 57% of the read bandwidth at batch 1 (docs/cpu_backend.md,
-// "Ninth stop"). Per lane the order is the tile's (lo then hi, block by block; reduce's tree): same bits.
-std::atomic<int> g_gemv_ahead{-1};  // blocks; -1: not yet read from KVFLEET_CPU_GEMV_AVX2 (set_avx2_gemv)
+// of AVX2's registers, so a panel is read in two passes of 4 features (8 accumulators, 4 x vectors): memory
+// sees the panel's stream about in order and the second pass reads the panel (12-32 KiB at K = 768-2048)
+// from the caches. The first pass can prefetch every line of the panel `ahead` blocks in front of it (into
+// L1); on the AMD EPYC (Zen 3) VM that lost (8.3-9.9 GB/s on one thread against 11.7-13.0 without), so the
+// default is none. The tile above read a panel in four passes of 2 features, each touching 2 of every 8
+// lines: 57% of the read bandwidth at batch 1 there (docs/cpu_backend.md, "Ninth stop"). Per lane the
+// order is the tile's (lo then hi, block by block; reduce's tree): same bits.
+std::atomic<int> g_gemv_ahead{-1};  // blocks; -2: the tile; -1: not yet read from KVFLEET_CPU_GEMV_AVX2
 
 int gemv_ahead() {
   int a = g_gemv_ahead.load(std::memory_order_relaxed);
