@@ -79,57 +79,39 @@ void tile(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
 // One row on packed panels (the GEMV, memory-bound). A panel's 8 features would need 16 accumulators, all
 // of AVX2's registers, so a panel is read in two passes of 4 features (8 accumulators, 4 x vectors): memory
 // sees the panel's stream about in order and the second pass reads the panel (12-32 KiB at K = 768-2048)
-// from the caches. The first pass can prefetch every line of the panel `ahead` blocks in front of it (into
-// L1); on the AMD EPYC (Zen 3) VM that lost (8.3-9.9 GB/s on one thread against 11.7-13.0 without), so the
-// default is none. The tile above read a panel in four passes of 2 features, each touching 2 of every 8
+// from the caches. The first pass prefetches every line of the panel's block step `ahead` blocks in front
+// of it (into L1); on the AMD EPYC (Zen 3) VM 2-64 blocks ahead lost (8.3-9.9 GB/s on one thread against
+// 11.7-13.0), so the default is 0: the current block step's lines, all 8 features'. The tile above read a panel in four passes of 2 features, each touching 2 of every 8
 // lines: 57% of the read bandwidth at batch 1 there (docs/cpu_backend.md, "Ninth stop"). Per lane the
 // order is the tile's (lo then hi, block by block; reduce's tree): same bits.
-std::atomic<int> g_gemv_ahead{-1};  // blocks; -2: the tile; -1: not yet read from KVFLEET_CPU_GEMV_AVX2
+constexpr int kUnset = -1000;  // a knob not yet read from its environment variable
+std::atomic<int> g_gemv_ahead{kUnset};  // blocks; -1: the tile
 
-int gemv_ahead() {
-  int a = g_gemv_ahead.load(std::memory_order_relaxed);
-  if (a != -1) return a;
-  const char* env = std::getenv("KVFLEET_CPU_GEMV_AVX2");  // tile | a prefetch distance in blocks
-  a = !env ? 0 : std::strcmp(env, "tile") == 0 ? -2 : std::atoi(env);
-  int unset = -1;
-  g_gemv_ahead.compare_exchange_strong(unset, a, std::memory_order_relaxed);
-  return g_gemv_ahead.load(std::memory_order_relaxed);
+// A knob's value: what set_avx2_* stored, else `parse` of its environment variable (read once).
+int knob(std::atomic<int>& v, const char* env, int (*parse)(const char*)) {
+  if (const int x = v.load(std::memory_order_relaxed); x != kUnset) return x;
+  int unset = kUnset;
+  v.compare_exchange_strong(unset, parse(std::getenv(env)), std::memory_order_relaxed);
+  return v.load(std::memory_order_relaxed);
+}
+
+int gemv_ahead() {  // KVFLEET_CPU_GEMV_AVX2: tile | a prefetch distance in blocks
+  return knob(g_gemv_ahead, "KVFLEET_CPU_GEMV_AVX2", [](const char* e) {
+    return !e ? 0 : std::strcmp(e, "tile") == 0 ? -1 : std::max(0, std::atoi(e));
+  });
 }
 
 // KVFLEET_CPU_GEMM_AVX2=tile (read once; or set_avx2_gemm_blocked): rows > 1 through the 2 x 2 tile, as
 // before the ninth stop, for A/B runs. Same bits.
-std::atomic<int> g_gemm_blocked{-1};
+std::atomic<int> g_gemm_blocked{kUnset};
 
 bool gemm_blocking() {
-  int v = g_gemm_blocked.load(std::memory_order_relaxed);
-  if (v >= 0) return v == 1;
-  const char* env = std::getenv("KVFLEET_CPU_GEMM_AVX2");
-  v = env && std::strcmp(env, "tile") == 0 ? 0 : 1;
-  int unset = -1;
-  g_gemm_blocked.compare_exchange_strong(unset, v, std::memory_order_relaxed);
-  return g_gemm_blocked.load(std::memory_order_relaxed) == 1;
+  return knob(g_gemm_blocked, "KVFLEET_CPU_GEMM_AVX2",
+              [](const char* e) { return e && std::strcmp(e, "tile") == 0 ? 0 : 1; }) == 1;
 }
 
-// A block's weights of one feature for lanes 8 * part .. 8 * part + 7: lo (paired with x[b + 8 part + j])
-// and hi (with x[b + 16 + 8 part + j]).
-template <DType Dt>
-inline void load_part(const std::uint8_t* blk, int part, __m256& lo, __m256& hi) {
-  if constexpr (Dt == DType::bf16) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk) + part);
-    lo = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-    hi = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
-  } else if constexpr (Dt == DType::f16) {
-    const auto* p = reinterpret_cast<const __m128i*>(blk);
-    lo = _mm256_cvtph_ps(_mm_loadu_si128(p + part));
-    hi = _mm256_cvtph_ps(_mm_loadu_si128(p + 2 + part));
-  } else {
-    const auto* p = reinterpret_cast<const float*>(blk);
-    lo = _mm256_loadu_ps(p + 8 * part);
-    hi = _mm256_loadu_ps(p + 16 + 8 * part);
-  }
-}
-
-// load_part's lo (Hi = 0) or hi (Hi = 1) alone.
+// A block's weights of one feature for lanes 8 * part .. 8 * part + 7: lo (Hi = 0, paired with
+// x[b + 8 part + j]) or hi (Hi = 1, with x[b + 16 + 8 part + j]).
 template <DType Dt, int Hi>
 inline __m256 load_one(const std::uint8_t* blk, int part) {
   if constexpr (Dt == DType::bf16) {
@@ -143,7 +125,10 @@ inline __m256 load_one(const std::uint8_t* blk, int part) {
   }
 }
 
-// Features f0 .. f0 + 3 of the panel at `panel` into out[0..4); Prefetch: the first pass.
+// Features f0 .. f0 + 3 of the panel at `panel` into out[0..4); Prefetch: the first pass, which prefetches
+// all 8 features' lines of the block step `ahead` bytes on, so with ahead 0 the lines of the second pass's
+// 4 features are requested with the first pass's (skipping that prefetch read 0.91-0.98x as fast in
+// bench_matvec --gemv-only 1).
 template <DType Dt, bool Prefetch>
 void gemv_quad(const GemmArgs& g, const std::uint8_t* panel, int f0, std::size_t ahead, float* out) {
   __m256 acc[4][2];
@@ -153,16 +138,17 @@ void gemv_quad(const GemmArgs& g, const std::uint8_t* panel, int f0, std::size_t
   const float* x = g.xa;
   for (std::int64_t b = 0; b < g.kp; b += kBlock, w += step, x += kBlock) {
     if constexpr (Prefetch)
-      for (std::size_t o = 0; o < step; o += 64) _mm_prefetch(reinterpret_cast<const char*>(panel + ahead + o), _MM_HINT_T0);
+      for (std::size_t o = 0; o < step; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(panel + ahead + o), _MM_HINT_T0);
     panel += step;
     const __m256 xl0 = _mm256_loadu_ps(x), xl1 = _mm256_loadu_ps(x + 8);
     const __m256 xh0 = _mm256_loadu_ps(x + 16), xh1 = _mm256_loadu_ps(x + 24);
     for (int n = 0; n < 4; ++n) {
-      __m256 lo, hi;
-      load_part<Dt>(w + n * fb, 0, lo, hi);
-      acc[n][0] = _mm256_fmadd_ps(xh0, hi, _mm256_fmadd_ps(xl0, lo, acc[n][0]));
-      load_part<Dt>(w + n * fb, 1, lo, hi);
-      acc[n][1] = _mm256_fmadd_ps(xh1, hi, _mm256_fmadd_ps(xl1, lo, acc[n][1]));
+      const std::uint8_t* blk = w + n * fb;
+      acc[n][0] = _mm256_fmadd_ps(xl0, load_one<Dt, 0>(blk, 0), acc[n][0]);
+      acc[n][0] = _mm256_fmadd_ps(xh0, load_one<Dt, 1>(blk, 0), acc[n][0]);
+      acc[n][1] = _mm256_fmadd_ps(xl1, load_one<Dt, 0>(blk, 1), acc[n][1]);
+      acc[n][1] = _mm256_fmadd_ps(xh1, load_one<Dt, 1>(blk, 1), acc[n][1]);
     }
   }
   for (int n = 0; n < 4; ++n) out[n] = reduce(acc[n][0], acc[n][1]);
@@ -173,7 +159,7 @@ void gemv_packed(const GemmArgs& g, std::int64_t n0, std::int64_t n1, std::size_
   for (std::int64_t p = n0 / kPanel; p * kPanel < n1; ++p) {  // n0 is a panel's first feature
     const std::uint8_t* panel = g.w + static_cast<std::size_t>(p) * g.panel_bytes;
     float out[kPanel];
-    gemv_quad<Dt, true>(g, panel, 0, ahead, out);
+    gemv_quad<Dt, true>(g, panel, 0, ahead, out);  // ahead 0 still prefetches: see gemv_quad
     gemv_quad<Dt, false>(g, panel, 4, 0, out + 4);
     const std::int64_t valid = n1 - p * kPanel < kPanel ? n1 - p * kPanel : kPanel;
     for (std::int64_t n = 0; n < valid; ++n) g.y[p * kPanel + n] = out[n];
@@ -272,12 +258,9 @@ void rows_of(const GemmArgs& g, std::int64_t n0) {
 
 void set_avx2_gemm_blocked(bool on) { g_gemm_blocked.store(on ? 1 : 0, std::memory_order_relaxed); }
 
-void set_avx2_gemv(int ahead_blocks) { g_gemv_ahead.store(ahead_blocks < 0 ? -2 : ahead_blocks, std::memory_order_relaxed); }
+void set_avx2_gemv(int ahead_blocks) { g_gemv_ahead.store(std::max(-1, ahead_blocks), std::memory_order_relaxed); }
 
-int avx2_gemv() {
-  const int a = gemv_ahead();
-  return a < 0 ? -1 : a;
-}
+int avx2_gemv() { return gemv_ahead(); }
 
 void gemm_avx2(const GemmArgs& g, std::int64_t n0, std::int64_t n1) {
   if (g.rows == 1 && g.packed) {

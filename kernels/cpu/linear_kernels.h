@@ -72,14 +72,15 @@ void set_packed_gemv(std::uint32_t streams, std::uint32_t l1_blocks, std::uint32
 void packed_gemv(std::uint32_t& streams, std::uint32_t& l1_blocks, std::uint32_t& l2_blocks);
 
 // The AVX2 GEMV (one row, packed panels: linear_avx2.cpp): the first of a panel's two passes prefetches
-// `ahead_blocks` blocks ahead (default 0: none, the fastest on Zen 3); a negative value selects the 2 x 2
-// tile instead, as before the ninth stop. Chosen once per process from KVFLEET_CPU_GEMV_AVX2 (tile | blocks); settable for benchmarks
-// that compare in one process; avx2_gemv() says which (-1: the tile). Never changes a bit.
+// `ahead_blocks` blocks ahead (default 0: the current block's lines, the fastest on Zen 3); a negative value selects the 2 x 2
+// tile instead, as before the ninth stop. Chosen once per process from KVFLEET_CPU_GEMV_AVX2 (tile |
+// blocks); settable for benchmarks that compare in one process; avx2_gemv() says which (-1: the tile).
+// Never changes a bit.
 void set_avx2_gemv(int ahead_blocks);
+int avx2_gemv();
 // The AVX2 kernel's rows > 1: 3 x 2 tiles in row blocks and feature chunks (default), or off: the 2 x 2 tile
 // as before the ninth stop (KVFLEET_CPU_GEMM_AVX2=tile). For benchmarks. Never changes a bit.
 void set_avx2_gemm_blocked(bool on);
-int avx2_gemv();
 
 // Fills the layout fields of g for a weight of `dtype` with `in` columns, plain or packed.
 void set_layout(GemmArgs& g, DType dtype, bool packed);

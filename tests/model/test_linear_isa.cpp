@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -387,13 +388,14 @@ TEST_CASE("linear_multi: more parts than one call holds (6) run in groups, each 
   for (std::size_t p = 0; p < 6; ++p) CHECK(y[p] == run(two, x, rows, in, w[p], outs[p], nullptr));
 }
 
-TEST_CASE("linear: the AVX2 GEMV's two passes a panel give the tile's bits, writing only y") {
-  // set_avx2_gemv: -1 the 2 x 2 tile; 0 two passes of 4 features a panel; 8 the same, the first pass
-  // prefetching 8 blocks ahead. Partial last panels, K with and without a partial block, 1-3 threads.
-  if (!cpu::cpu_supports(cpu::Isa::avx2)) return;
-  IsaGuard guard;
-  const int saved = cpu::detail::avx2_gemv();
-  std::mt19937 rng(13);
+namespace {
+
+// One row on packed panels through `isa`, once per variant (set_variant(v) before the call, v < variants),
+// on 1-3 threads; f32 / bf16 / f16, K with and without a partial block, odd and even panel counts per
+// thread, partial last panels: the scalar kernel's bits, and nothing written past y.
+template <class SetVariant>
+void check_packed_gemv(cpu::Isa isa, std::uint32_t seed, int variants, SetVariant set_variant) {
+  std::mt19937 rng(seed);
   ThreadPool one(1), two(2), three(3);
   for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
     for (std::int64_t in : {1, 31, 64, 768, 2050}) {
@@ -402,66 +404,54 @@ TEST_CASE("linear: the AVX2 GEMV's two passes a panel give the tile's bits, writ
         const auto x = random_x(in, rng);
         cpu::set_cpu_isa(cpu::Isa::scalar);
         const auto ref = run(one, x, 1, in, w, out, nullptr);
-        cpu::set_cpu_isa(cpu::Isa::avx2);
+        cpu::set_cpu_isa(isa);
         std::vector<std::uint8_t> packed(cpu::packed_weight_bytes(out, in, dt));
         cpu::pack_weight(w.bytes.data(), dt, out, in, packed.data());
-        for (int ahead : {-1, 0, 8})
+        for (int v = 0; v < variants; ++v)
           for (ThreadPool* pool : {&one, &two, &three}) {
             CAPTURE(dtype_name(dt));
             CAPTURE(in);
             CAPTURE(out);
-            CAPTURE(ahead);
+            CAPTURE(v);
             CAPTURE(pool->size());
-            cpu::detail::set_avx2_gemv(ahead);
-            CHECK(cpu::detail::avx2_gemv() == ahead);
+            set_variant(v);
             std::vector<float> y(static_cast<std::size_t>(out) + 16, -7.0f);  // 16 sentinels after y
             cpu::linear(*pool, x.data(), 1, in, {nullptr, dt, packed.data()}, out, {}, y.data());
             CHECK(std::equal(ref.begin(), ref.end(), y.begin()));
-            CHECK(std::all_of(y.begin() + out, y.end(), [](float v) { return v == -7.0f; }));
+            CHECK(std::all_of(y.begin() + out, y.end(), [](float f) { return f == -7.0f; }));
           }
       }
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("linear: the AVX2 GEMV's two passes a panel give the tile's bits, writing only y") {
+  // set_avx2_gemv: -1 the 2 x 2 tile; 0 two passes of 4 features a panel; 8 the same, the first pass
+  // prefetching 8 blocks ahead.
+  if (!cpu::cpu_supports(cpu::Isa::avx2)) return;
+  IsaGuard guard;
+  const int saved = cpu::detail::avx2_gemv();
+  check_packed_gemv(cpu::Isa::avx2, 13, 3, [](int v) {
+    const int ahead = std::array{-1, 0, 8}[static_cast<std::size_t>(v)];
+    cpu::detail::set_avx2_gemv(ahead);
+    CHECK(cpu::detail::avx2_gemv() == ahead);
+  });
   cpu::detail::set_avx2_gemv(saved);
 }
 
 TEST_CASE("linear: the packed GEMV reads the panels in any pattern with the same bits, writing only y") {
   // streams 0: the GEMV as an 8-feature tile; 1 and 2: a panel at a time, one or two panels side by side
-  // (linear_avx512.cpp, chosen per CPU at load); each with and without software prefetch. Odd and even panel
-  // counts per thread, a partial last panel, K with and without a partial block.
+  // (linear_avx512.cpp, chosen per CPU at load); each with and without software prefetch (variant v:
+  // streams v / 2, L1 prefetch 4 blocks ahead and L2 16 when v is odd).
   if (!cpu::cpu_supports(cpu::Isa::avx512)) return;
   IsaGuard guard;
   std::uint32_t saved[3];
   cpu::detail::packed_gemv(saved[0], saved[1], saved[2]);
-  std::mt19937 rng(12);
-  ThreadPool one(1), two(2), three(3);
-  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
-    for (std::int64_t in : {1, 31, 64, 768, 2050}) {
-      for (std::int64_t out : {1, 7, 9, 17, 40, 200, 1003}) {
-        const Weights w = random_weights(out * in, dt, rng);
-        const auto x = random_x(in, rng);
-        cpu::set_cpu_isa(cpu::Isa::scalar);
-        const auto ref = run(one, x, 1, in, w, out, nullptr);
-        cpu::set_cpu_isa(cpu::Isa::avx512);
-        std::vector<std::uint8_t> packed(cpu::packed_weight_bytes(out, in, dt));
-        cpu::pack_weight(w.bytes.data(), dt, out, in, packed.data());
-        for (std::uint32_t streams : {0u, 1u, 2u})
-          for (std::uint32_t l1 : {0u, 4u})
-            for (ThreadPool* pool : {&one, &two, &three}) {
-              CAPTURE(dtype_name(dt));
-              CAPTURE(in);
-              CAPTURE(out);
-              CAPTURE(streams);
-              CAPTURE(l1);
-              CAPTURE(pool->size());
-              cpu::detail::set_packed_gemv(streams, l1, l1 ? 16 : 0);
-              std::vector<float> y(static_cast<std::size_t>(out) + 16, -7.0f);  // 16 sentinels after y
-              cpu::linear(*pool, x.data(), 1, in, {nullptr, dt, packed.data()}, out, {}, y.data());
-              CHECK(std::equal(ref.begin(), ref.end(), y.begin()));
-              CHECK(std::all_of(y.begin() + out, y.end(), [](float v) { return v == -7.0f; }));
-            }
-      }
-    }
-  }
+  check_packed_gemv(cpu::Isa::avx512, 12, 6, [](int v) {
+    const std::uint32_t l1 = v % 2 ? 4 : 0;
+    cpu::detail::set_packed_gemv(static_cast<std::uint32_t>(v / 2), l1, l1 ? 16 : 0);
+  });
   cpu::detail::set_packed_gemv(saved[0], saved[1], saved[2]);
 }
