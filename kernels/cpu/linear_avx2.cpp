@@ -101,13 +101,16 @@ int gemv_ahead() {  // KVFLEET_CPU_GEMV_AVX2: tile | a prefetch distance in bloc
   });
 }
 
-// KVFLEET_CPU_GEMM_AVX2=tile (read once; or set_avx2_gemm_blocked): rows > 1 through the 2 x 2 tile, as
-// before the ninth stop, for A/B runs. Same bits.
-std::atomic<int> g_gemm_blocked{kUnset};
+// KVFLEET_CPU_GEMM_AVX2 (read once; or set_avx2_gemm): how rows > 1 run, for A/B runs, all with the same
+// bits: `tile` (0) the 2 x 2 tile as before the ninth stop, `3x2` (1) the ninth stop's 3 x 2 tiles in row
+// blocks and feature chunks at every row count; unset (2) the same blocks with 3 x 3 segmented tiles from
+// kSegRows rows on (tenth stop).
+std::atomic<int> g_gemm_mode{kUnset};
 
-bool gemm_blocking() {
-  return knob(g_gemm_blocked, "KVFLEET_CPU_GEMM_AVX2",
-              [](const char* e) { return e && std::strcmp(e, "tile") == 0 ? 0 : 1; }) == 1;
+int gemm_mode() {
+  return knob(g_gemm_mode, "KVFLEET_CPU_GEMM_AVX2", [](const char* e) {
+    return !e ? 2 : std::strcmp(e, "tile") == 0 ? 0 : std::strcmp(e, "3x2") == 0 ? 1 : 2;
+  });
 }
 
 // A block's weights of one feature for lanes 8 * part .. 8 * part + 7: lo (Hi = 0, paired with
@@ -216,6 +219,90 @@ void tile_t(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
     for (int n = 0; n < N; ++n) g.y[(t0 + m) * g.ldy + n0 + n] = reduce(acc[m][n][0], acc[m][n][1]);
 }
 
+// M rows x N features with one lane part at a time (tenth stop). The K loop runs in segments of kSeg
+// blocks; in each, lanes 0-7 (part 0) take the segment's blocks, then lanes 8-15 (part 1), each part's M x N
+// accumulators parked in memory while the other runs. At 3 x 3 that is 9 accumulators, 3 widened weights,
+// an x vector and the bf16 mask: no spill, where a 3 x 3 tile of both parts would need 18 accumulators.
+// 12 loads to 18 FMAs a block part (the 3 x 2 tile: 24 to 24, with accumulators spilled and copied by the
+// compiler). A segment's x and weights (3 rows x 8 blocks x 128 B, 3 features x 8 x 64 B at bf16) stay in L1
+// for the second part. Each lane still takes its blocks in order, lo then hi, and reduce gets lanes 0-7 and
+// 8-15 as before: same bits. (3 x 4 and 4 x 3 need all 16 registers; GCC spilled accumulators in both, and
+// weights widened to f32 once per chunk, with a clean 4 x 3 loop, read more than they saved: 0.63-0.86x.)
+constexpr std::int64_t kSeg = 8;
+constexpr std::int64_t kSegRows = 32;  // fewer rows (decode batches, weights from memory): the 3 x 2 tiles
+                                       // (batch 8 ran 0.85x with 3 x 3)
+
+template <DType Dt, int M, int N>
+void tile_seg(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
+  alignas(32) float park[2][M][N][8];  // written by the first segment (or the tail) before any read
+  const std::uint8_t* w[N];
+  for (int n = 0; n < N; ++n)
+    w[n] = g.w + static_cast<std::size_t>((n0 + n) / kPanel) * g.panel_bytes +
+           static_cast<std::size_t>((n0 + n) % kPanel) * g.feature_bytes;
+  const float* x = g.xa + t0 * g.kp;
+  const std::size_t step = g.block_step;
+  const std::int64_t kp = g.kp, full = g.full;
+  for (std::int64_t s = 0; s < full; s += kSeg * kBlock) {
+    const std::int64_t e = std::min(full, s + kSeg * kBlock);
+    for (int p = 0; p < 2; ++p) {
+      __m256 acc[M][N];
+      for (int m = 0; m < M; ++m)
+        for (int n = 0; n < N; ++n) acc[m][n] = s == 0 ? _mm256_setzero_ps() : _mm256_load_ps(park[p][m][n]);
+      const std::uint8_t* wb[N];
+      for (int n = 0; n < N; ++n) wb[n] = w[n];
+      for (std::int64_t b = s; b < e; b += kBlock) {
+        __m256 v[N];
+        for (int n = 0; n < N; ++n) v[n] = load_one<Dt, 0>(wb[n], p);
+        for (int m = 0; m < M; ++m) {
+          const __m256 xl = _mm256_loadu_ps(x + m * kp + b + 8 * p);
+          for (int n = 0; n < N; ++n) acc[m][n] = _mm256_fmadd_ps(xl, v[n], acc[m][n]);
+        }
+        for (int n = 0; n < N; ++n) v[n] = load_one<Dt, 1>(wb[n], p);
+        for (int m = 0; m < M; ++m) {
+          const __m256 xh = _mm256_loadu_ps(x + m * kp + b + 16 + 8 * p);
+          for (int n = 0; n < N; ++n) acc[m][n] = _mm256_fmadd_ps(xh, v[n], acc[m][n]);
+        }
+        for (int n = 0; n < N; ++n) wb[n] += step;
+      }
+      for (int m = 0; m < M; ++m)
+        for (int n = 0; n < N; ++n) _mm256_store_ps(park[p][m][n], acc[m][n]);
+    }
+    for (int n = 0; n < N; ++n) w[n] += step * static_cast<std::size_t>((e - s) / kBlock);
+  }
+  if (full < kp) {  // a plain row's partial last block
+    alignas(32) float tail[N][2][kLanes];
+    for (int n = 0; n < N; ++n) block_weights(w[n], g.dtype, g.in - full, tail[n][0], tail[n][1]);
+    for (int p = 0; p < 2; ++p)
+      for (int m = 0; m < M; ++m) {
+        const __m256 xl = _mm256_loadu_ps(x + m * kp + full + 8 * p);
+        const __m256 xh = _mm256_loadu_ps(x + m * kp + full + 16 + 8 * p);
+        for (int n = 0; n < N; ++n) {
+          const __m256 prev = full == 0 ? _mm256_setzero_ps() : _mm256_load_ps(park[p][m][n]);
+          const __m256 a = _mm256_fmadd_ps(xl, _mm256_load_ps(tail[n][0] + 8 * p), prev);
+          _mm256_store_ps(park[p][m][n], _mm256_fmadd_ps(xh, _mm256_load_ps(tail[n][1] + 8 * p), a));
+        }
+      }
+  }
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n)
+      g.y[(t0 + m) * g.ldy + n0 + n] = reduce(_mm256_load_ps(park[0][m][n]), _mm256_load_ps(park[1][m][n]));
+}
+
+// Features [f0, f1) of rows [t0, t1) in 3 x 3 segmented tiles (the last rows and features in smaller ones).
+template <DType Dt>
+void sweep_seg(const GemmArgs& g, std::int64_t t0, std::int64_t t1, std::int64_t f0, std::int64_t f1) {
+  auto row_tile = [&]<int M>(std::int64_t t) {
+    std::int64_t n = f0;
+    for (; n + 3 <= f1; n += 3) tile_seg<Dt, M, 3>(g, t, n);
+    if (f1 - n == 2) tile_seg<Dt, M, 2>(g, t, n);
+    else if (f1 - n == 1) tile_seg<Dt, M, 1>(g, t, n);
+  };
+  std::int64_t t = t0;
+  for (; t + 3 <= t1; t += 3) row_tile.template operator()<3>(t);
+  if (t1 - t == 2) row_tile.template operator()<2>(t);
+  else if (t1 - t == 1) row_tile.template operator()<1>(t);
+}
+
 // Features [f0, f1) of rows [t0, t1): row tiles of 3 (the last 1 or 2), feature pairs (the last alone).
 template <DType Dt>
 void sweep(const GemmArgs& g, std::int64_t t0, std::int64_t t1, std::int64_t f0, std::int64_t f1) {
@@ -236,14 +323,17 @@ void sweep(const GemmArgs& g, std::int64_t t0, std::int64_t t1, std::int64_t f0,
 // loop (every row for each feature pair) read all of x from L3 for each pair: prefill 512 ran at ~25% of
 // the FMA peak on the Zen 3 VM.
 template <DType Dt>
-void gemm_blocked(const GemmArgs& g, std::int64_t n0, std::int64_t n1) {
+void gemm_blocked(const GemmArgs& g, std::int64_t n0, std::int64_t n1, bool seg) {
   const std::int64_t row_bytes = g.kp * static_cast<std::int64_t>(sizeof(float));
   const std::int64_t rows_per_block = std::max<std::int64_t>(3, (256 << 10) / row_bytes / 3 * 3);
   const std::int64_t feature_bytes = g.kp * static_cast<std::int64_t>(dtype_size(Dt));
-  const std::int64_t chunk = std::max<std::int64_t>(2, (96 << 10) / feature_bytes / 2 * 2);
+  const std::int64_t chunk = std::max<std::int64_t>(6, (96 << 10) / feature_bytes / 6 * 6);  // 3 x 3 or 3 x 2
   for (std::int64_t r = 0; r < g.rows; r += rows_per_block) {
     const std::int64_t r1 = std::min(g.rows, r + rows_per_block);
-    for (std::int64_t f = n0; f < n1; f += chunk) sweep<Dt>(g, r, r1, f, std::min(n1, f + chunk));
+    for (std::int64_t f = n0; f < n1; f += chunk) {
+      if (seg) sweep_seg<Dt>(g, r, r1, f, std::min(n1, f + chunk));
+      else sweep<Dt>(g, r, r1, f, std::min(n1, f + chunk));
+    }
   }
 }
 
@@ -256,7 +346,7 @@ void rows_of(const GemmArgs& g, std::int64_t n0) {
 
 }  // namespace
 
-void set_avx2_gemm_blocked(bool on) { g_gemm_blocked.store(on ? 1 : 0, std::memory_order_relaxed); }
+void set_avx2_gemm(int mode) { g_gemm_mode.store(std::clamp(mode, 0, 2), std::memory_order_relaxed); }
 
 void set_avx2_gemv(int ahead_blocks) { g_gemv_ahead.store(std::max(-1, ahead_blocks), std::memory_order_relaxed); }
 
@@ -273,11 +363,12 @@ void gemm_avx2(const GemmArgs& g, std::int64_t n0, std::int64_t n1) {
       }
     }
   }
-  if (g.rows > 1 && gemm_blocking()) {
+  if (const int mode = gemm_mode(); g.rows > 1 && mode > 0) {
+    const bool seg = mode == 2 && g.rows >= kSegRows;
     switch (g.dtype) {
-      case DType::bf16: return gemm_blocked<DType::bf16>(g, n0, n1);
-      case DType::f16: return gemm_blocked<DType::f16>(g, n0, n1);
-      case DType::f32: return gemm_blocked<DType::f32>(g, n0, n1);
+      case DType::bf16: return gemm_blocked<DType::bf16>(g, n0, n1, seg);
+      case DType::f16: return gemm_blocked<DType::f16>(g, n0, n1, seg);
+      case DType::f32: return gemm_blocked<DType::f32>(g, n0, n1, seg);
     }
   }
   std::int64_t n = n0;

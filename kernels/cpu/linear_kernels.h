@@ -78,9 +78,10 @@ void packed_gemv(std::uint32_t& streams, std::uint32_t& l1_blocks, std::uint32_t
 // Never changes a bit.
 void set_avx2_gemv(int ahead_blocks);
 int avx2_gemv();
-// The AVX2 kernel's rows > 1: 3 x 2 tiles in row blocks and feature chunks (default), or off: the 2 x 2 tile
-// as before the ninth stop (KVFLEET_CPU_GEMM_AVX2=tile). For benchmarks. Never changes a bit.
-void set_avx2_gemm_blocked(bool on);
+// The AVX2 kernel's rows > 1 (KVFLEET_CPU_GEMM_AVX2): 0 the 2 x 2 tile as before the ninth stop (`tile`),
+// 1 the ninth stop's 3 x 2 tiles in row blocks and feature chunks at every row count (`3x2`), 2 (default)
+// the same with segmented 3 x 3 tiles from 32 rows on (linear_avx2.cpp). For benchmarks. Never changes a bit.
+void set_avx2_gemm(int mode);
 
 // Fills the layout fields of g for a weight of `dtype` with `in` columns, plain or packed.
 void set_layout(GemmArgs& g, DType dtype, bool packed);

@@ -102,7 +102,10 @@ TEST_CASE("linear: every ISA path is bit-identical to the scalar kernel and clos
                     // (both reduce four accumulators at once in the AVX-512 kernel).
                     Shape{1, 768, 200}, Shape{12, 2048, 24},
                     // More x than one row block of the AVX-512 GEMM (~1 MiB): tiles in two groups.
-                    Shape{200, 2048, 20}}) {
+                    Shape{200, 2048, 20},
+                    // The AVX2 segmented tiles (32 rows on): a partial segment (9 blocks), a plain row's
+                    // tail, 3 x 3 tiles with 1 feature and 1 row left over.
+                    Shape{40, 300, 13}}) {
       const Weights w = random_weights(s.out * s.in, dt, rng), b = random_weights(s.out, dt, rng);
       const auto x = random_x(s.rows * s.in, rng);
       cpu::set_cpu_isa(cpu::Isa::scalar);
@@ -125,8 +128,13 @@ TEST_CASE("linear: every ISA path is bit-identical to the scalar kernel and clos
         CAPTURE(s.in);
         CAPTURE(s.out);
         cpu::set_cpu_isa(isa);
-        CHECK(run(pool, x, s.rows, s.in, w, s.out, &b) == ref);
-        CHECK(run_packed(pool, x, s.rows, s.in, w, s.out, &b) == ref);
+        // AVX2's rows > 1: the 2 x 2 tile, the 3 x 2 tiles, and the default (3 x 3 segmented from 32 rows).
+        for (int mode : isa == cpu::Isa::avx2 ? std::vector<int>{0, 1, 2} : std::vector<int>{2}) {
+          CAPTURE(mode);
+          cpu::detail::set_avx2_gemm(mode);
+          CHECK(run(pool, x, s.rows, s.in, w, s.out, &b) == ref);
+          CHECK(run_packed(pool, x, s.rows, s.in, w, s.out, &b) == ref);
+        }
       }
     }
   }
