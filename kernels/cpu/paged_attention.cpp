@@ -19,6 +19,8 @@
 // slot in slot order; out = acc * (1 / l). (GCC fuses a * b + c by default in C++, -ffp-contract=fast:
 // the AVX-512 kernel writes the same FMAs explicitly; tests/model/test_attention.cpp compares the paths bit
 // for bit.)
+#include <immintrin.h>
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -127,9 +129,17 @@ const float* block_rows(const KvLayer& c, std::int64_t offset, std::int64_t n, s
 // Scores of one query against slots [0, n) of a block (kt: its keys transposed, transpose_keys); updates m
 // and l and leaves the block's weights in p (room for the block rounded up to 16) and the rescale of the
 // old accumulator in alpha.
+inline void softmax_step(QueryState& s, std::int64_t n, float scale, float* p, float& alpha);
+
 inline void score_block(QueryState& s, const float* kt, std::int64_t n, std::int64_t d, float scale, float* p,
                         float& alpha) {
   for (std::int64_t g = 0; g * kKeys < n; ++g) scores16(s.q, kt + g * d * kKeys, d, p + g * kKeys);
+  softmax_step(s, n, scale, p, alpha);
+}
+
+// The rest of score_block once p holds the block's unscaled scores (slots [0, n)): scale, the block's max,
+// the new running max, alpha, the weights exp(x - m_new) in p, their sum in slot order, l and m.
+inline void softmax_step(QueryState& s, std::int64_t n, float scale, float* p, float& alpha) {
   float mb = -INFINITY;
   for (std::int64_t j = 0; j < n; ++j) mb = std::max(mb, p[j] = p[j] * scale);
   const float m_new = std::max(s.m, mb);
@@ -198,6 +208,138 @@ void attend_block(QueryState* qs, std::int64_t nq, std::int64_t start, std::int6
   }
 }
 
+// The AVX2 kernel (cpu_isa() avx2): attend_block's arithmetic with the register blocking of
+// attention_avx512.cpp, for AVX2's 16 registers. Every instruction is the one GCC emits for the steps above
+// (their multiply-adds fused), so the bits are theirs; the scalar path (cpu_isa() scalar) keeps the steps
+// query by query and tests/model/test_attention.cpp compares the two bit for bit.
+// - Scores of up to kPack2 queries at once, one partial sum u (dims i = u mod 4) at a time: 2 accumulators
+//   (16 keys) per query, 12 of the 16 registers, each transposed K row loaded once for all of them (the
+//   steps: a K row and a broadcast of q for every 2 FMAs of every query).
+// - V: 3 queries x 32 columns (12 accumulators) share each V row load (the steps: 8 loads for 8 FMAs).
+// - The softmax step stays per query (softmax_step).
+constexpr int kPack2 = 6;
+
+template <int P>
+inline void scores_pack(const QueryState* const* qs, const float* kt, std::int64_t d, float* const* out) {
+  __m256 part[4][P][2];
+  for (int u = 0; u < 4; ++u) {
+    __m256 s[P][2];
+    for (int p = 0; p < P; ++p) s[p][0] = s[p][1] = _mm256_setzero_ps();
+    for (std::int64_t i = u; i < d; i += 4) {
+      const __m256 lo = _mm256_loadu_ps(kt + i * kKeys), hi = _mm256_loadu_ps(kt + i * kKeys + 8);
+      for (int p = 0; p < P; ++p) {
+        const __m256 b = _mm256_broadcast_ss(qs[p]->q + i);
+        s[p][0] = _mm256_fmadd_ps(b, lo, s[p][0]);
+        s[p][1] = _mm256_fmadd_ps(b, hi, s[p][1]);
+      }
+    }
+    for (int p = 0; p < P; ++p) part[u][p][0] = s[p][0], part[u][p][1] = s[p][1];
+  }
+  for (int p = 0; p < P; ++p)
+    for (int h = 0; h < 2; ++h)
+      _mm256_storeu_ps(out[p] + 8 * h, _mm256_add_ps(_mm256_add_ps(part[0][p][h], part[1][p][h]),
+                                                     _mm256_add_ps(part[2][p][h], part[3][p][h])));
+}
+
+// acc[c0, c0 + 8 C) of P queries: acc * alpha, then one FMA per slot in slot order (accumulate_lanes'
+// arithmetic); the slots all P reach share each V row load, the rest (a causal block's diagonal) go query
+// by query.
+template <int P, int C>
+inline void accumulate_pack(QueryState* const* qs, float* const* w, const float* alpha, const std::int64_t* n,
+                            const float* v, std::int64_t d, std::int64_t c0) {
+  __m256 a[P][C];
+  std::int64_t n_min = n[0];
+  for (int p = 0; p < P; ++p) {
+    n_min = std::min(n_min, n[p]);
+    const __m256 al = _mm256_set1_ps(alpha[p]);
+    for (int c = 0; c < C; ++c) a[p][c] = _mm256_mul_ps(_mm256_loadu_ps(qs[p]->acc + c0 + 8 * c), al);
+  }
+  for (std::int64_t j = 0; j < n_min; ++j) {
+    __m256 x[C];
+    for (int c = 0; c < C; ++c) x[c] = _mm256_loadu_ps(v + j * d + c0 + 8 * c);
+    for (int p = 0; p < P; ++p) {
+      const __m256 b = _mm256_broadcast_ss(w[p] + j);
+      for (int c = 0; c < C; ++c) a[p][c] = _mm256_fmadd_ps(b, x[c], a[p][c]);
+    }
+  }
+  for (int p = 0; p < P; ++p) {
+    for (std::int64_t j = n_min; j < n[p]; ++j) {
+      const __m256 b = _mm256_broadcast_ss(w[p] + j);
+      for (int c = 0; c < C; ++c) a[p][c] = _mm256_fmadd_ps(b, _mm256_loadu_ps(v + j * d + c0 + 8 * c), a[p][c]);
+    }
+    for (int c = 0; c < C; ++c) _mm256_storeu_ps(qs[p]->acc + c0 + 8 * c, a[p][c]);
+  }
+}
+
+template <int P>
+void accumulate_packs(QueryState* const* qs, float* const* w, const float* alpha, const std::int64_t* n,
+                      const float* v, std::int64_t d) {
+  std::int64_t c0 = 0;
+  for (; c0 + 32 <= d; c0 += 32) accumulate_pack<P, 4>(qs, w, alpha, n, v, d, c0);
+  for (; c0 + 8 <= d; c0 += 8) accumulate_pack<P, 1>(qs, w, alpha, n, v, d, c0);
+  for (int p = 0; p < P && c0 < d; ++p)  // the last d mod 8 elements, as accumulate_block's
+    for (std::int64_t i = c0; i < d; ++i) {
+      float a = qs[p]->acc[i] * alpha[p];
+      for (std::int64_t j = 0; j < n[p]; ++j) a = std::fma(w[p][j], v[j * d + i], a);
+      qs[p]->acc[i] = a;
+    }
+}
+
+// P queries (each reaching slots [0, n_p) of the block) through one block; w: P x wstride floats.
+template <int P>
+void attend_pack(QueryState* const* qs, const std::int64_t* n, const float* kt, const float* v, std::int64_t d,
+                 float scale, float* w, std::int64_t wstride) {
+  float* wp[P];
+  float alpha[P];
+  std::int64_t n_max = 0;
+  for (int p = 0; p < P; ++p) {
+    wp[p] = w + p * wstride;
+    n_max = std::max(n_max, n[p]);
+  }
+  for (std::int64_t g = 0; g * kKeys < n_max; ++g) {
+    float* out[P];
+    for (int p = 0; p < P; ++p) out[p] = wp[p] + g * kKeys;
+    scores_pack<P>(qs, kt + g * d * kKeys, d, out);
+  }
+  for (int p = 0; p < P; ++p) softmax_step(*qs[p], n[p], scale, wp[p], alpha[p]);
+  // V in packs of 3 (12 accumulators at 32 columns).
+  int p = 0;
+  for (; p + 3 <= P; p += 3) accumulate_packs<3>(qs + p, wp + p, alpha + p, n + p, v, d);
+  if (P - p == 2) accumulate_packs<2>(qs + p, wp + p, alpha + p, n + p, v, d);
+  else if (P - p == 1) accumulate_packs<1>(qs + p, wp + p, alpha + p, n + p, v, d);
+}
+
+void attend_pack(int count, QueryState* const* qs, const std::int64_t* n, const float* kt, const float* v,
+                 std::int64_t d, float scale, float* w, std::int64_t wstride) {
+  switch (count) {
+    case 1: return attend_pack<1>(qs, n, kt, v, d, scale, w, wstride);
+    case 2: return attend_pack<2>(qs, n, kt, v, d, scale, w, wstride);
+    case 3: return attend_pack<3>(qs, n, kt, v, d, scale, w, wstride);
+    case 4: return attend_pack<4>(qs, n, kt, v, d, scale, w, wstride);
+    case 5: return attend_pack<5>(qs, n, kt, v, d, scale, w, wstride);
+    default: return attend_pack<6>(qs, n, kt, v, d, scale, w, wstride);
+  }
+}
+
+// attend_block on the AVX2 kernel: the queries that reach the block in packs of kPack2.
+void attend_block_avx2(QueryState* qs, std::int64_t nq, std::int64_t start, std::int64_t bs, const float* kt,
+                       const float* v, std::int64_t d, float scale, float* w) {
+  const std::int64_t wstride = (bs + kKeys - 1) / kKeys * kKeys;
+  QueryState* pack[kPack2];
+  std::int64_t n[kPack2];
+  int count = 0;
+  for (std::int64_t i = 0; i < nq; ++i) {
+    if (qs[i].position < start) continue;
+    pack[count] = &qs[i];
+    n[count] = std::min(bs, qs[i].position - start + 1);
+    if (++count == kPack2) {
+      attend_pack(count, pack, n, kt, v, d, scale, w, wstride);
+      count = 0;
+    }
+  }
+  if (count > 0) attend_pack(count, pack, n, kt, v, d, scale, w, wstride);
+}
+
 // How many blocks ahead of the one being read attend_tile prefetches (set_attention_prefetch_blocks: benchmarks
 // compare in one process; KVFLEET_CPU_ATTN_PREFETCH=N, read once). A block's K and V of one kv head are two
 // runs of block_size x head_dim elements (4 KiB each in fp32 at 16 x 64) 12 KiB apart in the next block 32
@@ -249,11 +391,15 @@ const float* transposed_rows(const KvLayer& c, std::int32_t block, std::int64_t 
   }
 }
 
-// Rows [r0, r0 + nr) of one sequence (consecutive positions), kv head h, all the heads of its group; wide:
-// the AVX-512 steps (the same bits).
+// Which block steps attend_tile runs (all with the same bits): attend_block query by query (cpu_isa()
+// scalar), attend_block_avx2 (avx2) or attention_avx512.cpp's (avx512, avx512bf16).
+enum class Steps { plain, avx2, avx512 };
+
+// Rows [r0, r0 + nr) of one sequence (consecutive positions), kv head h, all the heads of its group.
 template <class T>
 void attend_tile(const float* q, std::int64_t r0, std::int64_t nr, std::int64_t num_heads, std::int64_t h,
-                 const AttnRow* rows, const KvLayer& c, float scale, float* out, Scratch& s, bool wide) {
+                 const AttnRow* rows, const KvLayer& c, float scale, float* out, Scratch& s, Steps steps) {
+  const bool wide = steps == Steps::avx512;
   const std::int64_t d = c.head_dim, bs = c.block_size, group = num_heads / c.num_kv_heads;
   const std::int64_t nq = nr * group, bsp = (bs + kKeys - 1) / kKeys * kKeys;
   s.qs.resize(static_cast<std::size_t>(nq));
@@ -289,6 +435,7 @@ void attend_tile(const float* q, std::int64_t r0, std::int64_t nr, std::int64_t 
       else transpose_keys(k, n_block, d, s.kt.data());
     }
     if (wide) detail::attend_block_avx512(s.qs.data(), nq, start, bs, kt, v, d, scale, s.p.data());
+    else if (steps == Steps::avx2) attend_block_avx2(s.qs.data(), nq, start, bs, kt, v, d, scale, s.p.data());
     else attend_block(s.qs.data(), nq, start, bs, kt, v, d, scale, s.p.data(), s.alpha.data());
   }
   for (std::int64_t i = 0; i < nq; ++i) {
@@ -357,7 +504,9 @@ void paged_attention(ThreadPool& pool, const float* q, std::int64_t rows, std::i
   make_tiles(row_info, rows, tiles);
   const std::int64_t kvh = cache.num_kv_heads, items = static_cast<std::int64_t>(tiles.size()) * kvh;
   const Isa isa = cpu_isa();
-  const bool wide = isa == Isa::avx512 || isa == Isa::avx512bf16;
+  const Steps steps = isa == Isa::avx512 || isa == Isa::avx512bf16 ? Steps::avx512
+                      : isa == Isa::avx2                        ? Steps::avx2
+                                                                : Steps::plain;
   with_kv_type(cache.dtype, [&](auto elem) {
     using T = decltype(elem);
     if (cache.kt) refresh_transposed<T>(cache, row_info, tiles);
@@ -372,7 +521,7 @@ void paged_attention(ThreadPool& pool, const float* q, std::int64_t rows, std::i
                             std::min<std::int64_t>(cache.block_size, r.position + 1));
         }
         const Tile& t = tiles[static_cast<std::size_t>(i / kvh)];
-        attend_tile<T>(q, t.begin, t.rows, num_heads, i % kvh, row_info, cache, scale, out, scratch, wide);
+        attend_tile<T>(q, t.begin, t.rows, num_heads, i % kvh, row_info, cache, scale, out, scratch, steps);
       }
     });
   });

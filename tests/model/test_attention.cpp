@@ -1,7 +1,7 @@
 // The CPU paged attention (flash-style tiles, online softmax, GQA) against the two-pass double reference,
 // for every KV dtype, and its invariance: a row gives the same bits alone, in a tile, chunked or batched,
-// and on any number of threads, on every instruction-set path; the AVX-512 kernel gives the AVX2 kernel's
-// bits; reading K's transposed copy (KvLayer::kt) gives the bits of transposing K, also after K was written
+// and on any number of threads, on every instruction-set path; the AVX2 and AVX-512 kernels give the plain
+// steps' bits; reading K's transposed copy (KvLayer::kt) gives the bits of transposing K, also after K was written
 // behind the copy.
 #include <doctest/doctest.h>
 
@@ -93,8 +93,8 @@ struct Fixture {
   }
 };
 
-// The instruction-set paths this CPU has (attention's: avx512 / avx512bf16 run the AVX-512 kernel, avx2
-// and scalar the AVX2 one), restoring the process's choice afterwards.
+// The instruction-set paths this CPU has (attention's: avx512 / avx512bf16 run the AVX-512 kernel, avx2 the
+// AVX2 one, scalar the plain steps query by query), restoring the process's choice afterwards.
 struct IsaGuard {
   cpu::Isa saved = cpu::cpu_isa();
   ~IsaGuard() { cpu::set_cpu_isa(saved); }
@@ -160,15 +160,15 @@ TEST_CASE("a row's attention is bit-identical alone, tiled, chunked, batched and
   }
 }
 
-TEST_CASE("the AVX-512 attention kernel gives the AVX2 kernel's bits for every shape, GQA group and KV dtype") {
-  if (!cpu::cpu_supports(cpu::Isa::avx512)) {
-    MESSAGE("this CPU has no AVX-512: the AVX-512 attention kernel is not tested here");
-    return;
-  }
+TEST_CASE("the AVX2 and AVX-512 attention kernels give the plain steps' bits for every shape, GQA group and KV dtype") {
   IsaGuard guard;
+  std::vector<cpu::Isa> kernels;  // cpu_isa() scalar runs the plain steps query by query, the reference here
+  for (cpu::Isa isa : {cpu::Isa::avx2, cpu::Isa::avx512})
+    if (cpu::cpu_supports(isa)) kernels.push_back(isa);
+  if (!cpu::cpu_supports(cpu::Isa::avx512)) MESSAGE("this CPU has no AVX-512: the AVX-512 attention kernel is not tested here");
   // {heads, kv_heads, head_dim, block_size}: GQA groups 1, 3, 4, 8; head_dim 64, 128 and ones that are not
-  // multiples of 16 (40, 36: also not of 8, so the AVX2 kernel's scalar tail runs) or of 4 (22); blocks
-  // smaller than, equal to and larger than a group of 16 keys.
+  // multiples of 16 (40, 36: also not of 8, so the scalar tails run) or of 4 (22); blocks smaller than, equal
+  // to and larger than a group of 16 keys; packs of 6 queries with 1-5 left over.
   const std::array<std::int64_t, 4> shapes[] = {{12, 4, 64, 16}, {6, 2, 40, 5}, {8, 8, 64, 16}, {8, 1, 128, 16},
                                                 {16, 4, 128, 7}, {4, 4, 36, 32}, {6, 2, 22, 16}, {24, 3, 64, 20}};
   for (DType dtype : {DType::f32, DType::bf16, DType::f16})
@@ -182,20 +182,21 @@ TEST_CASE("the AVX-512 attention kernel gives the AVX2 kernel's bits for every s
       const Fixture f({heads, kv_heads, dim, block, 60, dtype}, true);
       ThreadPool pool(2);
       const auto n = static_cast<std::int64_t>(f.rows.size());
-      cpu::set_cpu_isa(cpu::Isa::avx2);
-      const std::vector<float> avx2 = f.run(pool, 0, n);
       cpu::set_cpu_isa(cpu::Isa::scalar);
-      CHECK(f.run(pool, 0, n) == avx2);
-      cpu::set_cpu_isa(cpu::Isa::avx512);
-      const std::vector<float> avx512 = f.run(pool, 0, n);
-      CHECK(std::memcmp(avx512.data(), avx2.data(), avx2.size() * sizeof(float)) == 0);
-      for (std::int64_t r = 0; r < n; r += 5) {  // rows alone (decode-like tiles of one) and short chunks
-        const std::vector<float> alone = f.run(pool, r, std::min<std::int64_t>(3, n - r));
-        CHECK(std::equal(alone.begin(), alone.end(), avx2.begin() + static_cast<std::ptrdiff_t>(r * f.row_floats())));
-      }
-      std::vector<float> ref(avx512.size());
+      const std::vector<float> plain = f.run(pool, 0, n);
+      std::vector<float> ref(plain.size());
       cpu::attention_reference(f.q.data(), n, heads, f.rows.data(), f.cache, f.scale(), ref.data());
-      CHECK(max_abs_diff(avx512, ref) < 2e-5);
+      CHECK(max_abs_diff(plain, ref) < 2e-5);
+      for (cpu::Isa isa : kernels) {
+        CAPTURE(cpu::isa_name(isa));
+        cpu::set_cpu_isa(isa);
+        const std::vector<float> ours = f.run(pool, 0, n);
+        CHECK(std::memcmp(ours.data(), plain.data(), plain.size() * sizeof(float)) == 0);
+        for (std::int64_t r = 0; r < n; r += 5) {  // rows alone (decode-like tiles of one) and short chunks
+          const std::vector<float> alone = f.run(pool, r, std::min<std::int64_t>(3, n - r));
+          CHECK(std::equal(alone.begin(), alone.end(), plain.begin() + static_cast<std::ptrdiff_t>(r * f.row_floats())));
+        }
+      }
     }
 }
 
