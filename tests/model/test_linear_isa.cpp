@@ -103,9 +103,9 @@ TEST_CASE("linear: every ISA path is bit-identical to the scalar kernel and clos
                     Shape{1, 768, 200}, Shape{12, 2048, 24},
                     // More x than one row block of the AVX-512 GEMM (~1 MiB): tiles in two groups.
                     Shape{200, 2048, 20},
-                    // The AVX2 segmented tiles (32 rows on): a partial segment (9 blocks), a plain row's
-                    // tail, 3 x 3 tiles with 1 feature and 1 row left over.
-                    Shape{40, 300, 13}}) {
+                    // The AVX2 segmented tiles (32 rows on): a segment of 32 blocks and a partial one (2),
+                    // a plain row's tail, 3 x 3 tiles with 1 feature and 1 row left over.
+                    Shape{40, 1100, 13}}) {
       const Weights w = random_weights(s.out * s.in, dt, rng), b = random_weights(s.out, dt, rng);
       const auto x = random_x(s.rows * s.in, rng);
       cpu::set_cpu_isa(cpu::Isa::scalar);
