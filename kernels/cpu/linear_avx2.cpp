@@ -288,12 +288,33 @@ void tile_seg(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
       g.y[(t0 + m) * g.ldy + n0 + n] = reduce(_mm256_load_ps(park[0][m][n]), _mm256_load_ps(park[1][m][n]));
 }
 
-// Features [f0, f1) of rows [t0, t1) in 3 x 3 segmented tiles (the last rows and features in smaller ones).
+// Lines [from, to) of the weights into L2, `count` at most, from `from` on; returns where it stopped.
+inline const char* prefetch_l2(const char* from, const char* to, std::int64_t count) {
+  for (; from < to && count > 0; from += 64, --count) _mm_prefetch(from, _MM_HINT_T1);
+  return from;
+}
+
+// Lines to prefetch after each of `tiles` feature tiles of every row tile but the first (of 3 rows, in
+// [t0, t1)) so that [next, next_end) is all requested by the end of the chunk.
+inline std::int64_t prefetch_slice(std::int64_t t0, std::int64_t t1, std::int64_t tiles, const char* next,
+                                   const char* next_end) {
+  const std::int64_t later = (t1 - t0 + 2) / 3 - 1, lines = (next_end - next) / 64;
+  return later > 0 && tiles > 0 ? (lines + later * tiles - 1) / (later * tiles) : 0;
+}
+
+// Features [f0, f1) of rows [t0, t1) in 3 x 3 segmented tiles (the last rows and features in smaller ones);
+// the next chunk prefetched as in sweep below.
 template <DType Dt>
-void sweep_seg(const GemmArgs& g, std::int64_t t0, std::int64_t t1, std::int64_t f0, std::int64_t f1) {
+void sweep_seg(const GemmArgs& g, std::int64_t t0, std::int64_t t1, std::int64_t f0, std::int64_t f1, const char* next,
+               const char* next_end) {
+  const std::int64_t slice = prefetch_slice(t0, t1, (f1 - f0 + 2) / 3, next, next_end);
   auto row_tile = [&]<int M>(std::int64_t t) {
+    const std::int64_t lines = t == t0 ? 0 : slice;
     std::int64_t n = f0;
-    for (; n + 3 <= f1; n += 3) tile_seg<Dt, M, 3>(g, t, n);
+    for (; n + 3 <= f1; n += 3) {
+      tile_seg<Dt, M, 3>(g, t, n);
+      next = prefetch_l2(next, next_end, lines);
+    }
     if (f1 - n == 2) tile_seg<Dt, M, 2>(g, t, n);
     else if (f1 - n == 1) tile_seg<Dt, M, 1>(g, t, n);
   };
@@ -304,11 +325,20 @@ void sweep_seg(const GemmArgs& g, std::int64_t t0, std::int64_t t1, std::int64_t
 }
 
 // Features [f0, f1) of rows [t0, t1): row tiles of 3 (the last 1 or 2), feature pairs (the last alone).
+// [next, next_end): the weights of the chunk after this one, prefetched into L2 a slice after every tile
+// of every row tile but the first (which waits on this chunk's own lines from memory): the later row tiles
+// run from L2 while memory streams the next chunk (tenth stop).
 template <DType Dt>
-void sweep(const GemmArgs& g, std::int64_t t0, std::int64_t t1, std::int64_t f0, std::int64_t f1) {
+void sweep(const GemmArgs& g, std::int64_t t0, std::int64_t t1, std::int64_t f0, std::int64_t f1, const char* next,
+           const char* next_end) {
+  const std::int64_t slice = prefetch_slice(t0, t1, (f1 - f0) / 2, next, next_end);
   auto row_tile = [&]<int M>(std::int64_t t) {
+    const std::int64_t lines = t == t0 ? 0 : slice;
     std::int64_t n = f0;
-    for (; n + 2 <= f1; n += 2) tile_t<Dt, M, 2>(g, t, n);
+    for (; n + 2 <= f1; n += 2) {
+      tile_t<Dt, M, 2>(g, t, n);
+      next = prefetch_l2(next, next_end, lines);
+    }
     if (n < f1) tile_t<Dt, M, 1>(g, t, n);
   };
   std::int64_t t = t0;
@@ -331,8 +361,12 @@ void gemm_blocked(const GemmArgs& g, std::int64_t n0, std::int64_t n1, bool seg)
   for (std::int64_t r = 0; r < g.rows; r += rows_per_block) {
     const std::int64_t r1 = std::min(g.rows, r + rows_per_block);
     for (std::int64_t f = n0; f < n1; f += chunk) {
-      if (seg) sweep_seg<Dt>(g, r, r1, f, std::min(n1, f + chunk));
-      else sweep<Dt>(g, r, r1, f, std::min(n1, f + chunk));
+      const std::int64_t f1 = std::min(n1, f + chunk), f2 = std::min(n1, f1 + chunk);
+      // The next chunk's bytes: from its first feature's panel (or row) to the end of its last one's.
+      const auto* a = reinterpret_cast<const char*>(g.w + static_cast<std::size_t>(f1 / kPanel) * g.panel_bytes);
+      const auto* b = f2 > f1 ? reinterpret_cast<const char*>(g.w + static_cast<std::size_t>((f2 + kPanel - 1) / kPanel) * g.panel_bytes) : a;
+      if (seg) sweep_seg<Dt>(g, r, r1, f, f1, a, b);
+      else sweep<Dt>(g, r, r1, f, f1, a, b);
     }
   }
 }
