@@ -229,8 +229,8 @@ void tile_t(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
 // 8-15 as before: same bits. (3 x 4 and 4 x 3 need all 16 registers; GCC spilled accumulators in both, and
 // weights widened to f32 once per chunk, with a clean 4 x 3 loop, read more than they saved: 0.63-0.86x.)
 constexpr std::int64_t kSeg = 32;  // 8 and 16 blocks: 0.94x and 0.98x (prefill shapes, one thread)
-constexpr std::int64_t kSegRows = 32;  // fewer rows (decode batches, weights from memory): the 3 x 2 tiles
-                                       // (batch 8 ran 0.85x with 3 x 3)
+constexpr std::int64_t kSegRows = 16;  // with the next chunk prefetched (sweep): batch 16 1.08x, batch 8 the
+                                       // same (0.85x before that prefetch), fewer rows not measured: 3 x 2
 
 template <DType Dt, int M, int N>
 void tile_seg(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {

@@ -80,7 +80,7 @@ void set_avx2_gemv(int ahead_blocks);
 int avx2_gemv();
 // The AVX2 kernel's rows > 1 (KVFLEET_CPU_GEMM_AVX2): 0 the 2 x 2 tile as before the ninth stop (`tile`),
 // 1 the ninth stop's 3 x 2 tiles in row blocks and feature chunks at every row count (`3x2`), 2 (default)
-// the same with segmented 3 x 3 tiles from 32 rows on (linear_avx2.cpp). For benchmarks. Never changes a bit.
+// the same with segmented 3 x 3 tiles from 16 rows on (linear_avx2.cpp). For benchmarks. Never changes a bit.
 void set_avx2_gemm(int mode);
 
 // Fills the layout fields of g for a weight of `dtype` with `in` columns, plain or packed.

@@ -103,7 +103,7 @@ TEST_CASE("linear: every ISA path is bit-identical to the scalar kernel and clos
                     Shape{1, 768, 200}, Shape{12, 2048, 24},
                     // More x than one row block of the AVX-512 GEMM (~1 MiB): tiles in two groups.
                     Shape{200, 2048, 20},
-                    // The AVX2 segmented tiles (32 rows on): a segment of 32 blocks and a partial one (2),
+                    // The AVX2 segmented tiles (16 rows on): a segment of 32 blocks and a partial one (2),
                     // a plain row's tail, 3 x 3 tiles with 1 feature and 1 row left over.
                     Shape{40, 1100, 13}}) {
       const Weights w = random_weights(s.out * s.in, dt, rng), b = random_weights(s.out, dt, rng);
@@ -128,7 +128,7 @@ TEST_CASE("linear: every ISA path is bit-identical to the scalar kernel and clos
         CAPTURE(s.in);
         CAPTURE(s.out);
         cpu::set_cpu_isa(isa);
-        // AVX2's rows > 1: the 2 x 2 tile, the 3 x 2 tiles, and the default (3 x 3 segmented from 32 rows).
+        // AVX2's rows > 1: the 2 x 2 tile, the 3 x 2 tiles, and the default (3 x 3 segmented from 16 rows).
         for (int mode : isa == cpu::Isa::avx2 ? std::vector<int>{0, 1, 2} : std::vector<int>{2}) {
           CAPTURE(mode);
           cpu::detail::set_avx2_gemm(mode);
