@@ -103,8 +103,8 @@ int gemv_ahead() {  // KVFLEET_CPU_GEMV_AVX2: tile | a prefetch distance in bloc
 
 // KVFLEET_CPU_GEMM_AVX2 (read once; or set_avx2_gemm): how rows > 1 run, for A/B runs, all with the same
 // bits: `tile` (0) the 2 x 2 tile as before the ninth stop, `3x2` (1) the ninth stop's 3 x 2 tiles in row
-// blocks and feature chunks at every row count; unset (2) the same blocks with 3 x 3 segmented tiles from
-// kSegRows rows on (tenth stop).
+// blocks and feature chunks at every row count (with the tenth stop's prefetch of the next chunk); unset (2)
+// the same blocks with 3 x 3 segmented tiles from kSegRows rows on (tenth stop).
 std::atomic<int> g_gemm_mode{kUnset};
 
 int gemm_mode() {
@@ -362,9 +362,13 @@ void gemm_blocked(const GemmArgs& g, std::int64_t n0, std::int64_t n1, bool seg)
     const std::int64_t r1 = std::min(g.rows, r + rows_per_block);
     for (std::int64_t f = n0; f < n1; f += chunk) {
       const std::int64_t f1 = std::min(n1, f + chunk), f2 = std::min(n1, f1 + chunk);
-      // The next chunk's bytes: from its first feature's panel (or row) to the end of its last one's.
-      const auto* a = reinterpret_cast<const char*>(g.w + static_cast<std::size_t>(f1 / kPanel) * g.panel_bytes);
-      const auto* b = f2 > f1 ? reinterpret_cast<const char*>(g.w + static_cast<std::size_t>((f2 + kPanel - 1) / kPanel) * g.panel_bytes) : a;
+      // The next chunk's bytes: from its first feature's panel (plain: row) to the end of its last one's.
+      auto end_of = [&](std::int64_t f) {  // of features [0, f)
+        return reinterpret_cast<const char*>(g.w) + (g.packed ? static_cast<std::size_t>((f + kPanel - 1) / kPanel) * g.panel_bytes
+                                                              : static_cast<std::size_t>(f) * g.feature_bytes);
+      };
+      const char* a = reinterpret_cast<const char*>(g.w) + static_cast<std::size_t>(f1 / kPanel) * g.panel_bytes;
+      const char* b = f2 > f1 ? end_of(f2) : a;
       if (seg) sweep_seg<Dt>(g, r, r1, f, f1, a, b);
       else sweep<Dt>(g, r, r1, f, f1, a, b);
     }
