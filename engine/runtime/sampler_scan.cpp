@@ -14,7 +14,7 @@
 #include "kernels/cpu/cpu_isa.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define KVFLEET_SAMPLER_AVX512 1
+#define KVFLEET_SAMPLER_X86 1
 // GCC 12 warns about the deliberately undefined source register inside its own AVX-512 intrinsics
 // (kernels/cpu/linear_avx512.cpp has the same): a false positive that -Werror would make fatal.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -23,8 +23,9 @@
 #endif
 #include <immintrin.h>
 #define KVFLEET_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#define KVFLEET_TARGET_AVX2 __attribute__((target("avx2")))
 #else
-#define KVFLEET_SAMPLER_AVX512 0
+#define KVFLEET_SAMPLER_X86 0
 #endif
 
 namespace kvfleet::sampler_detail {
@@ -77,7 +78,7 @@ std::size_t first_equal_generic(std::span<const float> logits, float v) {
   return i;
 }
 
-#if KVFLEET_SAMPLER_AVX512
+#if KVFLEET_SAMPLER_X86
 KVFLEET_TARGET_AVX512 Range row_range_avx512(std::span<const float> logits) {
   const __m512i pos_inf = _mm512_set1_epi32(kPosInfKey), neg_inf = _mm512_set1_epi32(kNegInfKey);
   const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
@@ -159,20 +160,55 @@ KVFLEET_TARGET_AVX512 std::size_t first_equal_avx512(std::span<const float> logi
   }
   return n;
 }
+
+// The AVX2 passes where the generic loops do not vectorise (an early exit, a push_back per hit): 16 buckets
+// (8 logits) a compare, a movemask, and only the hits walked.
+KVFLEET_TARGET_AVX2 void collect_avx2(const std::uint16_t* bucket, std::size_t n, int lo, int hi,
+                                      std::vector<TokenId>& out) {
+  const __m256i vlo = _mm256_set1_epi16(static_cast<short>(lo)), vhi = _mm256_set1_epi16(static_cast<short>(hi));
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bucket + i));
+    // lo <= v <= hi, unsigned: max(v, lo) == v and min(v, hi) == v
+    const __m256i in = _mm256_and_si256(_mm256_cmpeq_epi16(_mm256_max_epu16(v, vlo), v),
+                                        _mm256_cmpeq_epi16(_mm256_min_epu16(v, vhi), v));
+    std::uint32_t hit = static_cast<std::uint32_t>(_mm256_movemask_epi8(in)) & 0x55555555u;  // a bit an id
+    for (; hit != 0; hit &= hit - 1) out.push_back(static_cast<TokenId>(i + static_cast<std::size_t>(std::countr_zero(hit)) / 2));
+  }
+  for (; i < n; ++i)
+    if (lo <= bucket[i] && bucket[i] <= hi) out.push_back(static_cast<TokenId>(i));
+}
+
+KVFLEET_TARGET_AVX2 std::size_t first_equal_avx2(std::span<const float> logits, float value) {
+  const __m256 v = _mm256_set1_ps(value);
+  const std::size_t n = logits.size();
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const int eq = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(logits.data() + i), v, _CMP_EQ_OQ));
+    if (eq != 0) return i + static_cast<std::size_t>(std::countr_zero(static_cast<unsigned>(eq)));
+  }
+  while (i < n && logits[i] != value) ++i;
+  return i;
+}
 #endif
 
-bool& avx512_flag() {
-  static bool on = scan_avx512_supported() &&
-                   (cpu::cpu_isa() == cpu::Isa::avx512 || cpu::cpu_isa() == cpu::Isa::avx512bf16);
-  return on;
+ScanPath& path_flag() {
+  static ScanPath path = scan_path_supported(ScanPath::avx512) &&
+                                 (cpu::cpu_isa() == cpu::Isa::avx512 || cpu::cpu_isa() == cpu::Isa::avx512bf16)
+                             ? ScanPath::avx512
+                         : scan_path_supported(ScanPath::avx2) && cpu::cpu_isa() != cpu::Isa::scalar ? ScanPath::avx2
+                                                                                                       : ScanPath::generic;
+  return path;
 }
+bool avx512_on() { return path_flag() == ScanPath::avx512; }
+bool avx2_on() { return path_flag() == ScanPath::avx2; }
 
 // One block's weights (or not) and buckets, and their sums (or counts).
 template <bool kWeights>
 void bucket_block(const float* l, std::size_t n, const Bucketing& g, float* w, std::uint16_t* bucket, double* sum,
                   std::uint32_t* count, const float* prefetch) {
-#if KVFLEET_SAMPLER_AVX512
-  if (avx512_flag()) {
+#if KVFLEET_SAMPLER_X86
+  if (avx512_on()) {
     bucket_avx512<kWeights>(l, n, g, w, bucket, prefetch);
   } else {
     bucket_generic<kWeights>(l, n, g, w, bucket, prefetch);
@@ -197,15 +233,22 @@ void bucket_block(const float* l, std::size_t n, const Bucketing& g, float* w, s
 
 }  // namespace
 
-bool scan_avx512_supported() { return KVFLEET_SAMPLER_AVX512 && cpu::cpu_supports(cpu::Isa::avx512); }
-bool scan_avx512() { return avx512_flag(); }
-void set_scan_avx512(bool on) { avx512_flag() = on && scan_avx512_supported(); }
+bool scan_path_supported(ScanPath path) {
+  switch (path) {
+    case ScanPath::avx512: return KVFLEET_SAMPLER_X86 && cpu::cpu_supports(cpu::Isa::avx512);
+    case ScanPath::avx2: return KVFLEET_SAMPLER_X86 && cpu::cpu_supports(cpu::Isa::avx2);
+    case ScanPath::generic: break;
+  }
+  return true;
+}
+ScanPath scan_path() { return path_flag(); }
+void set_scan_path(ScanPath path) { path_flag() = scan_path_supported(path) ? path : ScanPath::generic; }
 
 float scalar_weight(float l, float max_l, float t) { return weight(l, max_l, t); }
 
 Range row_range(std::span<const float> logits) {
-#if KVFLEET_SAMPLER_AVX512
-  if (avx512_flag()) return row_range_avx512(logits);
+#if KVFLEET_SAMPLER_X86
+  if (avx512_on()) return row_range_avx512(logits);
 #endif
   return row_range_generic(logits);
 }
@@ -233,16 +276,18 @@ void count_buckets(std::span<const float> logits, const Bucketing& g, std::uint1
 }
 
 void collect_buckets(const std::uint16_t* bucket, std::size_t n, int lo, int hi, std::vector<TokenId>& out) {
-#if KVFLEET_SAMPLER_AVX512
-  if (avx512_flag()) return collect_avx512(bucket, n, lo, hi, out);
+#if KVFLEET_SAMPLER_X86
+  if (avx512_on()) return collect_avx512(bucket, n, lo, hi, out);
+  if (avx2_on()) return collect_avx2(bucket, n, lo, hi, out);
 #endif
   for (std::size_t i = 0; i < n; ++i)
     if (lo <= bucket[i] && bucket[i] <= hi) out.push_back(static_cast<TokenId>(i));
 }
 
 std::size_t first_equal(std::span<const float> logits, float v) {
-#if KVFLEET_SAMPLER_AVX512
-  if (avx512_flag()) return first_equal_avx512(logits, v);
+#if KVFLEET_SAMPLER_X86
+  if (avx512_on()) return first_equal_avx512(logits, v);
+  if (avx2_on()) return first_equal_avx2(logits, v);
 #endif
   return first_equal_generic(logits, v);
 }

@@ -2,7 +2,8 @@
 // bucket with each bucket's weight sum, bucket counts, the ids of a run of buckets, greedy's search. Each
 // has an AVX-512 path (chosen at run time when the CPU has AVX-512 F/BW/VL/DQ and the CPU kernels are not
 // told otherwise: KVFLEET_CPU_ISA, kernels/cpu/cpu_isa.h) and a generic one the compiler vectorises for the
-// build's -march; both give the same bits as the scalar sampler_detail::weight() (tested), so the path
+// build's -march, and the two passes the compiler cannot vectorise (collect, first_equal) an AVX2 one; all
+// give the same results and the same bits as the scalar sampler_detail::weight() (tested), so the path
 // changes speed only.
 #pragma once
 
@@ -50,10 +51,12 @@ std::size_t first_equal(std::span<const float> logits, float v);
 // inline copy of weight() may not be).
 float scalar_weight(float l, float max_l, float t);
 
-// Which path the passes take: AVX-512 where the CPU has it and cpu_isa() is avx512 (or avx512bf16), else the
-// generic one. Tests force each in turn (not thread-safe; false where the CPU lacks AVX-512).
-bool scan_avx512_supported();
-bool scan_avx512();
-void set_scan_avx512(bool on);
+// Which path the passes take: AVX-512 where the CPU has it and cpu_isa() is avx512 (or avx512bf16); else
+// AVX2 (the passes GCC leaves scalar: collect_buckets, first_equal) unless cpu_isa() is scalar; else the
+// generic one. Tests force each in turn (not thread-safe; an unsupported path falls back to generic).
+enum class ScanPath { generic, avx2, avx512 };
+bool scan_path_supported(ScanPath path);
+ScanPath scan_path();
+void set_scan_path(ScanPath path);
 
 }  // namespace kvfleet::sampler_detail

@@ -1,4 +1,4 @@
-// The sampler's row passes (AVX-512 and generic: the same bits) and its bucketed paths (top-k selection,
+// The sampler's row passes (AVX-512, AVX2 and generic: the same bits) and its bucketed paths (top-k selection,
 // the two-bucket top-p draw): each agrees exactly with the reference on every path.
 #include <doctest/doctest.h>
 
@@ -37,20 +37,20 @@ std::vector<float> awkward_row(std::size_t n, float spread, std::mt19937& rng) {
   return row;
 }
 
-// Runs `fn` once on each scan path this CPU has (generic, then AVX-512), restoring the automatic choice.
+// Runs `fn` once on each scan path this CPU has (generic, AVX2, AVX-512), restoring the automatic choice.
 template <class Fn>
 void on_each_path(Fn&& fn) {
-  const bool automatic = sd::scan_avx512();
-  for (const bool avx512 : {false, true}) {
-    if (avx512 && !sd::scan_avx512_supported()) {
-      MESSAGE("this CPU has no AVX-512: only the generic path ran");
+  const sd::ScanPath automatic = sd::scan_path();
+  for (const sd::ScanPath path : {sd::ScanPath::generic, sd::ScanPath::avx2, sd::ScanPath::avx512}) {
+    if (!sd::scan_path_supported(path)) {
+      MESSAGE("this CPU lacks a scan path's instructions (" << static_cast<int>(path) << "): it did not run");
       continue;
     }
-    sd::set_scan_avx512(avx512);
-    CAPTURE(avx512);
+    sd::set_scan_path(path);
+    CAPTURE(static_cast<int>(path));
     fn();
   }
-  sd::set_scan_avx512(automatic);
+  sd::set_scan_path(automatic);
 }
 
 struct Scan {
@@ -97,7 +97,7 @@ void check_draw(const std::vector<float>& row, const SamplingParams& p, std::uin
 
 }  // namespace
 
-TEST_CASE("the AVX-512 row passes give the generic passes' bits, and the weights are weight()'s") {
+TEST_CASE("the AVX-512 and AVX2 row passes give the generic passes' bits, and the weights are weight()'s") {
   std::mt19937 rng(23);
   int rows = 0;
   for (const std::size_t n : {std::size_t{1}, std::size_t{15}, std::size_t{17}, std::size_t{33}, std::size_t{1000},
