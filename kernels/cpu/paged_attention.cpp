@@ -216,11 +216,11 @@ void attend_block(QueryState* qs, std::int64_t nq, std::int64_t start, std::int6
 //   (16 keys) per query, 12 of the 16 registers, each transposed K row loaded once for all of them (the
 //   steps: a K row and a broadcast of q for every 2 FMAs of every query).
 // - V: 3 queries x 32 columns (12 accumulators) share each V row load (the steps: 8 loads for 8 FMAs).
-// - The softmax step stays per query (softmax_step).
+// - The softmax step of the same queries together (softmax_pack): their sums' dependent adds interleaved.
 constexpr int kPack2 = 6;
 
 template <int P>
-inline void scores_pack(const QueryState* const* qs, const float* kt, std::int64_t d, float* const* out) {
+inline void scores_pack(const QueryState* const* qs, const float* kt, std::int64_t d, float scale, float* const* out) {
   __m256 part[4][P][2];
   for (int u = 0; u < 4; ++u) {
     __m256 s[P][2];
@@ -235,10 +235,59 @@ inline void scores_pack(const QueryState* const* qs, const float* kt, std::int64
     }
     for (int p = 0; p < P; ++p) part[u][p][0] = s[p][0], part[u][p][1] = s[p][1];
   }
+  const __m256 sc = _mm256_set1_ps(scale);
   for (int p = 0; p < P; ++p)
     for (int h = 0; h < 2; ++h)
-      _mm256_storeu_ps(out[p] + 8 * h, _mm256_add_ps(_mm256_add_ps(part[0][p][h], part[1][p][h]),
-                                                     _mm256_add_ps(part[2][p][h], part[3][p][h])));
+      _mm256_storeu_ps(out[p] + 8 * h, _mm256_mul_ps(_mm256_add_ps(_mm256_add_ps(part[0][p][h], part[1][p][h]),
+                                                                   _mm256_add_ps(part[2][p][h], part[3][p][h])),
+                                                     sc));
+}
+
+// softmax_step for P queries whose scaled scores are in w[p], slots [0, n_p): the same operations, with
+// the block's max taken 8 lanes at a time (max(x, m) keeps m for a NaN x and for a tie, as std::max(m, x)
+// does; the zero a tie of -0 and +0 leaves changes no weight), the P alphas in one exp, and the sums in slot
+// order with the P chains interleaved (the plain steps: one query's 16 dependent adds after another's).
+template <int P>
+inline void softmax_pack(QueryState* const* qs, float* const* w, const std::int64_t* n, float* alpha) {
+  alignas(32) float shift[8] = {};
+  float m_new[P];
+  for (int p = 0; p < P; ++p) {
+    __m256 mx = _mm256_set1_ps(-INFINITY);
+    std::int64_t j = 0;
+    for (; j + 8 <= n[p]; j += 8) mx = _mm256_max_ps(_mm256_loadu_ps(w[p] + j), mx);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    float mb = _mm_cvtss_f32(_mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1)));
+    for (; j < n[p]; ++j) mb = std::max(mb, w[p][j]);
+    m_new[p] = std::max(qs[p]->m, mb);
+    shift[p] = qs[p]->m - m_new[p];
+  }
+  V8 e;
+  std::memcpy(&e, shift, sizeof e);
+  e = exp_nonpositive(e);
+  std::memcpy(shift, &e, sizeof e);
+  std::int64_t n_min = n[0];
+  for (int p = 0; p < P; ++p) {
+    n_min = std::min(n_min, n[p]);
+    const __m256 m = _mm256_set1_ps(m_new[p]);
+    for (std::int64_t j = 0; j < n[p]; j += 8) {  // whole groups of 8 (w has room): lanes past n_p not used
+      V8 x;
+      const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(w[p] + j), m);
+      std::memcpy(&x, &d, sizeof x);
+      x = exp_nonpositive(x);
+      std::memcpy(w[p] + j, &x, sizeof x);
+    }
+  }
+  float sum[P];
+  for (int p = 0; p < P; ++p) sum[p] = 0.0f;
+  for (std::int64_t j = 0; j < n_min; ++j)
+    for (int p = 0; p < P; ++p) sum[p] += w[p][j];
+  for (int p = 0; p < P; ++p) {
+    for (std::int64_t j = n_min; j < n[p]; ++j) sum[p] += w[p][j];
+    alpha[p] = shift[p];
+    qs[p]->l = std::fma(qs[p]->l, alpha[p], sum[p]);
+    qs[p]->m = m_new[p];
+  }
 }
 
 // acc[c0, c0 + 8 C) of P queries: acc * alpha, then one FMA per slot in slot order (accumulate_lanes'
@@ -299,9 +348,9 @@ void attend_pack(QueryState* const* qs, const std::int64_t* n, const float* kt, 
   for (std::int64_t g = 0; g * kKeys < n_max; ++g) {
     float* out[P];
     for (int p = 0; p < P; ++p) out[p] = wp[p] + g * kKeys;
-    scores_pack<P>(qs, kt + g * d * kKeys, d, out);
+    scores_pack<P>(qs, kt + g * d * kKeys, d, scale, out);
   }
-  for (int p = 0; p < P; ++p) softmax_step(*qs[p], n[p], scale, wp[p], alpha[p]);
+  softmax_pack<P>(qs, wp, n, alpha);
   // V in packs of 3 (12 accumulators at 32 columns).
   int p = 0;
   for (; p + 3 <= P; p += 3) accumulate_packs<3>(qs + p, wp + p, alpha + p, n + p, v, d);
