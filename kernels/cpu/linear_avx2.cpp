@@ -226,8 +226,9 @@ void tile_t(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
 // 12 loads to 18 FMAs a block part (the 3 x 2 tile: 24 to 24, with accumulators spilled and copied by the
 // compiler). A segment's x and weights (3 rows x 32 blocks x 128 B, 3 features x 32 x 64 B at bf16) stay in
 // L1 for the second part. Each lane still takes its blocks in order, lo then hi, and reduce gets lanes 0-7 and
-// 8-15 as before: same bits. (3 x 4 and 4 x 3 need all 16 registers; GCC spilled accumulators in both, and
-// weights widened to f32 once per chunk, with a clean 4 x 3 loop, read more than they saved: 0.63-0.86x.)
+// 8-15 as before: same bits. (3 x 4 and 4 x 3 need all 16 registers: GCC spilled accumulators in both, 0.74x
+// and 0.95x the 3 x 2 tile; weights widened to f32 once per chunk for a spill-free 4 x 3 loop read more than
+// they saved, 0.86x this tile: docs/cpu_backend.md, "Tenth stop".)
 constexpr std::int64_t kSeg = 32;  // 8 and 16 blocks: 0.94x and 0.98x (prefill shapes, one thread)
 constexpr std::int64_t kSegRows = 16;  // with the next chunk prefetched (sweep): batch 16 1.08x, batch 8 the
                                        // same (0.85x before that prefetch), fewer rows not measured: 3 x 2
