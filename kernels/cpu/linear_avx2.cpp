@@ -17,6 +17,11 @@ struct Half {
   __m256 a, b;  // lanes 0-7, lanes 8-15
 };
 
+// Feature n's first block (linear_kernels.h's addressing).
+inline const std::uint8_t* first_block(const GemmArgs& g, std::int64_t n) {
+  return g.w + static_cast<std::size_t>(n / kPanel) * g.panel_bytes + static_cast<std::size_t>(n % kPanel) * g.feature_bytes;
+}
+
 // The weights of one full block (blk: its first element), half 0 (lo) or 1 (hi), in lane order.
 inline Half load_half(const std::uint8_t* blk, DType dt, int half) {
   if (dt == DType::bf16) {
@@ -48,9 +53,7 @@ void tile(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
   for (auto& r : acc)
     for (auto& c : r) c[0] = c[1] = _mm256_setzero_ps();
   const std::uint8_t* rows[N];
-  for (int n = 0; n < N; ++n)
-    rows[n] = g.w + static_cast<std::size_t>((n0 + n) / kPanel) * g.panel_bytes +
-              static_cast<std::size_t>((n0 + n) % kPanel) * g.feature_bytes;
+  for (int n = 0; n < N; ++n) rows[n] = first_block(g, n0 + n);
   const std::int64_t full = g.full;
   for (std::int64_t b = 0; b < g.kp; b += kBlock) {
     alignas(32) float tail[N][2][kLanes];
@@ -181,9 +184,7 @@ void tile_t(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
   for (auto& r : acc)
     for (auto& c : r) c[0] = c[1] = _mm256_setzero_ps();
   const std::uint8_t* w[N];
-  for (int n = 0; n < N; ++n)
-    w[n] = g.w + static_cast<std::size_t>((n0 + n) / kPanel) * g.panel_bytes +
-           static_cast<std::size_t>((n0 + n) % kPanel) * g.feature_bytes;
+  for (int n = 0; n < N; ++n) w[n] = first_block(g, n0 + n);
   const float* x = g.xa + t0 * g.kp;
   const std::size_t step = g.block_step;
   const std::int64_t kp = g.kp;
@@ -237,9 +238,7 @@ template <DType Dt, int M, int N>
 void tile_seg(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
   alignas(32) float park[2][M][N][8];  // written by the first segment (or the tail) before any read
   const std::uint8_t* w[N];
-  for (int n = 0; n < N; ++n)
-    w[n] = g.w + static_cast<std::size_t>((n0 + n) / kPanel) * g.panel_bytes +
-           static_cast<std::size_t>((n0 + n) % kPanel) * g.feature_bytes;
+  for (int n = 0; n < N; ++n) w[n] = first_block(g, n0 + n);
   const float* x = g.xa + t0 * g.kp;
   const std::size_t step = g.block_step;
   const std::int64_t kp = g.kp, full = g.full;
