@@ -1,6 +1,6 @@
 // paged_attention's block steps for AVX-512 F (this file alone is built with AVX-512 flags,
 // kernels/CMakeLists.txt; paged_attention.cpp calls it only where cpu_isa() is avx512 or avx512bf16).
-// The bits are those of paged_attention.cpp's AVX2 steps; what differs is the register blocking:
+// The bits are those of paged_attention.cpp's plain steps; what differs is the register blocking:
 // - scores: up to kPack queries (consecutive in the tile: rows x the GQA group's heads) at once, so each
 //   transposed K row (the 16 keys of one dimension, one zmm) is loaded once for all of them: 4 x kPack
 //   accumulators (the 4 partial sums over dims i mod 4 of each query), one FMA per query per K load with

@@ -12,13 +12,13 @@
 // row gives the same bits in a tile of any size, in any batch, chunked or not, on any number of threads.
 //
 // The arithmetic of each query, which every instruction set's kernel keeps exactly (attention_kernels.h;
-// AVX-512: attention_avx512.cpp, chosen by cpu_isa(); AVX2 and scalar: the steps below, compiled for the
-// build's -march): scores as 4 partial sums over dims i mod 4 of fused multiply-adds, (s0 + s1) + (s2 + s3),
+// AVX-512: attention_avx512.cpp and AVX2: attend_block_avx2 below, chosen by cpu_isa(); scalar: the plain
+// steps below, compiled for the build's -march): scores as 4 partial sums over dims i mod 4 of fused multiply-adds, (s0 + s1) + (s2 + s3),
 // times scale; the block's max; the polynomial exp of x - m (and of m_old - m for the rescale); the
 // weights summed in slot order; l = fma(l, alpha, sum); acc = acc * alpha, then one fused multiply-add per
 // slot in slot order; out = acc * (1 / l). (GCC fuses a * b + c by default in C++, -ffp-contract=fast:
-// the AVX-512 kernel writes the same FMAs explicitly; tests/model/test_attention.cpp compares the paths bit
-// for bit.)
+// the AVX2 and AVX-512 kernels write the same FMAs explicitly; tests/model/test_attention.cpp compares the
+// paths bit for bit.)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -129,17 +129,9 @@ const float* block_rows(const KvLayer& c, std::int64_t offset, std::int64_t n, s
 // Scores of one query against slots [0, n) of a block (kt: its keys transposed, transpose_keys); updates m
 // and l and leaves the block's weights in p (room for the block rounded up to 16) and the rescale of the
 // old accumulator in alpha.
-inline void softmax_step(QueryState& s, std::int64_t n, float scale, float* p, float& alpha);
-
 inline void score_block(QueryState& s, const float* kt, std::int64_t n, std::int64_t d, float scale, float* p,
                         float& alpha) {
   for (std::int64_t g = 0; g * kKeys < n; ++g) scores16(s.q, kt + g * d * kKeys, d, p + g * kKeys);
-  softmax_step(s, n, scale, p, alpha);
-}
-
-// The rest of score_block once p holds the block's unscaled scores (slots [0, n)): scale, the block's max,
-// the new running max, alpha, the weights exp(x - m_new) in p, their sum in slot order, l and m.
-inline void softmax_step(QueryState& s, std::int64_t n, float scale, float* p, float& alpha) {
   float mb = -INFINITY;
   for (std::int64_t j = 0; j < n; ++j) mb = std::max(mb, p[j] = p[j] * scale);
   const float m_new = std::max(s.m, mb);
@@ -192,8 +184,9 @@ inline void accumulate_block(QueryState& s, const float* v, std::int64_t n, std:
   }
 }
 
-// One block into every query of qs[0, nq) that reaches it (position >= start): the AVX2 / scalar steps,
-// query by query (attention_kernels.h's attend_block_avx512 does the same for several at once).
+// One block into every query of qs[0, nq) that reaches it (position >= start): the plain steps (cpu_isa()
+// scalar), query by query (attend_block_avx2 below and attention_kernels.h's attend_block_avx512 do the same
+// for several at once).
 // alpha: room for nq floats.
 void attend_block(QueryState* qs, std::int64_t nq, std::int64_t start, std::int64_t bs, const float* kt,
                   const float* v, std::int64_t d, float scale, float* p, float* alpha) {
@@ -243,7 +236,7 @@ inline void scores_pack(const QueryState* const* qs, const float* kt, std::int64
                                                      sc));
 }
 
-// softmax_step for P queries whose scaled scores are in w[p], slots [0, n_p): the same operations, with
+// score_block's softmax for P queries whose scaled scores are in w[p], slots [0, n_p): the same operations, with
 // the block's max taken 8 lanes at a time (max(x, m) keeps m for a NaN x and for a tie, as std::max(m, x)
 // does; the zero a tie of -0 and +0 leaves changes no weight), the P alphas in one exp, and the sums in slot
 // order with the P chains interleaved (the plain steps: one query's 16 dependent adds after another's).
