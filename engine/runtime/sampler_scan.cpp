@@ -1,8 +1,8 @@
 // The sampler's row passes (sampler_scan.h). Built with -ffp-contract=off like sampler.cpp: a weight here is
-// the float sampler_detail::weight() computes, op for op (no fused multiply-add in either). The AVX-512
-// functions carry a target attribute instead of this file being built with -mavx512f, so that the inline
-// functions they call (the standard library's) keep their default-target copies: the linker may pick any
-// one copy of an inline function, and it must run on every CPU.
+// the float sampler_detail::weight() computes, op for op (no fused multiply-add in either). The AVX-512 and
+// AVX2 functions carry a target attribute instead of this file being built with -mavx512f, so that the
+// inline functions they call (the standard library's) keep their default-target copies: the linker may pick
+// any one copy of an inline function, and it must run on every CPU.
 #include "engine/runtime/sampler_scan.h"
 
 #include <algorithm>
@@ -193,11 +193,13 @@ KVFLEET_TARGET_AVX2 std::size_t first_equal_avx2(std::span<const float> logits, 
 #endif
 
 ScanPath& path_flag() {
-  static ScanPath path = scan_path_supported(ScanPath::avx512) &&
-                                 (cpu::cpu_isa() == cpu::Isa::avx512 || cpu::cpu_isa() == cpu::Isa::avx512bf16)
-                             ? ScanPath::avx512
-                         : scan_path_supported(ScanPath::avx2) && cpu::cpu_isa() != cpu::Isa::scalar ? ScanPath::avx2
-                                                                                                       : ScanPath::generic;
+  static ScanPath path = [] {
+    const cpu::Isa isa = cpu::cpu_isa();  // KVFLEET_CPU_ISA can narrow what the CPU has
+    if (scan_path_supported(ScanPath::avx512) && (isa == cpu::Isa::avx512 || isa == cpu::Isa::avx512bf16))
+      return ScanPath::avx512;
+    if (scan_path_supported(ScanPath::avx2) && isa != cpu::Isa::scalar) return ScanPath::avx2;
+    return ScanPath::generic;
+  }();
   return path;
 }
 bool avx512_on() { return path_flag() == ScanPath::avx512; }
