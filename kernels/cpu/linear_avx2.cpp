@@ -302,44 +302,31 @@ inline std::int64_t prefetch_slice(std::int64_t t0, std::int64_t t1, std::int64_
   return later > 0 && tiles > 0 ? (lines + later * tiles - 1) / (later * tiles) : 0;
 }
 
-// Features [f0, f1) of rows [t0, t1) in 3 x 3 segmented tiles (the last rows and features in smaller ones);
-// the next chunk prefetched as in sweep below.
-template <DType Dt>
-void sweep_seg(const GemmArgs& g, std::int64_t t0, std::int64_t t1, std::int64_t f0, std::int64_t f1, const char* next,
-               const char* next_end) {
-  const std::int64_t slice = prefetch_slice(t0, t1, (f1 - f0 + 2) / 3, next, next_end);
-  auto row_tile = [&]<int M>(std::int64_t t) {
-    const std::int64_t lines = t == t0 ? 0 : slice;
-    std::int64_t n = f0;
-    for (; n + 3 <= f1; n += 3) {
-      tile_seg<Dt, M, 3>(g, t, n);
-      next = prefetch_l2(next, next_end, lines);
-    }
-    if (f1 - n == 2) tile_seg<Dt, M, 2>(g, t, n);
-    else if (f1 - n == 1) tile_seg<Dt, M, 1>(g, t, n);
-  };
-  std::int64_t t = t0;
-  for (; t + 3 <= t1; t += 3) row_tile.template operator()<3>(t);
-  if (t1 - t == 2) row_tile.template operator()<2>(t);
-  else if (t1 - t == 1) row_tile.template operator()<1>(t);
+// One tile of M rows x N features: segmented (Seg: tile_seg) or both lane parts at once (tile_t).
+template <DType Dt, bool Seg, int M, int N>
+void run_tile(const GemmArgs& g, std::int64_t t, std::int64_t n) {
+  if constexpr (Seg) tile_seg<Dt, M, N>(g, t, n);
+  else tile_t<Dt, M, N>(g, t, n);
 }
 
-// Features [f0, f1) of rows [t0, t1): row tiles of 3 (the last 1 or 2), feature pairs (the last alone).
-// [next, next_end): the weights of the chunk after this one, prefetched into L2 a slice after every tile
-// of every row tile but the first (which waits on this chunk's own lines from memory): the later row tiles
-// run from L2 while memory streams the next chunk (tenth stop).
-template <DType Dt>
+// Features [f0, f1) of rows [t0, t1): row tiles of 3 (the last 1 or 2) by 3 features (Seg) or 2 (the last
+// 1 or 2 alone). [next, next_end): the weights of the chunk after this one, prefetched into L2 a slice after
+// every tile of every row tile but the first (which waits on this chunk's own lines from memory): the later
+// row tiles run from L2 while memory streams the next chunk (tenth stop).
+template <DType Dt, bool Seg>
 void sweep(const GemmArgs& g, std::int64_t t0, std::int64_t t1, std::int64_t f0, std::int64_t f1, const char* next,
            const char* next_end) {
-  const std::int64_t slice = prefetch_slice(t0, t1, (f1 - f0) / 2, next, next_end);
+  constexpr int N = Seg ? 3 : 2;
+  const std::int64_t slice = prefetch_slice(t0, t1, (f1 - f0) / N, next, next_end);
   auto row_tile = [&]<int M>(std::int64_t t) {
     const std::int64_t lines = t == t0 ? 0 : slice;
     std::int64_t n = f0;
-    for (; n + 2 <= f1; n += 2) {
-      tile_t<Dt, M, 2>(g, t, n);
+    for (; n + N <= f1; n += N) {
+      run_tile<Dt, Seg, M, N>(g, t, n);
       next = prefetch_l2(next, next_end, lines);
     }
-    if (n < f1) tile_t<Dt, M, 1>(g, t, n);
+    if (f1 - n == 2) run_tile<Dt, Seg, M, 2>(g, t, n);
+    else if (f1 - n == 1) run_tile<Dt, Seg, M, 1>(g, t, n);
   };
   std::int64_t t = t0;
   for (; t + 3 <= t1; t += 3) row_tile.template operator()<3>(t);
@@ -369,8 +356,8 @@ void gemm_blocked(const GemmArgs& g, std::int64_t n0, std::int64_t n1, bool seg)
       };
       const char* a = reinterpret_cast<const char*>(g.w) + static_cast<std::size_t>(f1 / kPanel) * g.panel_bytes;
       const char* b = f2 > f1 ? end_of(f2) : a;
-      if (seg) sweep_seg<Dt>(g, r, r1, f, f1, a, b);
-      else sweep<Dt>(g, r, r1, f, f1, a, b);
+      if (seg) sweep<Dt, true>(g, r, r1, f, f1, a, b);
+      else sweep<Dt, false>(g, r, r1, f, f1, a, b);
     }
   }
 }
