@@ -202,6 +202,8 @@ void gemv_ab(std::size_t mb, int rounds) {
 // "t2:0:0" (a digit and two distances) runs the panel GEMV (set_packed_gemv) with that many streams and
 // prefetch distances, "t8:32" (two numbers) the GEMV as a tile with those distances (set_packed_prefetch);
 // "@N" after either: tapered chunks down to N KiB of weights (set_taper_tail_bytes; without it the default).
+// --rows R (default 1): R rows a call, a batched decode step's; above 1 every call is the tiled GEMM, so only
+// the tile's distances ("t8:32" against "t0:0") differ between variants.
 struct ChainVariant {
   bool tapered;
   std::uint32_t streams, l1, l2;  // streams 0: the tile
@@ -233,8 +235,8 @@ std::vector<ChainVariant> chain_variants(const std::string& s) {  // "e8:32,t8:3
   return v;
 }
 
-void decode_chain(unsigned threads, int tokens, std::int64_t hidden, std::int64_t inter, std::int64_t layers,
-                  std::int64_t kv_dim, std::int64_t vocab, const std::vector<ChainVariant>& variants) {
+void decode_chain(unsigned threads, int tokens, std::int64_t rows, std::int64_t hidden, std::int64_t inter,
+                  std::int64_t layers, std::int64_t kv_dim, std::int64_t vocab, const std::vector<ChainVariant>& variants) {
   ThreadPool pool(threads);
   struct Packed {
     std::vector<std::uint8_t> bytes;
@@ -260,20 +262,21 @@ void decode_chain(unsigned threads, int tokens, std::int64_t hidden, std::int64_
   ws.push_back(make(vocab, hidden));
   double bytes = 0;
   for (const Packed& w : ws) bytes += 2.0 * static_cast<double>(w.out * w.in);
-  std::vector<float> x(static_cast<std::size_t>(std::max(hidden, inter)), 0.5f), y(static_cast<std::size_t>(vocab + 4 * inter));
+  std::vector<float> x(static_cast<std::size_t>(rows * std::max(hidden, inter)), 0.5f),
+      y(static_cast<std::size_t>(rows * (vocab + 4 * inter)));
   auto token = [&] {
     float* a = y.data();
     for (std::int64_t l = 0; l < layers; ++l) {
       const Packed* w = &ws[static_cast<std::size_t>(l * 7)];
-      const cpu::LinearPart qkv[3] = {{w[0].ref(), hidden, {}, a}, {w[1].ref(), kv_dim, {}, a + hidden},
-                                      {w[2].ref(), kv_dim, {}, a + hidden + kv_dim}};
-      cpu::linear_multi(pool, x.data(), 1, hidden, qkv, 3);
-      cpu::linear(pool, x.data(), 1, hidden, w[3].ref(), hidden, {}, a);
-      const cpu::LinearPart gu[2] = {{w[4].ref(), inter, {}, a}, {w[5].ref(), inter, {}, a + inter}};
-      cpu::linear_multi(pool, x.data(), 1, hidden, gu, 2);
-      cpu::linear(pool, x.data(), 1, inter, w[6].ref(), hidden, {}, a);
+      const cpu::LinearPart qkv[3] = {{w[0].ref(), hidden, {}, a}, {w[1].ref(), kv_dim, {}, a + rows * hidden},
+                                      {w[2].ref(), kv_dim, {}, a + rows * (hidden + kv_dim)}};
+      cpu::linear_multi(pool, x.data(), rows, hidden, qkv, 3);
+      cpu::linear(pool, x.data(), rows, hidden, w[3].ref(), hidden, {}, a);
+      const cpu::LinearPart gu[2] = {{w[4].ref(), inter, {}, a}, {w[5].ref(), inter, {}, a + rows * inter}};
+      cpu::linear_multi(pool, x.data(), rows, hidden, gu, 2);
+      cpu::linear(pool, x.data(), rows, inter, w[6].ref(), hidden, {}, a);
     }
-    cpu::linear(pool, x.data(), 1, hidden, ws.back().ref(), vocab, {}, a);
+    cpu::linear(pool, x.data(), rows, hidden, ws.back().ref(), vocab, {}, a);
   };
   std::uint32_t gemv_streams = 0, gemv_l1 = 0, gemv_l2 = 0;  // restored at the end
   cpu::detail::packed_gemv(gemv_streams, gemv_l1, gemv_l2);
@@ -297,8 +300,9 @@ void decode_chain(unsigned threads, int tokens, std::int64_t hidden, std::int64_
   cpu::detail::set_taper_tail_bytes(default_tail);
   cpu::detail::set_packed_prefetch(8, 32);
   cpu::detail::set_packed_gemv(gemv_streams, gemv_l1, gemv_l2);
-  std::printf("decode chain, %u threads, %lld layers, hidden %lld, %.0f MB a token, %d tokens each:\n", pool.size(),
-              static_cast<long long>(layers), static_cast<long long>(hidden), bytes / 1e6, tokens);
+  std::printf("decode chain, %u threads, %lld rows, %lld layers, hidden %lld, %.0f MB a step, %d steps each:\n",
+              pool.size(), static_cast<long long>(rows), static_cast<long long>(layers), static_cast<long long>(hidden),
+              bytes / 1e6, tokens);
   for (std::size_t v = 0; v < variants.size(); ++v) {
     std::sort(t[v].begin(), t[v].end());
     const double best = t[v].front(), med = t[v][t[v].size() / 2];
@@ -319,7 +323,7 @@ int main(int argc, char** argv) {
   int rounds = 3;
   bool kernels_only = false, gemv_only = false;
   int chain = 0;  // --chain N: decode_chain with N tokens of each split
-  std::int64_t hidden = 768, inter = 2048, layers = 12, kv_dim = 256, vocab = 32000;
+  std::int64_t rows = 1, hidden = 768, inter = 2048, layers = 12, kv_dim = 256, vocab = 32000;
   std::string variants = "e8:32,t8:32";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -329,6 +333,7 @@ int main(int argc, char** argv) {
     else if (a == "--kernels-only") kernels_only = argv[i + 1] == std::string("1");
     else if (a == "--gemv-only") gemv_only = argv[i + 1] == std::string("1");
     else if (a == "--chain") chain = std::stoi(argv[i + 1]);
+    else if (a == "--rows") rows = std::stoll(argv[i + 1]);
     else if (a == "--hidden") hidden = std::stoll(argv[i + 1]);
     else if (a == "--intermediate") inter = std::stoll(argv[i + 1]);
     else if (a == "--layers") layers = std::stoll(argv[i + 1]);
@@ -337,7 +342,7 @@ int main(int argc, char** argv) {
     else if (a == "--variants") variants = argv[i + 1];
   }
   if (chain > 0) {
-    decode_chain(threads, chain, hidden, inter, layers, kv_dim, vocab, chain_variants(variants));
+    decode_chain(threads, chain, rows, hidden, inter, layers, kv_dim, vocab, chain_variants(variants));
     return 0;
   }
   if (gemv_only) {  // bf16 weights from memory, plain rows vs packed panels, alternating, on the pool

@@ -165,8 +165,11 @@ void tile(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
 // 2 threads tile 31.1, two panels 37.1, two panels prefetching 4 blocks ahead into L1 38.3; the 1.6 GB
 // model's, 2 threads: tile 39.9, two panels + 4 ahead 49.6 (1 thread 22.4 -> 27.3). Prefetching into L2 as the tile does lost 7-13%
 // there. On the earlier stops' VM (AVX-512 FP16: an Intel Xeon) the tile's software prefetch was measured a
-// gain, so the default is chosen per CPU (gemv_initial): two panels + 4 ahead on AMD family 1Ah (Zen 5),
-// the tile elsewhere; KVFLEET_CPU_GEMV=tile|1|2 forces one; set_packed_gemv for A/B runs.
+// gain, so the default is chosen per CPU (gemv_initial): two panels + 4 ahead on AMD family 1Ah (Zen 5);
+// two panels and no software prefetch on AMD family 19h (Zen 4; Zen 3, the same family, has no AVX-512),
+// where any prefetch lost (docs/cpu_backend.md "Eleventh stop": 125M, 2 threads, tile 35.8, two panels 42.3,
+// + 1 block into L1 35.0, + 16 into L2 35.9 GB/s; the 1.6 GB model's 28.9 -> 31.7); the tile elsewhere.
+// KVFLEET_CPU_GEMV=tile|1|2 forces one; set_packed_gemv for A/B runs.
 constexpr std::uint32_t kUnset = ~0u;
 std::uint32_t g_gemv_streams = kUnset, g_gemv_l1 = 0, g_gemv_l2 = 0;
 
@@ -176,7 +179,7 @@ void gemv_initial() {
   if (env && std::strcmp(env, "tile") == 0) streams = 0;
   else if (env && std::strcmp(env, "1") == 0) streams = 1;
   else if (env && std::strcmp(env, "2") == 0) streams = 2;
-  else if (const CpuModel m = cpu_model(); m.amd && m.family >= 0x1a) streams = 2, l1 = 4;
+  else if (const CpuModel m = cpu_model(); m.amd && m.family >= 0x19) streams = 2, l1 = m.family >= 0x1a ? 4 : 0;
   std::uint32_t unset = kUnset;  // set_packed_gemv before the first call wins
   if (__atomic_compare_exchange_n(&g_gemv_streams, &unset, streams, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     __atomic_store_n(&g_gemv_l1, l1, __ATOMIC_RELAXED);
