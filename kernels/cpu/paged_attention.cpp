@@ -1,4 +1,5 @@
-// Paged attention on the CPU: flash-style, one work item per (tile of query rows, kv head).
+// Paged attention on the CPU: flash-style, one work item per (tile of query rows, kv head), the heaviest
+// tiles first (make_tiles).
 //
 // A tile is up to kTileRows consecutive rows of one sequence (a prefill chunk; a decode row is a tile of
 // one). For every K/V block the tile's rows reach, the block is widened to fp32 once (K transposed, so that
@@ -491,10 +492,16 @@ void attend_tile(const float* q, std::int64_t r0, std::int64_t nr, std::int64_t 
 
 struct Tile {
   std::int64_t begin, rows;
+  std::int64_t work;  // query-key pairs of one of its kv heads, about: rows x (last position + 1)
 };
 
 // Consecutive rows of one sequence at consecutive positions, at most kTileRows each, into `tiles`
-// (the caller's reused buffer: no allocation per call once it has grown).
+// (the caller's reused buffer: no allocation per call once it has grown), heaviest first (most query-key
+// pairs; ties in row order). A causal prefill's tiles grow with their position: in row order the heaviest
+// came last, in the last of the pool's equal chunks, and one thread ran them while the other waited
+// (prefill 512's attention took 1.2-1.4x as long on two threads; docs/cpu_backend.md, "Twelfth stop").
+// Heaviest first with chunks that shrink towards the end (parallel_for_tapered) leaves the light ones for
+// last. Which thread runs a tile, and when, changes no bit of it.
 void make_tiles(const AttnRow* rows, std::int64_t n, std::vector<Tile>& tiles) {
   tiles.clear();
   for (std::int64_t r = 0; r < n; ++r) {
@@ -506,8 +513,11 @@ void make_tiles(const AttnRow* rows, std::int64_t n, std::vector<Tile>& tiles) {
         continue;
       }
     }
-    tiles.push_back({r, 1});
+    tiles.push_back({r, 1, 0});
   }
+  for (Tile& t : tiles) t.work = t.rows * (rows[t.begin + t.rows - 1].position + 1);
+  std::sort(tiles.begin(), tiles.end(),
+            [](const Tile& a, const Tile& b) { return a.work != b.work ? a.work > b.work : a.begin < b.begin; });
 }
 
 // Every block the tiles read whose transposed copy is not fresh (KvLayer::kt_fresh: K was written behind
@@ -552,7 +562,7 @@ void paged_attention(ThreadPool& pool, const float* q, std::int64_t rows, std::i
   with_kv_type(cache.dtype, [&](auto elem) {
     using T = decltype(elem);
     if (cache.kt) refresh_transposed<T>(cache, row_info, tiles);
-    pool.parallel_for(items, 1, [&](std::int64_t begin, std::int64_t end) {
+    pool.parallel_for_tapered(items, 1, 1, [&](std::int64_t begin, std::int64_t end) {
       thread_local Scratch scratch;
       const bool ahead = g_prefetch_blocks.load(std::memory_order_relaxed) > 0;
       for (std::int64_t i = begin; i < end; ++i) {
