@@ -1,14 +1,16 @@
 // The CPU backend against this machine's limits, in one run: the memory read bandwidth (the pool's threads,
 // one per core by default; a buffer far beyond the last-level cache; the better of one stream and 16
 // interleaved streams per thread), the fp32 FMA peak (same threads, the widest vectors the CPU has), and
-// kvfleet's decode at batch 1, 8 and 32 and prefill at 512 and 4k tokens, as tokens/s and as a fraction of
-// the bandwidth (decode: the weights each step streams) or of the peak (prefill: the step's FLOPs). Also:
+// kvfleet's decode at batch 1, 8 and 32 and prefill at 512 and 4k tokens and of 8 prompts of 128 tokens in one
+// step (the table), as tokens/s and as a fraction of the bandwidth (decode: the weights each step
+// streams) or of the peak (prefill: the step's FLOPs). Also:
 // the read bandwidth on one thread (what a second one can add at batch 1), the bandwidth read again just
 // before and after each decode measurement (this VM's moves by up to 2x within minutes), and the engine's
 // own time per step outside the forward pass.
 //
 //   build/bin/bench_cpu_roofline --model DIR [--threads 0] [--tokens 64] [--runs 3] [--read-mib 1024]
-//                                [--no-4k] [--batches 1,8,32] [--prefill 512,4096]  (0: none)
+//                                [--no-4k] [--batches 1,8,32] [--prefill 512,4096,8x128]  (0: none; BxP: B
+//                                                 prompts of P tokens in one step)
 //                                [--ab KNOB N]   (only: batch-1 decode with KNOB off and on, alternating, N
 //                                                 rounds each; KNOB taper, notify or gemv2; --ab-taper N = --ab taper N)
 //                                [--json FILE]   (every figure printed, as one JSON object; bench/cpu_goals.py)
@@ -161,6 +163,7 @@ double fma_peak(ThreadPool& pool, bool wide) {
 // The engine's own time per step (schedule, sample, stop check, outputs: the step less its forward pass),
 // over every step of the last engine_seconds call.
 double g_own_seconds_per_step = 0.0;
+double g_steps_per_run = 0.0;  // engine steps a run, over the runs of the last engine_seconds call
 
 // `batch` sequences of `prompt` tokens each, `gen` tokens generated per sequence (greedy, no EOS).
 // Returns the best of `runs` wall times of the whole run (prompt and decode).
@@ -215,6 +218,7 @@ double engine_seconds(const Model& model, unsigned threads, int batch, int promp
   const double best = engine_runs(engine, batch, prompt, gen, runs);
   const EngineStats st = engine.stats();
   g_own_seconds_per_step = (st.step_seconds - st.forward_seconds) / static_cast<double>(std::max<std::uint64_t>(1, st.steps));
+  g_steps_per_run = static_cast<double>(st.steps) / runs;
   return best;
 }
 
@@ -249,6 +253,24 @@ void ab_knob(const Model& model, const std::string& knob, unsigned threads, int 
               med[0] * step_bytes / 1e9, med[1] / med[0], rate[1].back() / rate[0].back());
 }
 
+struct Prefill {
+  int seqs, tokens;  // seqs prompts of `tokens` each, prefilled together
+};
+
+std::vector<Prefill> prefill_list(const std::string& s) {  // "512,4096,8x128"; "" or "0": none
+  std::vector<Prefill> v;
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t j = std::min(s.find(',', i), s.size());
+    const std::string item = s.substr(i, j - i);
+    const std::size_t x = item.find('x');
+    const Prefill p = x == std::string::npos ? Prefill{1, std::stoi(item)}
+                                             : Prefill{std::stoi(item.substr(0, x)), std::stoi(item.substr(x + 1))};
+    if (p.seqs > 0 && p.tokens > 0) v.push_back(p);
+    i = j + 1;
+  }
+  return v;
+}
+
 std::vector<int> int_list(const std::string& s) {  // "1,8,32"; "" or "0": none
   std::vector<int> v;
   for (std::size_t i = 0; i < s.size();) {
@@ -270,7 +292,8 @@ int main(int argc, char** argv) {
   int ab_rounds = 0;  // --ab KNOB N (or --ab-taper N): only ab_knob, N rounds
   std::string ab = "taper";
   std::string json_path;
-  std::vector<int> batches = {1, 8, 32}, prefills = {512, 4096};
+  std::vector<int> batches = {1, 8, 32};
+  std::vector<Prefill> prefills = {{1, 512}, {1, 4096}, {8, 128}};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -281,7 +304,7 @@ int main(int argc, char** argv) {
     else if (a == "--read-mib") read_mib = std::stoul(next());
     else if (a == "--no-4k") with_4k = false;
     else if (a == "--batches") batches = int_list(next());
-    else if (a == "--prefill") prefills = int_list(next());
+    else if (a == "--prefill") prefills = prefill_list(next());
     else if (a == "--ab-taper") ab_rounds = std::stoi(next());
     else if (a == "--ab") {
       ab = next();
@@ -355,16 +378,24 @@ int main(int argc, char** argv) {
       std::printf("                 median step %.2f ms: %.1f tok/s, %.2f GB/s = %.0f%% of that mean\n", median_step * 1e3,
                   batch / median_step, step_bytes / median_step / 1e9, 100.0 * step_bytes / median_step / bw_near);
   }
-  for (int p : prefills) {
-    if (p == 4096 && !with_4k) continue;
-    const double s = engine_seconds(model, threads, 1, p, 1, p == 4096 ? 1 : runs);
-    const double pp = static_cast<double>(p);
-    // lm_head runs on the last row only.
+  for (const Prefill& pf : prefills) {
+    if (pf.tokens == 4096 && !with_4k) continue;
+    const bool long_one = static_cast<std::int64_t>(pf.seqs) * pf.tokens >= 4096;
+    const double s = engine_seconds(model, threads, pf.seqs, pf.tokens, 1, long_one ? 1 : runs);
+    const double pp = static_cast<double>(pf.tokens), n = static_cast<double>(pf.seqs);
+    // lm_head runs on each prompt's last row only.
     const double lm = h * static_cast<double>(c.vocab_size);
-    const double flops = 2.0 * (linear_params - lm) * pp + 2.0 * lm + 4.0 * static_cast<double>(c.num_layers) * qd * pp * (pp + 1) / 2;
-    std::printf("prefill %4d:    %8.1f tok/s  (%.1f GFLOP/s, %.0f%% of FMA peak; %s)\n", p, pp / s, flops / s / 1e9,
-                100.0 * flops / s / peak, p == 4096 ? "1 run" : "best of runs");
-    prefill_out.push_back(boost::json::object{{"tokens", p}, {"tok_per_s", pp / s}, {"flops_per_s", flops / s}});
+    const double flops = n * (2.0 * (linear_params - lm) * pp + 2.0 * lm +
+                              4.0 * static_cast<double>(c.num_layers) * qd * pp * (pp + 1) / 2);
+    char what[32];
+    if (pf.seqs == 1) std::snprintf(what, sizeof what, "%d", pf.tokens);
+    else std::snprintf(what, sizeof what, "%d x %d", pf.seqs, pf.tokens);
+    std::printf("prefill %4s:    %8.1f tok/s  (%.1f GFLOP/s, %.0f%% of FMA peak; %s", what, n * pp / s, flops / s / 1e9,
+                100.0 * flops / s / peak, long_one ? "1 run" : "best of runs");
+    if (pf.seqs > 1) std::printf(", %.1f engine steps a run", g_steps_per_run);
+    std::printf(")\n");
+    prefill_out.push_back(boost::json::object{
+        {"tokens", pf.tokens}, {"sequences", pf.seqs}, {"tok_per_s", n * pp / s}, {"flops_per_s", flops / s}});
   }
   out["decode"] = std::move(decode_out);
   out["prefill"] = std::move(prefill_out);

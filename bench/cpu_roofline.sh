@@ -6,7 +6,7 @@
 # for each thread count of --threads (a list: 1,2).
 #
 #   bench/cpu_roofline.sh [--threads 2|1,2] [--tokens 24] [--prefills 3] [--rounds 3] [--baseline DIR]...
-#                         [--workloads b1,b8,b32,p512] [--no-4k] [--compare-only] [--model DIR] [--raw FILE]
+#                         [--workloads b1,b8,b32,p512,p8x128] [--no-4k] [--compare-only] [--model DIR] [--raw FILE]
 # --model DIR: that model (made elsewhere) instead of a fresh 125M Llama. --raw FILE: every timed pair appended
 # as a line "threads workload binary measured_tokens full_seconds reference_seconds" (binary: the --baseline
 # DIR, or "new"), for a caller that gathers rounds of several calls (bench/cpu_goals.py).
@@ -27,6 +27,8 @@
 #   prefill 512 (p512): one 512-token prompt (the reference) against 1 + --prefills of them, run one after
 #     another (--max-num-seqs 1): each is one 512-token step that also samples one token, on warm weights,
 #     as bench_cpu_roofline's prefill (best of its runs, the first one packing).
+#   prefill 8 x 128 (p8x128, not in the default list): 8 prompts of 128 tokens (--max-num-seqs 8: one step of
+#     1024 tokens that samples 8) against 8 x (1 + --prefills) of them.
 # Each round runs, per workload, every binary's pair back to back (the pair's order alternates between
 # rounds); the rate printed is the tokens over the median difference, with the lowest and highest rate of
 # the rounds in brackets ("-": noise made a difference <= 0), and new/old is the ratio of the medians.
@@ -63,6 +65,9 @@ if [[ -z $compare_only ]]; then
   for t in ${threads//,/ }; do "$bin/bench_cpu_roofline" --model "$model" --threads "$t" --tokens "$tokens" $no4k; done
 fi
 [[ ${#baselines[@]} -eq 0 ]] && exit 0
+for d in "${baselines[@]}"; do
+  [[ -x $d/kvfleet ]] || { echo "--baseline $d: no kvfleet binary there (give the folder that holds it)" >&2; exit 2; }
+done
 
 prompts() {  # N sequences, P prompt tokens, G generated tokens
   for ((i = 0; i < $1; i++)); do
@@ -82,7 +87,11 @@ for w in ${workloads//,/ }; do
       prompts 1 512 1 > "$work/$w.ref.jsonl"
       prompts $((1 + prefills)) 512 1 > "$work/$w.full.jsonl"
       seqs[$w]=1 measured[$w]=$((512 * prefills)) blocks=$(((1 + prefills) * 34 + 16)) ;;
-    *) echo "unknown workload $w (b1, b8, b32, p512)" >&2; exit 2 ;;
+    p8x128)
+      prompts 8 128 1 > "$work/$w.ref.jsonl"
+      prompts $((8 * (1 + prefills))) 128 1 > "$work/$w.full.jsonl"
+      seqs[$w]=8 measured[$w]=$((8 * 128 * prefills)) blocks=$((8 * (1 + prefills) * 10 + 16)) ;;
+    *) echo "unknown workload $w (b1, b8, b32, p512, p8x128)" >&2; exit 2 ;;
   esac
   # The KV cache sized to the workload (each engine zeroes all of it at start-up), 2048 tokens a step.
   flags[$w]="--max-num-seqs ${seqs[$w]} --max-batched-tokens 2048 --num-blocks $blocks"
