@@ -253,19 +253,12 @@ void ab_knob(const Model& model, const std::string& knob, unsigned threads, int 
               med[0] * step_bytes / 1e9, med[1] / med[0], rate[1].back() / rate[0].back());
 }
 
-struct Prefill {
-  int seqs, tokens;  // seqs prompts of `tokens` each, prefilled together
-};
-
-std::vector<Prefill> prefill_list(const std::string& s) {  // "512,4096,8x128"; "" or "0": none
-  std::vector<Prefill> v;
+// The comma-separated items of s ("" -> none).
+std::vector<std::string> items(const std::string& s) {
+  std::vector<std::string> v;
   for (std::size_t i = 0; i < s.size();) {
     const std::size_t j = std::min(s.find(',', i), s.size());
-    const std::string item = s.substr(i, j - i);
-    const std::size_t x = item.find('x');
-    const Prefill p = x == std::string::npos ? Prefill{1, std::stoi(item)}
-                                             : Prefill{std::stoi(item.substr(0, x)), std::stoi(item.substr(x + 1))};
-    if (p.seqs > 0 && p.tokens > 0) v.push_back(p);
+    v.push_back(s.substr(i, j - i));
     i = j + 1;
   }
   return v;
@@ -273,10 +266,22 @@ std::vector<Prefill> prefill_list(const std::string& s) {  // "512,4096,8x128"; 
 
 std::vector<int> int_list(const std::string& s) {  // "1,8,32"; "" or "0": none
   std::vector<int> v;
-  for (std::size_t i = 0; i < s.size();) {
-    const std::size_t j = std::min(s.find(',', i), s.size());
-    if (const int x = std::stoi(s.substr(i, j - i)); x > 0) v.push_back(x);
-    i = j + 1;
+  for (const std::string& item : items(s))
+    if (const int x = std::stoi(item); x > 0) v.push_back(x);
+  return v;
+}
+
+struct Prefill {
+  int seqs, tokens;  // seqs prompts of `tokens` each, prefilled together
+};
+
+std::vector<Prefill> prefill_list(const std::string& s) {  // "512,4096,8x128"; "" or "0": none
+  std::vector<Prefill> v;
+  for (const std::string& item : items(s)) {
+    const std::size_t x = item.find('x');
+    const Prefill p = x == std::string::npos ? Prefill{1, std::stoi(item)}
+                                             : Prefill{std::stoi(item.substr(0, x)), std::stoi(item.substr(x + 1))};
+    if (p.seqs > 0 && p.tokens > 0) v.push_back(p);
   }
   return v;
 }
