@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/backend/cpu/packed_arena.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/kv_elem.h"
 #include "kernels/cpu/moe.h"
@@ -176,17 +177,16 @@ class CpuBackend final : public Backend {
   // Without packing (pack_) the plain weights are read (no copy, no packing time at the first step).
   cpu::WeightRef packed(DeviceWeight w, std::int64_t out, std::int64_t in) {
     if (!pack_ || !w.data) return ref(w);  // (an expert another rank serves has no weights here)
-    auto [it, fresh] = packed_.try_emplace(w.data);
-    if (fresh) {  // not zeroed first: pack_weight writes every byte. (Transparent huge pages were tried:
-                  // with THP on madvise, compaction stalls made loading slower, 1.3-4.2 s vs 0.9 s.)
-      const std::size_t bytes = (cpu::packed_weight_bytes(out, in, w.dtype) + 63) / 64 * 64;
-      void* p = std::aligned_alloc(64, bytes);  // blocks on cache lines (a bf16 block is one line)
-      if (!p) throw std::bad_alloc();
-      it->second.reset(static_cast<std::byte*>(p));
-      cpu::pack_weight(w.data, w.dtype, out, in, p, &pool_);
-      release_plain(w.data, static_cast<std::size_t>(out * in) * dtype_size(w.dtype));
-    }
-    return {nullptr, w.dtype, it->second.get()};
+    if (auto it = packed_.find(w.data); it != packed_.end()) return {nullptr, w.dtype, it->second};
+    // Not zeroed first: pack_weight writes every byte. On 2 MiB pages where the kernel gives them
+    // (packed_arena.h). THP was tried once before (commit 0010956, an earlier VM), where compaction stalls
+    // made loading slower (1.3-4.2 s against 0.9 s); on the Zen 4 VM loading took no longer
+    // (docs/cpu_backend.md "Thirteenth stop"). KVFLEET_CPU_HUGEPAGES=0 turns it off.
+    std::byte* p = arena_.take(cpu::packed_weight_bytes(out, in, w.dtype));  // 64-byte aligned: a bf16 block is a line
+    cpu::pack_weight(w.data, w.dtype, out, in, p, &pool_);
+    packed_.emplace(w.data, p);
+    release_plain(w.data, static_cast<std::size_t>(out * in) * dtype_size(w.dtype));
+    return {nullptr, w.dtype, p};
   }
 
   // The whole pages of a packed weight's plain copy, given back. The checkpoint is mapped read-only and
@@ -221,10 +221,8 @@ class CpuBackend final : public Backend {
     return cpu::cpu_isa() != cpu::Isa::scalar;
   }();
   std::vector<const void*> embedding_tables_;
-  struct Free {
-    void operator()(std::byte* p) const { std::free(p); }
-  };
-  std::unordered_map<const void*, std::unique_ptr<std::byte[], Free>> packed_;
+  cpu::PackedArena arena_;  // holds every packed weight, freed with the backend
+  std::unordered_map<const void*, std::byte*> packed_;
   std::vector<cpu::LinearPart> parts_;
   DType kv_dtype_;
   KvCacheShape shape_;
