@@ -6,7 +6,11 @@
 //                           [--variants e8:32,t8:32,t2:0:0]]
 // --chain: a batch-1 decode token's linear calls (packed bf16, the model shape given), variants token by
 // token in one process: e/t = equal or tapered chunks (ThreadPool::parallel_for_tapered), L1:L2 = the
-// packed prefetch distances in blocks (the GEMV as a tile); t2:0:0 = 2 streams, L1:L2 (the panel GEMV).
+// packed prefetch distances in blocks (the GEMV as a tile); t2:0:0 = 2 streams, L1:L2 (the panel GEMV);
+// "+h" after a variant: the weights as the CPU backend holds them (PackedArena: 2 MiB pages), without it
+// in plain vectors (4 KiB pages); "read" and "ops": no arithmetic, the same bytes read as one stream per
+// thread, or as the token's ops read them (one pool op per weight): what the memory gives, and what is left
+// of it after the op structure.
 // --gemv-only 1: bf16 weights of --mb MiB (from memory) on the pool, plain rows vs packed panels
 // alternating: batch 1 (GEMV) and 2-32 rows (the GEMM, which at few rows still streams the weights).
 // First (AVX-512 CPUs) the kernels alone on one thread, by CPU time: main@2632b1d's kernel (copied in,
@@ -26,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/cpu/packed_arena.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/linear_kernels.h"
 #include "kernels/cpu/ops.h"
@@ -209,7 +214,29 @@ struct ChainVariant {
   std::uint32_t streams, l1, l2;  // streams 0: the tile
   std::string name;
   std::int64_t tail_kib = 0;  // 0: the default tail
+  bool huge = false;          // "+h" after the variant: the weights' copy on 2 MiB pages
 };
+
+// Pseudo-variants: "read" reads as many bytes as a token's weights, one buffer cut in the pool's equal chunks
+// (what the memory gives); "ops" reads the weights themselves (the vectors' copy) one pool op per weight
+// matrix in tapered chunks down to 96 KiB, as the GEMV's ops split them, with no arithmetic.
+constexpr std::uint32_t kReadAll = 1000, kReadOps = 1001;
+thread_local float g_read_sink = 0;  // keeps the sums alive
+
+__attribute__((target("avx512f"))) float sum_lines(const std::uint8_t* p, std::size_t bytes) {  // a pure read of whole 64-byte lines
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  std::size_t i = 0;
+  for (; i + 256 <= bytes; i += 256) {
+    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(reinterpret_cast<const float*>(p + i)));
+    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(reinterpret_cast<const float*>(p + i + 64)));
+    a2 = _mm512_add_ps(a2, _mm512_loadu_ps(reinterpret_cast<const float*>(p + i + 128)));
+    a3 = _mm512_add_ps(a3, _mm512_loadu_ps(reinterpret_cast<const float*>(p + i + 192)));
+  }
+  for (; i + 64 <= bytes; i += 64) a0 = _mm512_add_ps(a0, _mm512_loadu_ps(reinterpret_cast<const float*>(p + i)));
+  alignas(64) float out[16];
+  _mm512_store_ps(out, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  return out[0];
+}
 
 std::vector<ChainVariant> chain_variants(const std::string& s) {  // "e8:32,t8:32,t2:0:0"
   std::vector<ChainVariant> v;
@@ -217,9 +244,20 @@ std::vector<ChainVariant> chain_variants(const std::string& s) {  // "e8:32,t8:3
     const std::size_t j = std::min(s.find(',', i), s.size());
     std::string item = s.substr(i, j - i);
     std::int64_t tail_kib = 0;
+    bool huge = false;
+    if (item.size() > 2 && item.compare(item.size() - 2, 2, "+h") == 0) {
+      huge = true;
+      item.resize(item.size() - 2);
+    }
     if (const std::size_t at = item.find('@'); at != std::string::npos) {
       tail_kib = std::stoll(item.substr(at + 1));
       item.resize(at);
+    }
+    const std::string name = s.substr(i, j - i);
+    i = j + 1;
+    if (item == "read" || item == "ops") {
+      v.push_back({true, item == "read" ? kReadAll : kReadOps, 0, 0, name, 0, huge});
+      continue;
     }
     std::vector<std::uint32_t> nums;
     for (std::size_t k = 1; k < item.size();) {
@@ -227,10 +265,8 @@ std::vector<ChainVariant> chain_variants(const std::string& s) {  // "e8:32,t8:3
       nums.push_back(static_cast<std::uint32_t>(std::stoul(item.substr(k, c - k))));
       k = c + 1;
     }
-    const std::string name = s.substr(i, j - i);
-    if (nums.size() == 3) v.push_back({item[0] == 't', nums[0], nums[1], nums[2], name, tail_kib});
-    else v.push_back({item[0] == 't', 0, nums.at(0), nums.at(1), name, tail_kib});
-    i = j + 1;
+    if (nums.size() == 3) v.push_back({item[0] == 't', nums[0], nums[1], nums[2], name, tail_kib, huge});
+    else v.push_back({item[0] == 't', 0, nums.at(0), nums.at(1), name, tail_kib, huge});
   }
   return v;
 }
@@ -264,19 +300,52 @@ void decode_chain(unsigned threads, int tokens, std::int64_t rows, std::int64_t 
   for (const Packed& w : ws) bytes += 2.0 * static_cast<double>(w.out * w.in);
   std::vector<float> x(static_cast<std::size_t>(rows * std::max(hidden, inter)), 0.5f),
       y(static_cast<std::size_t>(rows * (vocab + 4 * inter)));
+  // The same packed bytes again in a PackedArena, as the CPU backend holds them (2 MiB pages where the
+  // kernel gives them): variants ending in "+h" read this copy, the others the vectors (4 KiB pages).
+  cpu::PackedArena arena;
+  std::vector<const void*> huge;
+  for (const Packed& w : ws) {
+    const std::size_t n = cpu::packed_weight_bytes(w.out, w.in, DType::bf16);
+    std::byte* p = arena.take(n);
+    std::memcpy(p, w.ref().packed, n);
+    huge.push_back(p);
+  }
+  bool use_huge = false;
+  auto ref = [&](std::size_t i) {
+    cpu::WeightRef r = ws[i].ref();
+    if (use_huge) r.packed = huge[i];
+    return r;
+  };
   auto token = [&] {
     float* a = y.data();
     for (std::int64_t l = 0; l < layers; ++l) {
-      const Packed* w = &ws[static_cast<std::size_t>(l * 7)];
-      const cpu::LinearPart qkv[3] = {{w[0].ref(), hidden, {}, a}, {w[1].ref(), kv_dim, {}, a + rows * hidden},
-                                      {w[2].ref(), kv_dim, {}, a + rows * (hidden + kv_dim)}};
+      const std::size_t i0 = static_cast<std::size_t>(l * 7);
+      const cpu::LinearPart qkv[3] = {{ref(i0), hidden, {}, a}, {ref(i0 + 1), kv_dim, {}, a + rows * hidden},
+                                      {ref(i0 + 2), kv_dim, {}, a + rows * (hidden + kv_dim)}};
       cpu::linear_multi(pool, x.data(), rows, hidden, qkv, 3);
-      cpu::linear(pool, x.data(), rows, hidden, w[3].ref(), hidden, {}, a);
-      const cpu::LinearPart gu[2] = {{w[4].ref(), inter, {}, a}, {w[5].ref(), inter, {}, a + rows * inter}};
+      cpu::linear(pool, x.data(), rows, hidden, ref(i0 + 3), hidden, {}, a);
+      const cpu::LinearPart gu[2] = {{ref(i0 + 4), inter, {}, a}, {ref(i0 + 5), inter, {}, a + rows * inter}};
       cpu::linear_multi(pool, x.data(), rows, hidden, gu, 2);
-      cpu::linear(pool, x.data(), rows, inter, w[6].ref(), hidden, {}, a);
+      cpu::linear(pool, x.data(), rows, inter, ref(i0 + 6), hidden, {}, a);
     }
-    cpu::linear(pool, x.data(), rows, hidden, ws.back().ref(), vocab, {}, a);
+    cpu::linear(pool, x.data(), rows, hidden, ref(ws.size() - 1), vocab, {}, a);
+  };
+  std::vector<std::uint8_t> all(static_cast<std::size_t>(bytes) + 64);
+  std::memset(all.data(), 1, all.size());
+  auto read_all = [&] {
+    const std::int64_t lines = static_cast<std::int64_t>(bytes) / 64;
+    pool.parallel_for(lines, 4096, [&](std::int64_t b, std::int64_t e) {
+      g_read_sink += sum_lines(all.data() + b * 64, static_cast<std::size_t>(e - b) * 64);
+    });
+  };
+  auto read_ops = [&] {
+    for (std::size_t i = 0; i < ws.size(); ++i) {
+      const auto* p = static_cast<const std::uint8_t*>(ref(i).packed);
+      const std::int64_t lines = 2 * ws[i].out * ws[i].in / 64;
+      pool.parallel_for_tapered(lines, 1, 1536, [&](std::int64_t b, std::int64_t e) {
+        g_read_sink += sum_lines(p + b * 64, static_cast<std::size_t>(e - b) * 64);
+      });
+    }
   };
   std::uint32_t gemv_streams = 0, gemv_l1 = 0, gemv_l2 = 0;  // restored at the end
   cpu::detail::packed_gemv(gemv_streams, gemv_l1, gemv_l2);
@@ -287,6 +356,11 @@ void decode_chain(unsigned threads, int tokens, std::int64_t rows, std::int64_t 
       const std::size_t v = (k + static_cast<std::size_t>(i)) % variants.size();
       cpu::detail::set_tapered_split(variants[v].tapered);
       cpu::detail::set_taper_tail_bytes(variants[v].tail_kib > 0 ? variants[v].tail_kib << 10 : default_tail);
+      use_huge = variants[v].huge;
+      if (variants[v].streams == kReadAll || variants[v].streams == kReadOps) {
+        t[v].push_back(variants[v].streams == kReadAll ? best_seconds(1, read_all) : best_seconds(1, read_ops));
+        continue;
+      }
       if (variants[v].streams == 0) {
         cpu::detail::set_packed_gemv(0, 0, 0);
         cpu::detail::set_packed_prefetch(variants[v].l1, variants[v].l2);
@@ -307,6 +381,13 @@ void decode_chain(unsigned threads, int tokens, std::int64_t rows, std::int64_t 
     std::sort(t[v].begin(), t[v].end());
     const double best = t[v].front(), med = t[v][t[v].size() / 2];
     const ChainVariant& cv = variants[v];
+    if (cv.streams == kReadAll || cv.streams == kReadOps) {
+      std::printf("  %-12s %s: best %7.3f ms (%.2f GB/s), median %7.3f ms (%.2f GB/s); median vs the first: %.3fx\n",
+                  cv.name.c_str(), cv.streams == kReadAll ? "one buffer, equal chunks, no arithmetic  "
+                                                          : "the weights, an op each, no arithmetic   ",
+                  best * 1e3, bytes / best / 1e9, med * 1e3, bytes / med / 1e9, t[0][t[0].size() / 2] / med);
+      continue;
+    }
     std::printf("  %-12s %s chunks, %s, prefetch %2u / %2u blocks: best %7.3f ms (%.2f GB/s), median %7.3f ms "
                 "(%.2f GB/s); median vs the first: %.3fx\n",
                 cv.name.c_str(), cv.tapered ? "taper" : "equal",
