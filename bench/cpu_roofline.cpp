@@ -6,7 +6,10 @@
 // streams) or of the peak (prefill: the step's FLOPs). Also:
 // the read bandwidth on one thread (what a second one can add at batch 1), the bandwidth read again just
 // before and after each decode measurement (this VM's moves by up to 2x within minutes), and the engine's
-// own time per step outside the forward pass.
+// own time per step outside the forward pass. Around each decode measurement, 8 + 8 read windows of one
+// step's bytes (their median and spread: what a median step compares with); at batch 1, a run with a read
+// window after every token, each step against the windows on either side (phases of the VM's bandwidth
+// skew neither). The read probes use 2 MiB pages where the kernel gives them, as the packed weights do.
 //
 //   build/bin/bench_cpu_roofline --model DIR [--threads 0] [--tokens 64] [--runs 3] [--read-mib 1024]
 //                                [--no-4k] [--batches 1,8,32] [--prefill 512,4096,8x128]  (0: none; BxP: B
@@ -28,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/backend/cpu/packed_arena.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/linear_kernels.h"
 #include "kernels/cpu/thread_pool.h"
@@ -62,64 +66,126 @@ std::pair<std::int64_t, std::int64_t> piece(std::int64_t n, unsigned i, unsigned
   return {n * i / parts, n * (i + 1) / parts};
 }
 
-// Sums the buffer with four independent 32-byte accumulators per thread: a pure read stream.
-double read_bandwidth(ThreadPool& pool, std::size_t mib, int runs, unsigned threads = 0) {
+// Sums n floats from p (n a multiple of 32) with four independent 32-byte accumulators: a pure read stream.
+float read_one_stream(const float* p, std::int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (std::int64_t i = 0; i < n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
+  }
+  float out[8];
+  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  return out[0];
+}
+
+// The same n floats (a multiple of 16 x 16) cut in 16 parts read side by side, as the GEMV reads 16 weight
+// rows: on some VMs one stream per core does not reach the memory's speed (the hardware prefetcher keeps
+// too few lines in flight for one stream), so the machine's read bandwidth is the better of the two.
+constexpr std::int64_t kStreams = 16;
+float read_16_streams(const float* base, std::int64_t n) {
+  const std::int64_t len = n / kStreams;  // floats per stream
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (std::int64_t i = 0; i < len; i += 16)
+    for (std::int64_t s = 0; s < kStreams; ++s) {
+      const float* p = base + s * len + i;
+      acc[s & 3] = _mm256_add_ps(acc[s & 3], _mm256_add_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)));
+    }
+  float out[8];
+  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  return out[0];
+}
+
+// A read probe's buffer of n floats (all 1), on 2 MiB pages where the kernel gives them, as the CPU backend's
+// packed weights are (engine/backend/cpu/packed_arena.h; KVFLEET_CPU_HUGEPAGES=0: small pages for both):
+// the bandwidth a decode step is compared with is read on the same kind of pages as the weights it streams.
+class ProbeBuffer {
+ public:
+  explicit ProbeBuffer(std::size_t n) : n_(n), p_(reinterpret_cast<float*>(arena_.take(n * sizeof(float)))) {
+    std::fill(p_, p_ + n, 1.0f);
+  }
+  float* data() { return p_; }
+  std::size_t size() const { return n_; }
+
+ private:
+  cpu::PackedArena arena_;
+  std::size_t n_;
+  float* p_;
+};
+
+// Bytes/s of the best of `runs` passes over a `mib` buffer, on `threads` threads (0: the pool's size), each
+// thread reading its contiguous share as one stream or as 16.
+double read_bandwidth(ThreadPool& pool, std::size_t mib, int runs, unsigned threads = 0, bool sixteen = false) {
   const unsigned n_threads = threads ? threads : pool.size();
-  const std::size_t n = (mib << 20) / sizeof(float);
-  std::vector<float> buf(n, 1.0f);
+  const std::int64_t unit = sixteen ? 16 * kStreams : 32;  // floats: what each reader takes whole
+  const std::int64_t units = static_cast<std::int64_t>((mib << 20) / sizeof(float)) / unit;
+  ProbeBuffer buf(static_cast<std::size_t>(units * unit));
   std::vector<float> sink(n_threads * 16, 0.0f);
   double best = 1e30;
   for (int r = 0; r < runs; ++r) {
     const double t = on_threads(n_threads, [&](unsigned part, unsigned parts) {
-      const auto [b, e] = piece(static_cast<std::int64_t>(n / 32), part, parts);
-      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      for (std::int64_t i = b * 32; i < e * 32; i += 32) {
-        const float* p = buf.data() + i;
-        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p));
-        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + 8));
-        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + 16));
-        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + 24));
-      }
-      float out[8];
-      _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-      sink[part * 16] += out[0];
+      const auto [b, e] = piece(units, part, parts);
+      const float* p = buf.data() + b * unit;
+      sink[part * 16] += sixteen ? read_16_streams(p, (e - b) * unit) : read_one_stream(p, (e - b) * unit);
     });
     best = std::min(best, t);
   }
   if (sink[0] < 0) std::printf(" ");  // keeps the sums alive
-  return static_cast<double>(n * sizeof(float)) / best;
+  return static_cast<double>(buf.size() * sizeof(float)) / best;
 }
 
-// The same buffer read as 16 interleaved streams per thread (each thread's range cut in 16 parts read side
-// by side, as the GEMV reads 16 weight rows): on this VM one stream per core does not reach the memory's
-// speed (the hardware prefetcher keeps too few lines in flight for one stream), so the machine's read
-// bandwidth is the better of the two patterns.
 double read_bandwidth_streams(ThreadPool& pool, std::size_t mib, int runs, unsigned threads = 0) {
-  const unsigned n_threads = threads ? threads : pool.size();
-  constexpr int kStreams = 16;
-  const std::size_t n = (mib << 20) / sizeof(float);
-  std::vector<float> buf(n, 1.0f);
-  std::vector<float> sink(n_threads * 16, 0.0f);
-  double best = 1e30;
-  for (int r = 0; r < runs; ++r) {
-    const double t = on_threads(n_threads, [&](unsigned part, unsigned parts) {
-      const auto [b, e] = piece(static_cast<std::int64_t>(n / (16 * kStreams)), part, parts);
-      const std::int64_t len = (e - b) * 16;  // floats per stream
-      const float* base = buf.data() + b * 16 * kStreams;
-      __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-      for (std::int64_t i = 0; i < len; i += 16)
-        for (int s = 0; s < kStreams; ++s) {
-          const float* p = base + s * len + i;
-          acc[s & 3] = _mm256_add_ps(acc[s & 3], _mm256_add_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)));
-        }
-      float out[8];
-      _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-      sink[part * 16] += out[0];
-    });
-    best = std::min(best, t);
+  return read_bandwidth(pool, mib, runs, threads, true);
+}
+
+// Reads the size of one decode step: windows of `window` bytes, one after another over a `mib` buffer (each
+// starts where the last ended, wrapping), each timed alone on the pool's thread count. The best of a few
+// passes (read_bandwidth) is what the memory can do; the windows show how much it moves from step to step,
+// and their median is what a median decode step can be compared with.
+class ReadWindows {
+ public:
+  ReadWindows(ThreadPool& pool, std::size_t mib, double window, bool sixteen)
+      : threads_(pool.size()), sixteen_(sixteen), unit_((sixteen ? 16 * kStreams : 32) * threads_),
+        total_(static_cast<std::int64_t>((mib << 20) / sizeof(float)) / unit_),
+        per_(std::clamp<std::int64_t>(static_cast<std::int64_t>(window / sizeof(float)) / unit_, 1, total_)),
+        buf_(static_cast<std::size_t>(total_ * unit_)), sink_(threads_ * 16, 0.0f) {}
+  ~ReadWindows() {
+    if (sink_[0] < 0) std::printf(" ");  // keeps the sums alive
   }
-  if (sink[0] < 0) std::printf(" ");
-  return static_cast<double>(n / (16 * kStreams) * 16 * kStreams * sizeof(float)) / best;
+
+  double next() {  // bytes/s of the next window
+    if (at_ + per_ > total_) at_ = 0;
+    const float* base = buf_.data() + at_ * unit_;
+    const double t = on_threads(threads_, [&](unsigned part, unsigned parts) {
+      const std::int64_t n = per_ * unit_ / parts;  // a multiple of the reader's unit
+      const float* p = base + part * n;
+      sink_[part * 16] += sixteen_ ? read_16_streams(p, n) : read_one_stream(p, n);
+    });
+    at_ += per_;
+    return static_cast<double>(per_ * unit_ * sizeof(float)) / t;
+  }
+
+ private:
+  unsigned threads_;
+  bool sixteen_;
+  std::int64_t unit_, total_, per_, at_ = 0;  // unit_: floats every reader's share holds whole
+  ProbeBuffer buf_;
+  std::vector<float> sink_;
+};
+
+std::vector<double> read_windows(ThreadPool& pool, std::size_t mib, double window, int count, bool sixteen) {
+  ReadWindows w(pool, mib, window, sixteen);
+  std::vector<double> rates;
+  for (int i = 0; i < count; ++i) rates.push_back(w.next());
+  std::sort(rates.begin(), rates.end());
+  return rates;
+}
+
+constexpr int kWindows = 8;  // read windows before and after each decode measurement
+
+double quantile(const std::vector<double>& sorted, double q) {
+  return sorted[static_cast<std::size_t>(q * static_cast<double>(sorted.size() - 1) + 0.5)];
 }
 
 // 12 independent FMA chains per thread; returns FLOP/s (2 per lane per FMA).
@@ -220,6 +286,55 @@ double engine_seconds(const Model& model, unsigned threads, int batch, int promp
   g_own_seconds_per_step = (st.step_seconds - st.forward_seconds) / static_cast<double>(std::max<std::uint64_t>(1, st.steps));
   g_steps_per_run = static_cast<double>(st.steps) / runs;
   return best;
+}
+
+// Batch-1 decode with one read window of the step's bytes after every token: the window runs on the engine
+// thread in the sequence's output callback, so the next step waits for it, and each step is compared with
+// the reads just before and after it. A VM whose bandwidth moves in phases of seconds (this one's windows
+// of 200 MB ranged 26-46 GB/s between runs a minute apart) then skews neither side. Steps are timed from the
+// end of one window to the next callback; the first step after the prefill is left out.
+struct Interleaved {
+  double share_median = 0.0;  // the median over steps of (step bytes / step time) / (mean of its two windows)
+  double step_median_s = 0.0, window_median = 0.0;
+  int steps = 0;
+};
+
+Interleaved interleaved_decode(const Model& model, ThreadPool& pool, unsigned threads, int tokens, std::size_t read_mib,
+                               double step_bytes, bool sixteen) {
+  Engine engine(model, engine_config(threads, 1, 8, tokens + 1));
+  ReadWindows reads(pool, read_mib, step_bytes, sixteen);
+  std::vector<double> windows, steps;  // windows[k] follows token k; steps[k] is the step from window k to token k+2
+  Clock::time_point after_window;
+  int seen = 0;
+  GenerationRequest q;
+  for (int k = 0; k < 8; ++k) q.prompt.push_back(1 + k * 7);
+  q.max_tokens = tokens + 1;
+  q.ignore_eos = true;
+  q.sampling.temperature = 0;
+  engine.submit(q, [&](const RequestOutput& out) {
+    if (out.new_tokens.empty()) return;
+    const auto now = Clock::now();
+    if (seen++ >= 1) {
+      if (!windows.empty()) steps.push_back(std::chrono::duration<double>(now - after_window).count());
+      windows.push_back(reads.next());
+      after_window = Clock::now();
+    }
+  });
+  engine.wait_idle();
+  Interleaved r;
+  std::vector<double> shares;
+  for (std::size_t k = 0; k < steps.size() && k + 1 < windows.size(); ++k)
+    shares.push_back(step_bytes / steps[k] / ((windows[k] + windows[k + 1]) / 2));
+  if (shares.empty()) return r;
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  r.share_median = median(shares);
+  r.step_median_s = median(steps);
+  r.window_median = median(windows);
+  r.steps = static_cast<int>(shares.size());
+  return r;
 }
 
 // Batch-1 decode with a knob off and on, alternating on one engine (A B B A ...), `rounds` rates of each:
@@ -360,9 +475,13 @@ int main(int argc, char** argv) {
     // The VM's bandwidth moves by up to 2x within minutes: read it again around each decode measurement
     // too, and give the fraction of both (the start's and the mean of the reads next to it).
     const double bw_before = std::max(read_bandwidth(pool, read_mib, 2), read_bandwidth_streams(pool, read_mib, 2));
+    std::vector<double> windows = read_windows(pool, read_mib, step_bytes, kWindows, bw16 > bw1);
     const double full = engine_seconds(model, threads, batch, 8, tokens + 1, runs);
     const double own = g_own_seconds_per_step, median_step = g_median_step_seconds;
     const double start = engine_seconds(model, threads, batch, 8, 1, runs);
+    const std::vector<double> after = read_windows(pool, read_mib, step_bytes, kWindows, bw16 > bw1);
+    windows.insert(windows.end(), after.begin(), after.end());
+    std::sort(windows.begin(), windows.end());
     const double bw_after = std::max(read_bandwidth(pool, read_mib, 2), read_bandwidth_streams(pool, read_mib, 2));
     const double bw_near = (bw_before + bw_after) / 2;
     const double steps_per_s = tokens / std::max(1e-9, full - start);
@@ -378,10 +497,28 @@ int main(int argc, char** argv) {
                                              {"read_bytes_per_s_before", bw_before},
                                              {"read_bytes_per_s_after", bw_after},
                                              {"median_step_s", median_step},
+                                             {"read_window_bytes_per_s_median", quantile(windows, 0.5)},
+                                             {"read_window_bytes_per_s_p10", quantile(windows, 0.1)},
+                                             {"read_window_bytes_per_s_p90", quantile(windows, 0.9)},
                                              {"engine_own_s_per_step", own}});
-    if (median_step > 0)
+    if (batch == 1) {
+      const Interleaved il = interleaved_decode(model, pool, threads, tokens, read_mib, step_bytes, bw16 > bw1);
+      std::printf("                 interleaved, a read window after every token: %d steps, median step %.2f ms, "
+                  "median window %.2f GB/s; the median step's share of the windows next to it: %.0f%%\n",
+                  il.steps, il.step_median_s * 1e3, il.window_median / 1e9, 100.0 * il.share_median);
+      decode_out.back().as_object()["interleaved"] = boost::json::object{{"steps", il.steps},
+                                                                         {"share_median", il.share_median},
+                                                                         {"step_median_s", il.step_median_s},
+                                                                         {"read_window_bytes_per_s_median", il.window_median}};
+    }
+    if (median_step > 0) {
       std::printf("                 median step %.2f ms: %.1f tok/s, %.2f GB/s = %.0f%% of that mean\n", median_step * 1e3,
                   batch / median_step, step_bytes / median_step / 1e9, 100.0 * step_bytes / median_step / bw_near);
+      std::printf("                 reads of one step's bytes, %zu windows just before / after: median %.2f GB/s (p10 "
+                  "%.2f, p90 %.2f): the median step is %.0f%% of their median\n",
+                  windows.size(), quantile(windows, 0.5) / 1e9, quantile(windows, 0.1) / 1e9, quantile(windows, 0.9) / 1e9,
+                  100.0 * step_bytes / median_step / quantile(windows, 0.5));
+    }
   }
   for (const Prefill& pf : prefills) {
     if (pf.tokens == 4096 && !with_4k) continue;
