@@ -8,9 +8,9 @@
 // token in one process: e/t = equal or tapered chunks (ThreadPool::parallel_for_tapered), L1:L2 = the
 // packed prefetch distances in blocks (the GEMV as a tile); t2:0:0 = 2 streams, L1:L2 (the panel GEMV);
 // "+h" after a variant: the weights as the CPU backend holds them (PackedArena: 2 MiB pages), without it
-// in plain vectors (4 KiB pages); "read" and "ops": no arithmetic, the same bytes read as one stream per
-// thread, or as the token's ops read them (one pool op per weight): what the memory gives, and what is left
-// of it after the op structure.
+// in plain vectors (4 KiB pages); "read" and "ops": no arithmetic, as many bytes read from one buffer in
+// the pool's equal chunks, or the weights read as the token's ops read them (one pool op per weight): what
+// the memory gives, and what is left of it after the op structure.
 // --gemv-only 1: bf16 weights of --mb MiB (from memory) on the pool, plain rows vs packed panels
 // alternating: batch 1 (GEMV) and 2-32 rows (the GEMM, which at few rows still streams the weights).
 // First (AVX-512 CPUs) the kernels alone on one thread, by CPU time: main@2632b1d's kernel (copied in,
@@ -218,23 +218,20 @@ struct ChainVariant {
 };
 
 // Pseudo-variants: "read" reads as many bytes as a token's weights, one buffer cut in the pool's equal chunks
-// (what the memory gives); "ops" reads the weights themselves (the vectors' copy) one pool op per weight
-// matrix in tapered chunks down to 96 KiB, as the GEMV's ops split them, with no arithmetic.
+// (what the memory gives); "ops" reads the weights themselves (the vectors, or with "+h" the arena's copy),
+// one pool op per weight matrix in tapered chunks down to 96 KiB as the GEMV's ops split them, with no
+// arithmetic.
 constexpr std::uint32_t kReadAll = 1000, kReadOps = 1001;
 thread_local float g_read_sink = 0;  // keeps the sums alive
 
-__attribute__((target("avx512f"))) float sum_lines(const std::uint8_t* p, std::size_t bytes) {  // a pure read of whole 64-byte lines
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  std::size_t i = 0;
-  for (; i + 256 <= bytes; i += 256) {
-    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(reinterpret_cast<const float*>(p + i)));
-    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(reinterpret_cast<const float*>(p + i + 64)));
-    a2 = _mm512_add_ps(a2, _mm512_loadu_ps(reinterpret_cast<const float*>(p + i + 128)));
-    a3 = _mm512_add_ps(a3, _mm512_loadu_ps(reinterpret_cast<const float*>(p + i + 192)));
+float sum_lines(const std::uint8_t* p, std::size_t bytes) {  // a pure read of whole 64-byte lines (AVX2)
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+  for (std::size_t i = 0; i + 64 <= bytes; i += 64) {
+    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(reinterpret_cast<const float*>(p + i)));
+    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(reinterpret_cast<const float*>(p + i + 32)));
   }
-  for (; i + 64 <= bytes; i += 64) a0 = _mm512_add_ps(a0, _mm512_loadu_ps(reinterpret_cast<const float*>(p + i)));
-  alignas(64) float out[16];
-  _mm512_store_ps(out, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  float out[8];
+  _mm256_storeu_ps(out, _mm256_add_ps(a0, a1));
   return out[0];
 }
 
@@ -304,12 +301,14 @@ void decode_chain(unsigned threads, int tokens, std::int64_t rows, std::int64_t 
   // kernel gives them): variants ending in "+h" read this copy, the others the vectors (4 KiB pages).
   cpu::PackedArena arena;
   std::vector<const void*> huge;
-  for (const Packed& w : ws) {
-    const std::size_t n = cpu::packed_weight_bytes(w.out, w.in, DType::bf16);
-    std::byte* p = arena.take(n);
-    std::memcpy(p, w.ref().packed, n);
-    huge.push_back(p);
-  }
+  const bool any_huge = std::any_of(variants.begin(), variants.end(), [](const ChainVariant& v) { return v.huge; });
+  if (any_huge)
+    for (const Packed& w : ws) {
+      const std::size_t n = cpu::packed_weight_bytes(w.out, w.in, DType::bf16);
+      std::byte* p = arena.take(n);
+      std::memcpy(p, w.ref().packed, n);
+      huge.push_back(p);
+    }
   bool use_huge = false;
   auto ref = [&](std::size_t i) {
     cpu::WeightRef r = ws[i].ref();
@@ -330,8 +329,8 @@ void decode_chain(unsigned threads, int tokens, std::int64_t rows, std::int64_t 
     }
     cpu::linear(pool, x.data(), rows, hidden, ref(ws.size() - 1), vocab, {}, a);
   };
-  std::vector<std::uint8_t> all(static_cast<std::size_t>(bytes) + 64);
-  std::memset(all.data(), 1, all.size());
+  const bool any_read = std::any_of(variants.begin(), variants.end(), [](const ChainVariant& v) { return v.streams == kReadAll; });
+  std::vector<std::uint8_t> all(any_read ? static_cast<std::size_t>(bytes) + 64 : 0, 1);
   auto read_all = [&] {
     const std::int64_t lines = static_cast<std::int64_t>(bytes) / 64;
     pool.parallel_for(lines, 4096, [&](std::int64_t b, std::int64_t e) {
