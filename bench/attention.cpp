@@ -12,9 +12,11 @@
 //   model); --ahead: the new kernel only, with each listed prefetch distance in turn
 //   (set_attention_prefetch_blocks), each transposing K per block and reading K's transposed copy
 //   (KvLayer::kt, as the CPU backend keeps it), and the fp32 decode's K/V read rate. The new kernel runs on the
-//   instruction set cpu_isa() chose (KVFLEET_CPU_ISA=avx2 forces the AVX2 one).
+//   instruction set cpu_isa() chose (KVFLEET_CPU_ISA=avx2 forces the AVX2 one). The caches are on 2 MiB
+//   pages as the CPU backend's are (HugePageArena; KVFLEET_CPU_HUGEPAGES=0: small pages, for A/B runs).
 #include <algorithm>
 #include <array>
+#include <memory>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -25,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/cpu/huge_page_arena.h"
 #include "kernels/cpu/attention_kernels.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/ops.h"
@@ -78,9 +81,10 @@ namespace {
 constexpr std::int64_t kHeads = 12, kKvHeads = 4, kDim = 64, kBlock = 16;
 
 struct Setup {
-  std::vector<std::vector<std::byte>> storage;  // one cache per layer (--layers)
+  // The caches on 2 MiB pages, as the CPU backend keeps its KV cache (KVFLEET_CPU_HUGEPAGES=0: small pages).
+  std::shared_ptr<cpu::HugePageArena> arena = std::make_shared<cpu::HugePageArena>();
+  std::size_t bytes = 0;  // of one layer's cache (--layers: one cache per layer)
   std::vector<cpu::KvLayer> caches;
-  std::vector<std::vector<std::byte>> kt;  // --kt: K transposed beside each layer's cache (KvLayer::kt)
   std::vector<std::vector<std::uint8_t>> kt_fresh;
   cpu::KvLayer cache;
   std::vector<std::vector<std::int32_t>> tables;
@@ -103,22 +107,23 @@ Setup make(DType dtype, int seqs, int context, bool prefill, bool with_kt = fals
   std::normal_distribution<float> normal;
   for (auto& x : f) x = normal(rng);
   for (int l = 0; l < g_layers; ++l) {  // every layer the same values: the work is what is measured
-    std::vector<std::byte>& st = s.storage.emplace_back(bytes);
-    if (dtype == DType::f32) std::memcpy(st.data(), f.data(), bytes);
+    std::byte* st = s.arena->take(bytes);
+    if (dtype == DType::f32) std::memcpy(st, f.data(), bytes);
     else for (std::size_t i = 0; i < f.size(); ++i) {
       const std::uint16_t h = dtype == DType::bf16 ? f32_to_bf16(f[i]) : f32_to_f16(f[i]);
-      std::memcpy(st.data() + 2 * i, &h, 2);
+      std::memcpy(st + 2 * i, &h, 2);
     }
     s.caches.push_back(s.cache);
-    s.caches.back().base = st.data();
+    s.caches.back().base = st;
     if (with_kt) {  // all stale: the first call transposes every block (refresh_transposed), as after a transfer
-      s.kt.emplace_back(static_cast<std::size_t>(seqs * blocks_per * s.cache.kt_block_elems()) * dtype_size(dtype));
+      s.caches.back().kt =
+          s.arena->take(static_cast<std::size_t>(seqs * blocks_per * s.cache.kt_block_elems()) * dtype_size(dtype));
       s.kt_fresh.emplace_back(static_cast<std::size_t>(seqs * blocks_per), std::uint8_t{0});
-      s.caches.back().kt = s.kt.back().data();
       s.caches.back().kt_fresh = s.kt_fresh.back().data();
     }
   }
-  s.cache.base = s.storage[0].data();
+  s.bytes = bytes;
+  s.cache.base = s.caches[0].base;
   for (int i = 0; i < seqs; ++i) {
     std::vector<std::int32_t> t(static_cast<std::size_t>(blocks_per));
     for (std::int64_t b = 0; b < blocks_per; ++b) t[static_cast<std::size_t>(b)] = static_cast<std::int32_t>(i * blocks_per + b);
@@ -202,7 +207,7 @@ void compare(ThreadPool& pool, const char* name, int seqs, int context, bool pre
       std::printf("\n  ahead %lld: transposing K fp32 %8.3f ms, bf16 %8.3f ms | K's transposed copy fp32 %8.3f ms, "
                   "bf16 %8.3f ms", static_cast<long long>(g_ahead[a]), t_ahead[a][0] * 1e3, t_ahead[a][1] * 1e3,
                   t_ahead[a][2] * 1e3, t_ahead[a][3] * 1e3);
-    const double kv_bytes = static_cast<double>(f32.storage[0].size()) * g_layers;
+    const double kv_bytes = static_cast<double>(f32.bytes) * g_layers;
     if (!prefill)  // decode reads each K/V byte once: the best fp32 time as a read rate
       std::printf("\n  (fp32 KV %.1f MB: transposing, best %.1f GB/s)", kv_bytes / 1e6,
                   kv_bytes / std::min_element(t_ahead.begin(), t_ahead.end())->at(0) / 1e9);

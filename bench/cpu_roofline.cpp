@@ -31,7 +31,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/backend/cpu/packed_arena.h"
+#include "engine/backend/cpu/huge_page_arena.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/linear_kernels.h"
 #include "kernels/cpu/thread_pool.h"
@@ -98,7 +98,7 @@ float read_16_streams(const float* base, std::int64_t n) {
 }
 
 // A read probe's buffer of n floats (all 1), on 2 MiB pages where the kernel gives them, as the CPU backend's
-// packed weights are (engine/backend/cpu/packed_arena.h; KVFLEET_CPU_HUGEPAGES=0: small pages for both):
+// packed weights are (engine/backend/cpu/huge_page_arena.h; KVFLEET_CPU_HUGEPAGES=0: small pages for both):
 // the bandwidth a decode step is compared with is read on the same kind of pages as the weights it streams.
 class ProbeBuffer {
  public:
@@ -109,7 +109,7 @@ class ProbeBuffer {
   std::size_t size() const { return n_; }
 
  private:
-  cpu::PackedArena arena_;
+  cpu::HugePageArena arena_;
   std::size_t n_;
   float* p_;
 };

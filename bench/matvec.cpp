@@ -7,7 +7,7 @@
 // --chain: a batch-1 decode token's linear calls (packed bf16, the model shape given), variants token by
 // token in one process: e/t = equal or tapered chunks (ThreadPool::parallel_for_tapered), L1:L2 = the
 // packed prefetch distances in blocks (the GEMV as a tile); t2:0:0 = 2 streams, L1:L2 (the panel GEMV);
-// "+h" after a variant: the weights as the CPU backend holds them (PackedArena: 2 MiB pages), without it
+// "+h" after a variant: the weights as the CPU backend holds them (HugePageArena: 2 MiB pages), without it
 // in plain vectors (4 KiB pages); "read" and "ops": no arithmetic, as many bytes read from one buffer in
 // the pool's equal chunks, or the weights read as the token's ops read them (one pool op per weight): what
 // the memory gives, and what is left of it after the op structure.
@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend/cpu/packed_arena.h"
+#include "engine/backend/cpu/huge_page_arena.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/linear_kernels.h"
 #include "kernels/cpu/ops.h"
@@ -297,9 +297,9 @@ void decode_chain(unsigned threads, int tokens, std::int64_t rows, std::int64_t 
   for (const Packed& w : ws) bytes += 2.0 * static_cast<double>(w.out * w.in);
   std::vector<float> x(static_cast<std::size_t>(rows * std::max(hidden, inter)), 0.5f),
       y(static_cast<std::size_t>(rows * (vocab + 4 * inter)));
-  // The same packed bytes again in a PackedArena, as the CPU backend holds them (2 MiB pages where the
+  // The same packed bytes again in a HugePageArena, as the CPU backend holds them (2 MiB pages where the
   // kernel gives them): variants ending in "+h" read this copy, the others the vectors (4 KiB pages).
-  cpu::PackedArena arena;
+  cpu::HugePageArena arena;
   std::vector<const void*> huge;
   const bool any_huge = std::any_of(variants.begin(), variants.end(), [](const ChainVariant& v) { return v.huge; });
   if (any_huge)

@@ -1,4 +1,4 @@
-#include "engine/backend/cpu/packed_arena.h"
+#include "engine/backend/cpu/huge_page_arena.h"
 
 #include <sys/mman.h>
 
@@ -17,23 +17,23 @@ std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to *
 
 }  // namespace
 
-PackedArena::PackedArena() {
+HugePageArena::HugePageArena() {
   const char* env = std::getenv("KVFLEET_CPU_HUGEPAGES");
   huge_ = !(env && std::string_view(env) == "0");
 }
 
-PackedArena::~PackedArena() {
+HugePageArena::~HugePageArena() {
   for (auto [p, n] : maps_) ::munmap(p, n);
 }
 
-std::size_t PackedArena::mapped_bytes() const {
+std::size_t HugePageArena::mapped_bytes() const {
   std::size_t n = 0;
   for (const auto& m : maps_) n += m.second;
   return n;
 }
 
 // Reserves 2 MiB more than asked, keeps the 2 MiB-aligned part and unmaps the rest.
-std::byte* PackedArena::map(std::size_t bytes) {
+std::byte* HugePageArena::map(std::size_t bytes) {
   const std::size_t reserve = bytes + kHugePage;
   void* raw = ::mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) throw std::bad_alloc();
@@ -47,7 +47,7 @@ std::byte* PackedArena::map(std::size_t bytes) {
   return p;
 }
 
-std::byte* PackedArena::take(std::size_t bytes) {
+std::byte* HugePageArena::take(std::size_t bytes) {
   bytes = round_up(bytes == 0 ? 1 : bytes, 64);
   if (bytes >= kOwnMapping) return map(round_up(bytes, kPage));
   // First fit: the oldest region with room (a region's tail, too short for the weight that opened the next

@@ -1,4 +1,4 @@
-// The CPU backend's arena for packed weights (engine/backend/cpu/packed_arena.h): aligned, disjoint,
+// The CPU backend's arena for the memory it streams (engine/backend/cpu/huge_page_arena.h): aligned, disjoint,
 // writable pieces; small weights share a region, large ones get a mapping of their own; every mapping is
 // 2 MiB aligned and, unless KVFLEET_CPU_HUGEPAGES=0, eligible for transparent huge pages.
 #include <doctest/doctest.h>
@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend/cpu/packed_arena.h"
+#include "engine/backend/cpu/huge_page_arena.h"
 
-using kvfleet::cpu::PackedArena;
+using kvfleet::cpu::HugePageArena;
 
 namespace {
 
@@ -46,8 +46,8 @@ bool thp_never() {
 
 }  // namespace
 
-TEST_CASE("packed arena: aligned, disjoint pieces; small ones share a region, large ones map alone") {
-  PackedArena arena;
+TEST_CASE("huge page arena: aligned, disjoint pieces; small ones share a region, large ones map alone") {
+  HugePageArena arena;
   std::vector<std::pair<std::byte*, std::size_t>> got;
   for (std::size_t n : {std::size_t{1}, std::size_t{100}, std::size_t{393216}, std::size_t{1179648}, std::size_t{65}}) {
     std::byte* p = arena.take(n);
@@ -61,7 +61,7 @@ TEST_CASE("packed arena: aligned, disjoint pieces; small ones share a region, la
     CHECK(got[i].first == got[i - 1].first + (got[i - 1].second + 63) / 64 * 64);
 
   // A large weight: a mapping of its own, rounded to 4 KiB only.
-  const std::size_t big = PackedArena::kOwnMapping + 12345;
+  const std::size_t big = HugePageArena::kOwnMapping + 12345;
   std::byte* b = arena.take(big);
   std::memset(b, 0x33, big);
   REQUIRE(arena.mappings().size() == 2);
@@ -74,30 +74,30 @@ TEST_CASE("packed arena: aligned, disjoint pieces; small ones share a region, la
   for (const auto& [p, n] : got) used += (n + 63) / 64 * 64;
   const std::size_t piece = std::size_t{3} << 20;
   std::byte* last = got.back().first;
-  for (std::size_t left = PackedArena::kRegion - used; left >= piece; left -= piece) {
+  for (std::size_t left = HugePageArena::kRegion - used; left >= piece; left -= piece) {
     std::byte* p = arena.take(piece);
-    CHECK(p == got.front().first + (PackedArena::kRegion - left));
+    CHECK(p == got.front().first + (HugePageArena::kRegion - left));
     last = p;
   }
   CHECK(arena.mappings().size() == 2);
   std::byte* next = arena.take(piece);
   REQUIRE(arena.mappings().size() == 3);
   CHECK(arena.mappings().back().first == next);
-  CHECK(arena.mappings().back().second == PackedArena::kRegion);
-  CHECK(last + piece <= got.front().first + PackedArena::kRegion);
+  CHECK(arena.mappings().back().second == HugePageArena::kRegion);
+  CHECK(last + piece <= got.front().first + HugePageArena::kRegion);
   // First fit: a piece that fits in the first region's tail goes there, not after `next`.
-  const std::size_t tail = (PackedArena::kRegion - used) % piece;
+  const std::size_t tail = (HugePageArena::kRegion - used) % piece;
   REQUIRE(tail >= 4096);
-  CHECK(arena.take(tail) == got.front().first + (PackedArena::kRegion - tail));  // fills it
+  CHECK(arena.take(tail) == got.front().first + (HugePageArena::kRegion - tail));  // fills it
   CHECK(arena.take(64) == next + piece);                                           // the first region is full
 
-  for (const auto& [p, n] : arena.mappings()) CHECK(reinterpret_cast<std::uintptr_t>(p) % PackedArena::kHugePage == 0);
+  for (const auto& [p, n] : arena.mappings()) CHECK(reinterpret_cast<std::uintptr_t>(p) % HugePageArena::kHugePage == 0);
   // Nothing overwrote anything: the first pieces still hold their bytes.
   for (const auto& [p, n] : got) CHECK(std::all_of(p, p + n, [](std::byte c) { return c == std::byte{0x5a}; }));
   CHECK(std::all_of(b, b + big, [](std::byte c) { return c == std::byte{0x33}; }));
 }
 
-TEST_CASE("packed arena: mappings are eligible for transparent huge pages unless turned off") {
+TEST_CASE("huge page arena: mappings are eligible for transparent huge pages unless turned off") {
   if (thp_never()) {
     MESSAGE("transparent huge pages are off on this machine: only the switch is checked");
   }
@@ -105,7 +105,7 @@ TEST_CASE("packed arena: mappings are eligible for transparent huge pages unless
   const std::string saved = env ? env : "";
   ::unsetenv("KVFLEET_CPU_HUGEPAGES");
   {
-    PackedArena arena;
+    HugePageArena arena;
     CHECK(arena.huge_pages());
     std::byte* p = arena.take(1000);
     std::memset(p, 1, 1000);
@@ -113,7 +113,7 @@ TEST_CASE("packed arena: mappings are eligible for transparent huge pages unless
   }
   ::setenv("KVFLEET_CPU_HUGEPAGES", "0", 1);
   {
-    PackedArena arena;
+    HugePageArena arena;
     CHECK_FALSE(arena.huge_pages());
   }
   if (env) ::setenv("KVFLEET_CPU_HUGEPAGES", saved.c_str(), 1);
