@@ -187,7 +187,7 @@ class CpuBackend final : public Backend {
     if (auto it = packed_.find(w.data); it != packed_.end()) return {nullptr, w.dtype, it->second};
     // Not zeroed first: pack_weight writes every byte. On 2 MiB pages where the kernel gives them
     // (huge_page_arena.h). THP was tried once before (commit 0010956, an earlier VM), where compaction stalls
-    // made loading slower (1.3-4.2 s against 0.9 s); on the Zen 4 VM loading took no longer
+    // made loading slower (1.3-4.2 s against 0.9 s); on the Zen 4 VM loading 1.6 GB took ~0.2 s longer
     // (docs/cpu_backend.md "Thirteenth stop"). KVFLEET_CPU_HUGEPAGES=0 turns it off.
     std::byte* p = arena_.take(cpu::packed_weight_bytes(out, in, w.dtype));  // 64-byte aligned: a bf16 block is a line
     cpu::pack_weight(w.data, w.dtype, out, in, p, &pool_);

@@ -26,12 +26,6 @@ HugePageArena::~HugePageArena() {
   for (auto [p, n] : maps_) ::munmap(p, n);
 }
 
-std::size_t HugePageArena::mapped_bytes() const {
-  std::size_t n = 0;
-  for (const auto& m : maps_) n += m.second;
-  return n;
-}
-
 // Reserves 2 MiB more than asked, keeps the 2 MiB-aligned part and unmaps the rest.
 std::byte* HugePageArena::map(std::size_t bytes) {
   const std::size_t reserve = bytes + kHugePage;
@@ -50,8 +44,8 @@ std::byte* HugePageArena::map(std::size_t bytes) {
 std::byte* HugePageArena::take(std::size_t bytes) {
   bytes = round_up(bytes == 0 ? 1 : bytes, 64);
   if (bytes >= kOwnMapping) return map(round_up(bytes, kPage));
-  // First fit: the oldest region with room (a region's tail, too short for the weight that opened the next
-  // region, still takes the smaller ones packed later).
+  // First fit: the oldest region with room (a region's tail, too short for the piece that opened the next
+  // region, still takes smaller ones asked for later).
   auto it = std::find_if(regions_.begin(), regions_.end(), [&](const Region& r) { return r.left >= bytes; });
   if (it == regions_.end()) it = regions_.insert(regions_.end(), Region{map(kRegion), kRegion});
   std::byte* p = it->next;

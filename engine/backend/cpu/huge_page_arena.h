@@ -41,8 +41,7 @@ class HugePageArena {
   // Throws std::bad_alloc when the system has none.
   std::byte* take(std::size_t bytes);
 
-  bool huge_pages() const { return huge_; }                  // whether the mappings are madvised
-  std::size_t mapped_bytes() const;                          // over every mapping
+  bool huge_pages() const { return huge_; }  // whether the mappings are madvised
   const std::vector<std::pair<std::byte*, std::size_t>>& mappings() const { return maps_; }
 
  private:
