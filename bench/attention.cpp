@@ -16,12 +16,12 @@
 //   pages as the CPU backend's are (HugePageArena; KVFLEET_CPU_HUGEPAGES=0: small pages, for A/B runs).
 #include <algorithm>
 #include <array>
-#include <memory>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -82,7 +82,7 @@ constexpr std::int64_t kHeads = 12, kKvHeads = 4, kDim = 64, kBlock = 16;
 
 struct Setup {
   // The caches on 2 MiB pages, as the CPU backend keeps its KV cache (KVFLEET_CPU_HUGEPAGES=0: small pages).
-  std::shared_ptr<cpu::HugePageArena> arena = std::make_shared<cpu::HugePageArena>();
+  std::unique_ptr<cpu::HugePageArena> arena = std::make_unique<cpu::HugePageArena>();
   std::size_t bytes = 0;  // of one layer's cache (--layers: one cache per layer)
   std::vector<cpu::KvLayer> caches;
   std::vector<std::vector<std::uint8_t>> kt_fresh;

@@ -174,18 +174,21 @@ class ReadWindows {
   std::vector<float> sink_;
 };
 
-std::vector<double> read_windows(ThreadPool& pool, std::size_t mib, double window, int count, bool sixteen) {
+// Appends the rates of `count` windows to `rates`.
+void read_windows(ThreadPool& pool, std::size_t mib, double window, int count, bool sixteen, std::vector<double>& rates) {
   ReadWindows w(pool, mib, window, sixteen);
-  std::vector<double> rates;
   for (int i = 0; i < count; ++i) rates.push_back(w.next());
-  std::sort(rates.begin(), rates.end());
-  return rates;
 }
 
 constexpr int kWindows = 8;  // read windows before and after each decode measurement
 
 double quantile(const std::vector<double>& sorted, double q) {
   return sorted[static_cast<std::size_t>(q * static_cast<double>(sorted.size() - 1) + 0.5)];
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return quantile(v, 0.5);
 }
 
 // 12 independent FMA chains per thread; returns FLOP/s (2 per lane per FMA).
@@ -326,10 +329,6 @@ Interleaved interleaved_decode(const Model& model, ThreadPool& pool, unsigned th
   for (std::size_t k = 0; k < steps.size() && k + 1 < windows.size(); ++k)
     shares.push_back(step_bytes / steps[k] / ((windows[k] + windows[k + 1]) / 2));
   if (shares.empty()) return r;
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   r.share_median = median(shares);
   r.step_median_s = median(steps);
   r.window_median = median(windows);
@@ -475,12 +474,12 @@ int main(int argc, char** argv) {
     // The VM's bandwidth moves by up to 2x within minutes: read it again around each decode measurement
     // too, and give the fraction of both (the start's and the mean of the reads next to it).
     const double bw_before = std::max(read_bandwidth(pool, read_mib, 2), read_bandwidth_streams(pool, read_mib, 2));
-    std::vector<double> windows = read_windows(pool, read_mib, step_bytes, kWindows, bw16 > bw1);
+    std::vector<double> windows;  // kWindows just before and kWindows just after, sorted
+    read_windows(pool, read_mib, step_bytes, kWindows, bw16 > bw1, windows);
     const double full = engine_seconds(model, threads, batch, 8, tokens + 1, runs);
     const double own = g_own_seconds_per_step, median_step = g_median_step_seconds;
     const double start = engine_seconds(model, threads, batch, 8, 1, runs);
-    const std::vector<double> after = read_windows(pool, read_mib, step_bytes, kWindows, bw16 > bw1);
-    windows.insert(windows.end(), after.begin(), after.end());
+    read_windows(pool, read_mib, step_bytes, kWindows, bw16 > bw1, windows);
     std::sort(windows.begin(), windows.end());
     const double bw_after = std::max(read_bandwidth(pool, read_mib, 2), read_bandwidth_streams(pool, read_mib, 2));
     const double bw_near = (bw_before + bw_after) / 2;
