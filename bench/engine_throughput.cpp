@@ -43,7 +43,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/server/output_relay.h"
+#include "engine/server/output/relay.h"
 #include "kvfleet/engine.h"
 #include "kvfleet/http/async_queue.h"
 #include "kvfleet/make_model.h"

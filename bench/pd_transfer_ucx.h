@@ -1,5 +1,5 @@
 // bench_pd_transfer --transport ucx: the same pulls as pull() in pd_transfer.cpp, carried by the ucx KV
-// transport (engine/pd/ucx_transport.h) instead of HTTP: a pooled UCP endpoint to P's listener, the pull
+// transport (engine/pd/ucx/transport.h) instead of HTTP: a pooled UCP endpoint to P's listener, the pull
 // request, and the answer read and checked by the decode replica's own code (pd::read_pull_frames), each
 // verified payload copied once into a cache-sized buffer on a second thread while the next pull is read.
 // Kept apart from pd_transfer.cpp so that the TCP bench's code stays as it is.
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "engine/pd/pull_reader.h"
-#include "engine/pd/ucx_transport.h"
+#include "engine/pd/ucx/transport.h"
 
 namespace kvfleet::bench {
 

@@ -7,14 +7,16 @@ set -euo pipefail
 rev="${1:-b5a9b74}"
 old_src=$(mktemp -d)
 trap 'rm -rf "$old_src"' EXIT
-git archive "$rev" engine/runtime engine/include/kvfleet/sampler.h | tar -x -C "$old_src"
+# The sampler lived in engine/runtime/sampler*.cpp before it had engine/sample/ of its own.
+if git cat-file -e "$rev:engine/sample" 2>/dev/null; then old_dir=engine/sample old_glob="*.cpp"; else old_dir=engine/runtime old_glob="sampler*.cpp"; fi
+git archive "$rev" "$old_dir" engine/include/kvfleet/sampler.h | tar -x -C "$old_src"
 flags=(-std=c++20 -O3 -march=x86-64-v3 -DNDEBUG -ffp-contract=off -fno-trapping-math -Ikernels/include -I.deps/include)
 libs=(build/lib/libkvfleet_kernels_cpu.a build/lib/libkvfleet_core.a)
 old_flags=()
 grep -q next_row "$old_src/engine/include/kvfleet/sampler.h" || old_flags=(-DKVFLEET_NO_NEXT_ROW)
 g++ "${flags[@]}" "${old_flags[@]}" -I"$old_src" -I"$old_src/engine/include" -I. -Iengine/include bench/sampler_rows.cpp \
-  "$old_src"/engine/runtime/sampler*.cpp -o "$old_src/rows_old" "${libs[@]}"
-g++ "${flags[@]}" -I. -Iengine/include bench/sampler_rows.cpp engine/runtime/sampler*.cpp -o "$old_src/rows_new" "${libs[@]}"
+  "$old_src/$old_dir"/$old_glob -o "$old_src/rows_old" "${libs[@]}"
+g++ "${flags[@]}" -I. -Iengine/include bench/sampler_rows.cpp engine/sample/*.cpp -o "$old_src/rows_new" "${libs[@]}"
 uptime
 echo "mode | vocab | logit std | old | new | old | new (us/row, CPU)"
 while read -r name t tp tk mp; do

@@ -1,4 +1,4 @@
-// OpenAI request bodies as the replica parses them (engine/server/api_request.h): the same bytes go
+// OpenAI request bodies as the replica parses them (engine/server/api/request.h): the same bytes go
 // through parse_json_body and both parsers, /v1/completions' and /v1/chat/completions'. The contract:
 // bad input is an ApiError with a 4xx status; anything else escaping (std::out_of_range from a
 // json::at(), a bad_alloc, a 5xx) would reach the client as a 500, which for input is a bug.
@@ -7,7 +7,7 @@
 #include <string>
 #include <typeinfo>
 
-#include "engine/server/api_request.h"
+#include "engine/server/api/request.h"
 #include "fuzz/fuzz_support.h"
 
 namespace {

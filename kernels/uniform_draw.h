@@ -1,4 +1,4 @@
-// The seeded uniform draw in [0, 1) that sampling uses, one definition for the host (engine/runtime/sampler.cpp)
+// The seeded uniform draw in [0, 1) that sampling uses, one definition for the host (engine/sample/sampler.cpp)
 // and the device (kernels/cuda/sampling.cu), so that a seed picks the same token on the CPU and the GPU.
 // splitmix64 of (splitmix64(seed) ^ index), top 53 bits.
 #pragma once

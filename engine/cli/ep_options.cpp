@@ -1,6 +1,6 @@
 #include "engine/cli/ep_options.h"
 
-#include "engine/runtime/ep_paced_rank.h"
+#include "engine/ep/paced_rank.h"
 
 namespace kvfleet::cli {
 

@@ -28,7 +28,7 @@ void add_ep_process_options(CLI::App& cmd, EpProcessOptions& options);
 // (rank % visible devices), the device the communicator uses.
 std::unique_ptr<Communicator> connect_ep_rank(int ep_size, const EpProcessOptions& options, BackendOptions& backend);
 // The same for an engine (kvfleet generate): its votes paced over a channel to rank 0, so that an idle
-// group sleeps (engine/runtime/ep_paced_rank.h). Logits ranks need none: they only run forward passes.
+// group sleeps (engine/ep/paced_rank.h). Logits ranks need none: they only run forward passes.
 std::unique_ptr<Communicator> connect_paced_ep_rank(int ep_size, const EpProcessOptions& options, BackendOptions& backend);
 
 }  // namespace kvfleet::cli

@@ -24,7 +24,7 @@
 #include "engine/pd/pd_config.h"
 #include "engine/pd/pd_metrics.h"
 #include "engine/pd/pull_reader.h"
-#include "engine/pd/ucx_transport.h"
+#include "engine/pd/ucx/transport.h"
 #include "engine/pd/wire.h"
 #include "kvfleet/http/server.h"
 

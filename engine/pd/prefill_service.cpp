@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <boost/asio/steady_timer.hpp>
 
-#include "engine/pd/ucx_transport.h"
+#include "engine/pd/ucx/transport.h"
 #include "engine/pd/wire.h"
 #include "kvfleet/http/json_error.h"
 

@@ -59,7 +59,7 @@ class PrefillService {
   boost::asio::awaitable<void> handle_pull(const http::Request& req, http::ResponseWriter& w);
   boost::asio::awaitable<void> handle_release(const http::Request& req, http::ResponseWriter& w);
 
-  // The ucx transport (prefill_ucx.cpp): a UCP listener on host:port (0: a free port) whose pulls are
+  // The ucx transport (ucx/prefill.cpp): a UCP listener on host:port (0: a free port) whose pulls are
   // answered by serve_pull, needing `key` when it is not empty. Throws std::runtime_error when UCX cannot
   // listen; P then offers tcp alone. Call once, before serving.
   void enable_ucx(std::shared_ptr<UcxWorker> worker, const std::string& host, std::uint16_t port, std::string key);

@@ -1,4 +1,4 @@
-// What the two KV transports (Contract 3: `tcp`, the HTTP pull, and `ucx`, engine/pd/ucx_*) share, so
+// What the two KV transports (Contract 3: `tcp`, the HTTP pull, and `ucx`, engine/pd/ucx/) share, so
 // that both move the SAME bytes through the SAME code: P produces a pull's frames once
 // (PrefillService::serve_blocks) into a PullSink, and D checks and imports them once (read_pull_frames in
 // pull_reader.h) from a ByteSource. Frames and checksums are identical on both transports; only the

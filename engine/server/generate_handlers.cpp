@@ -1,5 +1,5 @@
 // POST /v1/completions and /v1/chat/completions: requests become engine requests (n choices per prompt),
-// whose tokens come back through the job's OutputInbox (woken once per engine step, output_relay.h) and
+// whose tokens come back through the job's OutputInbox (woken once per engine step, output/relay.h) and
 // leave as one JSON response or as SSE chunks (one write per step for all of a job's choices).
 #include <boost/json.hpp>
 #include <chrono>
@@ -7,9 +7,9 @@
 #include <random>
 
 #include "engine/pd/decode_fetcher.h"
-#include "engine/server/api_request.h"
-#include "engine/server/choice_stream.h"
-#include "engine/server/output_relay.h"
+#include "engine/server/api/request.h"
+#include "engine/server/output/choice_stream.h"
+#include "engine/server/output/relay.h"
 #include "engine/server/replica.h"
 
 namespace kvfleet::server {

@@ -34,7 +34,7 @@
 #include <cmath>
 #include <mutex>
 
-#include "engine/server/api_request.h"
+#include "engine/server/api/request.h"
 #include "engine/server/replica.h"
 
 namespace kvfleet::server {

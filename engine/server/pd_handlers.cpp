@@ -15,8 +15,8 @@
 
 #include "engine/pd/decode_fetcher.h"
 #include "engine/pd/prefill_service.h"
-#include "engine/pd/ucx_worker.h"
-#include "engine/runtime/ep_wire.h"
+#include "engine/pd/ucx/worker.h"
+#include "engine/ep/wire.h"
 #include "engine/server/replica.h"
 #include "kvfleet/ep_group.h"
 #include "kvfleet/http/async_queue.h"

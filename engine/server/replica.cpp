@@ -9,8 +9,8 @@
 
 #include "engine/pd/decode_fetcher.h"
 #include "engine/pd/prefill_service.h"
-#include "engine/server/api_request.h"
-#include "engine/server/output_relay.h"
+#include "engine/server/api/request.h"
+#include "engine/server/output/relay.h"
 #include "kvfleet/chat_tokens.h"
 #include "kvfleet/ep_group.h"
 #include "kvfleet/http/async_queue.h"

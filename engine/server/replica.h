@@ -3,7 +3,7 @@
 //
 // Threading: construct, start(), drain() and the destructor on the main thread. Handlers run on the HTTP io
 // threads; they talk to the engine through Engine::submit/abort and receive tokens through their job's
-// OutputInbox, which the engine thread fills and the relay wakes once per engine step (output_relay.h).
+// OutputInbox, which the engine thread fills and the relay wakes once per engine step (output/relay.h).
 #pragma once
 
 #include <atomic>

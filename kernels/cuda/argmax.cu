@@ -1,5 +1,5 @@
 // Greedy sampling on the GPU: the index of each row's largest logit, ties to the lowest id, as
-// kvfleet::sample() does at temperature 0 (CPU reference: std::max_element in engine/runtime/sampler.cpp,
+// kvfleet::sample() does at temperature 0 (CPU reference: std::max_element in engine/sample/sampler.cpp,
 // and kernels/cpu/argmax.cpp). Comparisons only, so the result is exact.
 #include <cfloat>
 

@@ -1,4 +1,4 @@
-// Sampling on the GPU with the semantics of kvfleet::sample() (engine/runtime/sampler.cpp, the CPU
+// Sampling on the GPU with the semantics of kvfleet::sample() (engine/sample/sampler.cpp, the CPU
 // reference): candidates sorted by logit (descending, ties by id: CUB's radix sort is stable), greedy at
 // temperature 0, else softmax of logits / temperature in double over the top-k, then the top-p prefix, the
 // min-p cut and an inverse-CDF draw with the same counter-based uniform number (splitmix64 of seed, index).

@@ -1,5 +1,5 @@
 // The Gloo communicator and its rendezvous store, with ranks as threads of this process talking over
-// loopback TCP (the same code as separate processes; tests/comm/test_ep_processes.cpp runs those).
+// loopback TCP (the same code as separate processes; tests/ep/test_ep_processes.cpp runs those).
 #include <doctest/doctest.h>
 
 #include <boost/asio.hpp>

@@ -1,10 +1,10 @@
-// tests/engine/test_equivalence.cpp's guarantee on the CUDA backend: a request's output is bit-identical
+// tests/runtime/test_equivalence.cpp's guarantee on the CUDA backend: a request's output is bit-identical
 // whether it runs alone, batched, with the prefix cache, with chunked prefill or through preemption.
 // Needs the batch-invariant GEMM (BackendOptions::batch_invariant, on by default).
 #include <algorithm>
 #include <functional>
 
-#include "../engine/engine_harness.h"
+#include "runtime/engine_harness.h"
 #include "cuda_test_env.h"
 #include "kvfleet/make_model.h"
 #include "kvfleet/model_runner.h"

@@ -15,7 +15,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/pd/ucx_transport.h"
+#include "engine/pd/ucx/transport.h"
 #include "engine/pd/wire.h"
 #include "kvfleet/http/client.h"
 #include "kvfleet/http/server.h"

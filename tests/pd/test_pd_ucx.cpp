@@ -1,4 +1,4 @@
-// The ucx KV transport (engine/pd/ucx_*): UCP endpoints in process (the READY exchange, a large piece
+// The ucx KV transport (engine/pd/ucx/): UCP endpoints in process (the READY exchange, a large piece
 // byte for byte, a refused connect, a deadline), the negotiation between real replica processes (each
 // side with or without ucx), and a refused UCX connect ending in a tcp pull with the right answer. The
 // fault and identical-output cases of test_pd_processes.cpp run over ucx as ctest's pd_ucx.
@@ -18,7 +18,7 @@
 
 #include "engine/pd/pull_reader.h"
 #include "engine/pd/transport.h"
-#include "engine/pd/ucx_transport.h"
+#include "engine/pd/ucx/transport.h"
 #include "pd/faulty_prefill_proxy.h"
 #include "pd/pd_test_util.h"
 #include "server/replica_fixture.h"

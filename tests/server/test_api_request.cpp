@@ -4,7 +4,7 @@
 
 #include <boost/json.hpp>
 
-#include "engine/server/api_request.h"
+#include "engine/server/api/request.h"
 
 using namespace kvfleet;
 using namespace kvfleet::server;

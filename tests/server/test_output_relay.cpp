@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/server/output_relay.h"
+#include "engine/server/output/relay.h"
 
 using namespace kvfleet;
 using namespace kvfleet::server;

@@ -3,7 +3,7 @@
 // in-process communicator), or each rank is its own process (`--ep-rank R --ep-master HOST:PORT`, Gloo
 // or NCCL, `--ep-comm`):
 // then this process is rank 0, runs its own engine, and reaches every rank r > 0 through a request
-// channel (engine/runtime/ep_channel.h): one TCP connection per rank, which rank r listens for on a port
+// channel (engine/ep/channel.h): one TCP connection per rank, which rank r listens for on a port
 // it publishes in the rendezvous store, carrying submit / abort / abort_all one way and acks, per-step
 // outputs (RequestOutput with text and finish), the rank's KV events and its stats (every 200 ms, also the
 // heartbeat) the other way. A rank r > 0 is an EpWorker (kvfleet/ep_worker.h). The dispatcher sees every
@@ -57,7 +57,7 @@ class EpRank {
   virtual std::shared_ptr<KvEventRing> kv_events() const = 0;
   // Called once (any thread) when the rank is gone, with why. Local engines never call it.
   virtual void on_failure(std::function<void(const std::string&)> /*handler*/) {}
-  // The rank's /internal/kv_state figures (ep_wire.h's kv_state_json), taken on its engine thread between
+  // The rank's /internal/kv_state figures (ep/wire.h's kv_state_json), taken on its engine thread between
   // steps, fresh: a remote rank asks over its channel. `done` runs once, on any thread; a rank that is
   // gone (or goes before answering) answers {"error": why}.
   virtual void kv_state(std::function<void(boost::json::object)> done) = 0;

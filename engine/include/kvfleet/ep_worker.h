@@ -1,6 +1,6 @@
 // EpWorker: rank r > 0 of an expert-parallel group of processes (`kvfleet-replica --ep-size N --ep-rank R
 // --ep-master HOST:PORT`, R > 0): its own engine (its share of the experts, its own scheduler and KV
-// cache) and no public HTTP. It listens for rank 0's request channel (engine/runtime/ep_channel.h) on
+// cache) and no public HTTP. It listens for rank 0's request channel (engine/ep/channel.h) on
 // --ep-bind (any free port), joins the group (Gloo or NCCL: --ep-comm), publishes "kvfleet/ep/channel/R" = "HOST:PORT" in
 // the rendezvous store and waits for rank 0 to connect; from then on it runs what rank 0 submits and
 // sends back acks, outputs, its KV events and its stats. Rank 0 exiting (the channel closes) or going

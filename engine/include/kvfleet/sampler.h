@@ -25,13 +25,13 @@ struct SamplingParams {
 
 // Greedy when temperature == 0 (ties go to the lowest id); otherwise temperature, then top-k, top-p and
 // min-p filtering on the sorted distribution, then an inverse-CDF draw with a counter-based random number.
-// The weights exp((l - max) / T) are floats from a vectorised polynomial (engine/runtime/sampler_weights.h,
+// The weights exp((l - max) / T) are floats from a vectorised polynomial (engine/sample/weights.h,
 // relative error < 2e-7), summed in double. Picks the same token as sorting the whole vocabulary would (the
 // reference below), without sorting it: the ids fall into buckets by weight, which keep the sorted order,
 // and only the bucket a cut or the draw lands in is sorted (temperature alone and top-p: one or two
 // buckets; top-k: the buckets down to the k-th id; min-p alone: the buckets around its cut and the
 // draw's; top-p with min-p: the head above the cuts); a draw too close to call
-// falls back to the reference. The row passes use AVX-512 where the CPU has it (engine/runtime/sampler_scan.h).
+// falls back to the reference. The row passes use AVX-512 where the CPU has it (engine/sample/scan.h).
 TokenId sample(std::span<const float> logits, const SamplingParams& params, std::uint64_t draw_index);
 
 // Buffers sample() reuses from call to call (one per engine thread): no vocabulary-sized allocation per token.
