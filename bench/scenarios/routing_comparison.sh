@@ -21,9 +21,8 @@ if [ ! -f "$model/config.json" ]; then
   "$bin/kvfleet" make-model --arch qwen2 --layers 4 --hidden 128 --intermediate 256 --heads 4 --kv-heads 2 \
     --dtype bfloat16 --tie --seed 1 --tokenizer "$tok" --out "$model"
 fi
-# A stream that stalls for 60 s counts as a timeout error. The router runs one HTTP thread (its default), the
-# same for every policy; the crash and the stalls once seen with more threads are fixed (router/README.md,
-# "Fixed"), and the published runs used one thread, so this keeps them comparable.
+# A stream that stalls for 60 s counts as a timeout error. The router runs one HTTP thread, the same for every
+# policy, as in the published runs (docs/benchmarks.md), so this keeps them comparable.
 exec nice -n 10 "$bin/kvfleet-bench" compare-routing --model "$model" --replicas 4 \
   --shared-prefix-num-groups 16 --shared-prefix-prompts-per-group 16 --system-prompt-len 1024 \
   --question-len 64 --output-len 16 --max-concurrency 16 --seed 1 \
