@@ -98,6 +98,7 @@ class CpuBackend final : public Backend {
   }
   // A transfer may write the bytes behind this pointer (the decode side's pulls land there): the block's
   // transposed K is marked stale, and attention transposes it again before it next reads the block.
+  ThreadPool* host_threads() override { return &pool_; }
   const void* kv_host_bytes(std::int64_t layer, std::int64_t block) const override {
     kt_fresh_[static_cast<std::size_t>(layer * shape_.num_blocks + block)] = 0;
     return cache_ + static_cast<std::size_t>(layer * shape_.num_blocks + block) * kv_block_bytes();

@@ -16,6 +16,8 @@
 
 namespace kvfleet {
 
+class ThreadPool;
+
 struct DeviceWeight {
   const void* data = nullptr;  // null: absent (an optional bias)
   DType dtype = DType::f32;
@@ -82,6 +84,9 @@ class Backend {
   // it reserved (KvCacheManager::reserve_block: pinned, in no table and no prefix-cache entry, so no step
   // reads it): a decode replica reads the network straight into those before entering them.
   virtual const void* kv_host_bytes(std::int64_t /*layer*/, std::int64_t /*block*/) const { return nullptr; }
+  // The host threads the backend's kernels run on (CPU), or nullptr (CUDA). The engine samples a step's rows
+  // on them between forwards, so a CPU replica keeps one pool of threads, not two.
+  virtual ThreadPool* host_threads() { return nullptr; }
   // Several whole blocks (every layer) to or from host memory laid out [block][layer] (K then V each), the
   // unit of KV transfer; block i's bytes start at host + i * stride (0: packed, back to back), so they can
   // land straight in wire frames. These defaults loop over read/write_kv_bytes; the CUDA backend stages

@@ -1,8 +1,9 @@
 // Engine: one thread owns the scheduler, the KV cache, the model runner and the backend; any thread
 // submits requests, aborts them, and receives their tokens through a per-request callback.
 //
-// Each engine step: drain the inbox (submits, aborts) -> Scheduler::schedule -> ModelRunner::forward ->
-// sample one token per finished chunk -> Scheduler::update -> stop checks -> callbacks.
+// Each loop turn: take the inbox (submits, aborts, KV tasks) -> the turn (alone: step when there is work; in
+// an expert-parallel group: as the ranks' vote says, engine/runtime/lockstep.h) -> step: Scheduler::schedule ->
+// ModelRunner::forward -> sample one token per finished chunk -> Scheduler::update -> stop checks -> callbacks.
 //
 // Thread-safety: submit(), abort(), stats() and kv_events() may be called from any thread. Callbacks run on
 // the engine thread: they must be quick and must not call back into the engine synchronously (post the
@@ -178,14 +179,20 @@ class Engine {
  private:
   struct Impl;
   struct Submission;
+  struct Inbox;
 
  public:
   struct Active;  // opaque: a request while the engine thread owns it (engine.cpp's helpers name it)
 
  private:
-  void loop();
+  void loop();  // loop.cpp: the engine thread
+  bool take_inbox(Inbox& inbox);
+  void apply(Inbox& inbox);
+  bool run_turn(bool stopping);
+  void shut_down();
   void admit(Submission& s);
-  void step();
+  void step();  // step.cpp: schedule -> forward -> sample -> update -> outputs
+  void serve_peers();
   TokenId sample_row(Active& a, const Sequence& seq, std::span<float> row, SamplerScratch& scratch) const;
   struct SampleJob {
     Active* active;
@@ -196,7 +203,6 @@ class Engine {
   void sample_rows(std::vector<SampleJob>& jobs, std::span<float> logits, std::size_t vocab,
                    std::vector<TokenId>& sampled, std::vector<std::pair<SeqId, std::string>>& failed);
   void emit_token(SeqId seq, TokenId token);
-  bool ep_turn(bool stopping);
   void count_experts();
   void fail(SeqId seq, const std::string& error);
   void fail_all(const std::string& error);

@@ -1,0 +1,323 @@
+// One engine step: schedule -> forward -> sample -> update -> outputs, and what a request's end does.
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <cstdio>
+#include <limits>
+#include <stdexcept>
+
+#include "engine/runtime/engine_impl.h"
+#include "kvfleet/communicator.h"
+#include "kvfleet/tokenizer.h"
+
+namespace kvfleet {
+
+namespace {
+
+// Ids the tokenizer cannot show (a vocabulary padded past the tokenizer, as Qwen2's 151,936 rows for
+// 151,665 tokens) are never meant to be sampled: their logits become -inf before anything else.
+void mask_unshowable(std::span<float> row, std::size_t showable) {
+  for (std::size_t i = showable; i < row.size(); ++i) row[i] = -std::numeric_limits<float>::infinity();
+}
+
+// NaN or +inf anywhere in the row, on the bits (an integer reduction the compiler vectorises).
+bool all_finite_or_masked(std::span<const float> row) {
+  std::uint32_t bad = 0;
+  for (float l : row) {
+    const std::uint32_t u = std::bit_cast<std::uint32_t>(l);
+    bad |= static_cast<std::uint32_t>((u & 0x7fffffffu) > 0x7f800000u) | static_cast<std::uint32_t>(u == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
+}  // namespace
+
+// Callbacks run on the engine thread; one that throws must not take the engine (or other requests) down.
+void deliver(Engine::Active& a, const RequestOutput& out) noexcept {
+  if (a.delivered) *a.delivered = true;
+  try {
+    if (a.callback) a.callback(out);
+  } catch (...) {
+  }
+}
+
+void emit_final(Engine::Active& a, FinishReason reason, std::string stop_string, std::string error) {
+  RequestOutput out;
+  out.id = a.id;
+  out.finished = true;
+  out.finish_reason = reason;
+  out.stop_string = std::move(stop_string);
+  out.text = a.stops.flush();
+  out.num_prompt_tokens = static_cast<std::int32_t>(a.request.prompt.size());
+  out.num_cached_tokens = a.cached_tokens;
+  out.error = std::move(error);
+  out.queue_time_s = a.queue_time_s;
+  deliver(a, out);
+}
+
+TokenId Engine::sample_row(Active& a, const Sequence& seq, std::span<float> row, SamplerScratch& scratch) const {
+  const auto vocab = row.size();
+  const Tokenizer* tok = impl_->tokenizer;
+  mask_unshowable(row, tok ? std::min(vocab, tok->vocab_size()) : vocab);
+  if (!all_finite_or_masked(row)) throw std::runtime_error("the model produced NaN or infinite logits");
+  const bool logprobs = a.request.logprobs >= 0;
+  if (logprobs) {  // from the raw logits, before bias and penalties change them
+    a.pending_log_z = log_normalizer(row);
+    top_alternatives(row, a.request.logprobs, a.pending_log_z, scratch, a.pending_lp.top);
+    a.raw_logits.clear();
+  }
+  for (const auto& [t, bias] : a.request.logit_bias) {
+    if (logprobs) a.raw_logits.emplace_back(t, row[static_cast<std::size_t>(t)]);
+    row[static_cast<std::size_t>(t)] += bias;
+  }
+  if (a.request.penalties.active()) {
+    a.penalty_state.observe(seq.prompt(), seq.outputs());
+    if (logprobs)
+      for (TokenId t : a.penalty_state.ids())
+        if (t >= 0 && static_cast<std::size_t>(t) < vocab) a.raw_logits.emplace_back(t, row[static_cast<std::size_t>(t)]);
+    a.penalty_state.apply(row, a.request.penalties);
+  }
+  const TokenId chosen = sample(row, a.request.sampling, static_cast<std::uint64_t>(seq.num_output_tokens()), scratch);
+  if (logprobs) {
+    float raw = row[static_cast<std::size_t>(chosen)];
+    for (const auto& [t, l] : a.raw_logits)  // the first entry of an id holds its raw value
+      if (t == chosen) {
+        raw = l;
+        break;
+      }
+    a.pending_lp.logprob = static_cast<float>(raw - a.pending_log_z);
+  }
+  return chosen;
+}
+
+// Samples every job's row, in parallel from 16 rows on; a row that cannot be sampled keeps its placeholder
+// token 0 and is listed in `failed` (in job order), to be failed right after the scheduler's update.
+void Engine::sample_rows(std::vector<SampleJob>& jobs, std::span<float> logits, std::size_t vocab,
+                         std::vector<TokenId>& sampled, std::vector<std::pair<SeqId, std::string>>& failed) {
+  Impl& m = *impl_;
+  std::vector<std::string>& errors = m.errors;
+  errors.assign(jobs.size(), std::string());
+  const auto n = static_cast<std::int64_t>(jobs.size());
+  auto run = [&](std::int64_t begin, std::int64_t end, SamplerScratch& scratch) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      SampleJob& j = jobs[static_cast<std::size_t>(i)];
+      // The next row of this share, prefetched while this one is weighed (the logits are megabytes).
+      scratch.next_row = i + 1 < end ? logits.data() + jobs[static_cast<std::size_t>(i + 1)].row * vocab : nullptr;
+      try {
+        sampled[j.slot] = sample_row(*j.active, *j.seq, std::span<float>(logits.data() + j.row * vocab, vocab), scratch);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(i)] = e.what();
+        if (errors[static_cast<std::size_t>(i)].empty()) errors[static_cast<std::size_t>(i)] = "sampling failed";
+      }
+    }
+  };
+  if (!m.sample_pool) {
+    m.sample_pool = m.backend->host_threads();
+    if (!m.sample_pool) m.sample_pool = (m.own_sample_pool = std::make_unique<ThreadPool>(config_.backend.threads)).get();
+  }
+  const std::int64_t shares = n >= 16 ? m.sample_pool->size() : 1;
+  m.sampler_scratch.resize(static_cast<std::size_t>(shares));
+  if (shares == 1) {
+    run(0, n, m.sampler_scratch[0]);
+  } else {
+    // Rows are claimed 16 at a time from a shared counter, not split in halves up front: a share whose
+    // thread is held up (another process on its core) leaves its rows to the others. A row's token
+    // depends on its row and seed alone, not on which share samples it.
+    constexpr std::int64_t kClaim = 16;
+    std::atomic<std::int64_t> next{0};
+    m.sample_pool->parallel_for(shares, 1, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t s = begin; s < end; ++s)
+        for (std::int64_t at = next.fetch_add(kClaim); at < n; at = next.fetch_add(kClaim))
+          run(at, std::min(n, at + kClaim), m.sampler_scratch[static_cast<std::size_t>(s)]);
+    });
+  }
+  for (std::size_t i = 0; i < jobs.size(); ++i)
+    if (!errors[i].empty()) failed.emplace_back(jobs[i].id, std::move(errors[i]));
+}
+
+void Engine::step() {
+  Impl& m = *impl_;
+  Scheduler& sched = *m.scheduler;
+  const auto t_start = EngineClock::now();
+  sched.schedule(m.scheduled);
+  const SchedulerOutput& out = m.scheduled;
+  if (out.empty()) {  // nothing fits this instant; submit() rejects what could never fit
+    if (m.lockstep->forward_when_idle()) serve_peers();  // still this rank's turn in the group's step
+    m.flush_outputs();  // this turn's aborts must not wait for the pause
+    std::unique_lock lock(m.mu);
+    m.wake.wait_for(lock, std::chrono::milliseconds(1));
+    return;
+  }
+  std::span<float> logits;
+  const auto t_forward = EngineClock::now();
+  try {
+    out.to_forward_batch(m.batch);
+    logits = m.runner->forward_view(m.batch);
+  } catch (const CommunicatorError&) {
+    throw;  // the group is broken: the loop fails everything
+  } catch (const std::exception& e) {
+    // A step that cannot run fails the requests in it, not the engine. Under expert parallelism the
+    // runner rejects a bad batch before its first exchange, so an empty step keeps the group in line.
+    for (const ScheduledChunk& c : out.chunks) fail(c.id, e.what());
+    if (m.lockstep->forward_when_idle()) m.runner->forward(ForwardBatch{});
+    return;
+  }
+  const double forward_s = std::chrono::duration<double>(EngineClock::now() - t_forward).count();
+  const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);
+  std::vector<TokenId>& sampled = m.sampled;
+  std::vector<std::pair<SeqId, std::string>>& failed = m.failed;  // rows that could not be sampled
+  std::vector<SampleJob>& jobs = m.jobs;
+  sampled.clear();
+  failed.clear();
+  jobs.clear();
+  std::uint64_t prompt_tokens = 0;
+  std::size_t row = 0, prefill_only = 0;
+  for (const ScheduledChunk& c : out.chunks) {
+    Active& a = m.active.at(c.id);
+    if (!a.admitted) {
+      a.admitted = true;
+      a.cached_tokens = c.start_pos;
+      a.queue_time_s = std::chrono::duration<double>(EngineClock::now() - a.submitted).count();
+    }
+    const Sequence* seq = sched.get(c.id);
+    const auto end = c.start_pos + static_cast<std::int32_t>(c.tokens.size());
+    prompt_tokens += static_cast<std::uint64_t>(std::max(0, std::min(end, seq->num_prompt_tokens) - c.start_pos));
+    if (!c.sample) continue;
+    if (a.request.prefill_only) {  // no token: the prompt's K/V is the product
+      ++row;
+      ++prefill_only;
+      sampled.push_back(0);
+      continue;
+    }
+    jobs.push_back({&a, seq, c.id, row++, sampled.size()});
+    sampled.push_back(0);
+  }
+  sample_rows(jobs, logits, vocab, sampled, failed);
+  sched.update(out, sampled);
+  {
+    // Counted before any callback runs: a client that has its last token must find it in the metrics.
+    std::lock_guard lock(m.stats_mu);
+    m.stats.prompt_tokens += prompt_tokens;
+    m.stats.generated_tokens += sampled.size() - failed.size() - prefill_only;
+    m.stats.steps += 1;
+    count_experts();
+  }
+  for (const auto& [id, why] : failed) fail(id, why);
+  std::size_t i = 0;
+  for (const ScheduledChunk& c : out.chunks) {
+    if (!c.sample) continue;
+    const TokenId token = sampled[i++];
+    if (auto it = m.active.find(c.id); it != m.active.end() && it->second.request.prefill_only) {
+      finish_prefill_only(c.id, *sched.get(c.id));
+    } else if (it != m.active.end()) {
+      try {
+        emit_token(c.id, token);
+      } catch (const std::exception& e) {
+        fail(c.id, e.what());
+      }
+    }
+  }
+  m.flush_outputs();  // inside the step's time: the hand-over to the consumer is the engine's work too
+  std::lock_guard lock(m.stats_mu);
+  m.stats.scheduler = sched.stats();
+  m.stats.forward_seconds += forward_s;
+  m.stats.step_seconds += std::chrono::duration<double>(EngineClock::now() - t_start).count();
+}
+
+// No work on this rank while others step: an empty forward, so that the MoE layers' exchanges line up (this
+// rank's experts serve the others' tokens).
+void Engine::serve_peers() {
+  impl_->runner->forward(ForwardBatch{});
+  std::lock_guard lock(impl_->stats_mu);
+  count_experts();
+}
+
+// The step's tokens per expert (this rank's experts under expert parallelism). Caller holds stats_mu.
+void Engine::count_experts() {
+  const std::int64_t e = model_.config().moe.num_experts;
+  const std::int64_t held = config_.ep ? e / config_.ep->size() : e;
+  impl_->stats.moe.add_step(impl_->runner->expert_tokens(), e, config_.ep ? config_.ep->rank() * held : 0, held);
+}
+
+void Engine::emit_token(SeqId id, TokenId token) {
+  Impl& m = *impl_;
+  const Sequence* seq = m.scheduler->get(id);
+  auto it = m.active.find(id);
+  Active& a = it->second;
+  StopResult r = a.stops.check(token, seq->num_output_tokens(), seq->num_tokens());
+  RequestOutput& o = a.out;  // every field set again: its buffers are reused
+  o.id = a.id;
+  o.new_tokens.assign(1, token);
+  o.text.swap(r.text);
+  o.finished = r.reason != FinishReason::none;
+  if (o.finished) o.text += a.stops.flush();
+  o.finish_reason = r.reason;
+  o.stop_string.swap(r.stop_string);
+  o.num_prompt_tokens = seq->num_prompt_tokens;
+  o.num_cached_tokens = a.cached_tokens;
+  o.error.clear();
+  o.queue_time_s = a.queue_time_s;
+  o.pin = 0;
+  if (a.request.logprobs >= 0) {
+    o.logprobs.resize(1);
+    o.logprobs[0].logprob = a.pending_lp.logprob;
+    o.logprobs[0].top.swap(a.pending_lp.top);  // the old list's memory goes back for the next token
+  } else {
+    o.logprobs.clear();
+  }
+  // Counted before it is delivered: whoever sees the final output (a rank's callback sends it at once) and
+  // then asks for stats (answered off the engine thread) must find it counted.
+  if (o.finished) count_finished(o.finish_reason);
+  deliver(a, o);
+  if (o.finished) {
+    m.scheduler->finish(id, o.finish_reason);
+    m.active.erase(it);
+  }
+}
+
+// A prefill_only request reached the end of its prompt: pin its full blocks, hand the pin over, finish.
+void Engine::finish_prefill_only(SeqId id, const Sequence& seq) {
+  Impl& m = *impl_;
+  Active& a = m.active.at(id);
+  const auto full = static_cast<std::size_t>(seq.num_prompt_tokens / config_.block_size);
+  RequestOutput o;
+  o.id = a.id;
+  o.finished = true;
+  o.finish_reason = FinishReason::length;
+  o.num_prompt_tokens = seq.num_prompt_tokens;
+  o.num_cached_tokens = a.cached_tokens;
+  o.queue_time_s = a.queue_time_s;
+  o.pin = m.scheduler->kv().pin(std::span<const BlockId>(seq.block_table).first(full));
+  count_finished(FinishReason::length);  // before it is delivered, as in emit_token
+  deliver(a, o);
+  m.scheduler->finish(id, FinishReason::length);
+  m.active.erase(id);
+}
+
+void Engine::fail(SeqId seq, const std::string& error) {
+  Impl& m = *impl_;
+  auto it = m.active.find(seq);
+  if (it == m.active.end()) return;
+  try {
+    m.scheduler->abort(seq);
+  } catch (const std::exception&) {
+    // The request ends either way; the scheduler's own check_integrity would tell what went wrong.
+  }
+  count_finished(FinishReason::aborted);
+  emit_final(it->second, FinishReason::aborted, {}, error);
+  m.active.erase(it);
+}
+
+void Engine::fail_all(const std::string& error) {
+  std::vector<SeqId> seqs;
+  for (const auto& [seq, a] : impl_->active) seqs.push_back(seq);
+  for (SeqId seq : seqs) fail(seq, error);
+}
+
+void Engine::count_finished(FinishReason reason) {
+  std::lock_guard lock(impl_->stats_mu);
+  impl_->stats.finished[static_cast<std::size_t>(reason)] += 1;
+}
+
+}  // namespace kvfleet
