@@ -117,14 +117,6 @@ void KvCacheManager::free(Sequence& seq) {
   seq.num_cached_blocks = 0;
 }
 
-void KvCacheManager::reset_prefix_cache() {
-  for (const BlockId b : cache_.cached_blocks()) {
-    cache_.evict(b);
-    pool_.move_to_front(b);
-  }
-  events_->publish(KvEvent::Type::cleared);
-}
-
 KvSnapshot KvCacheManager::snapshot() const {
   // Depth of each cached block in its chain of cached ancestors, so parents sort first.
   std::vector<std::int32_t> depth(static_cast<std::size_t>(pool_.num_blocks()), -1);

@@ -50,7 +50,6 @@ std::uint64_t KvEventRing::publish(KvEvent::Type type, std::vector<BlockHash> bl
       }
     }
   }
-  cv_.notify_all();
   for (const auto& l : notify) (*l)();
   return seq;
 }
@@ -79,12 +78,6 @@ KvReplay KvEventRing::since(std::uint64_t seq) const {
   }
   out.events.assign(ring_.begin() + static_cast<std::ptrdiff_t>(seq + 1 - oldest), ring_.end());
   return out;
-}
-
-std::uint64_t KvEventRing::wait_newer(std::uint64_t seq, std::chrono::milliseconds timeout) const {
-  std::unique_lock lock(mu_);
-  cv_.wait_for(lock, timeout, [&] { return last_seq_ > seq; });
-  return last_seq_;
 }
 
 }  // namespace kvfleet

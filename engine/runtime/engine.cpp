@@ -72,13 +72,9 @@ RequestId Engine::submit(GenerationRequest r, OutputCallback on_output) {
   if (prompt_len + 1 > max_model_len_)
     throw std::invalid_argument("the prompt has " + std::to_string(prompt_len) + " tokens; this model's context is " +
                                 std::to_string(max_model_len_) + " tokens");
-  if (prompt_len + 1 > std::int64_t{config_.num_blocks} * config_.block_size)
-    throw std::invalid_argument("the prompt has " + std::to_string(prompt_len) + " tokens, more than the KV cache holds");
-  if (!config_.scheduler.enable_chunked_prefill && prompt_len > config_.scheduler.max_num_batched_tokens)
-    throw std::invalid_argument("the prompt has " + std::to_string(prompt_len) +
-                                " tokens, more than max_num_batched_tokens (" +
-                                std::to_string(config_.scheduler.max_num_batched_tokens) +
-                                ") with chunked prefill off");
+  if (std::string why = why_never_schedulable(prompt_len, config_.scheduler, config_.num_blocks, config_.block_size);
+      !why.empty())
+    throw std::invalid_argument(std::move(why));
   for (const auto& [t, bias] : r.logit_bias)
     if (t < 0 || t >= vocab || !std::isfinite(bias))
       throw std::invalid_argument("logit_bias: token id " + std::to_string(t) + " is outside the vocabulary or its bias is not finite");

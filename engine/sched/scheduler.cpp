@@ -13,23 +13,28 @@ Scheduler::Scheduler(const SchedulerConfig& config, const KvCacheConfig& kv_conf
   running_.reserve(static_cast<std::size_t>(config.max_num_seqs));
 }
 
+std::string why_never_schedulable(std::int64_t prompt_len, const SchedulerConfig& config, std::int64_t num_blocks,
+                                  std::int32_t block_size) {
+  // +1: the first sampled token must fit as well.
+  if (prompt_len + 1 > num_blocks * block_size)
+    return "the prompt has " + std::to_string(prompt_len) + " tokens, more than the KV cache holds";
+  if (!config.enable_chunked_prefill && prompt_len > config.max_num_batched_tokens)
+    return "the prompt has " + std::to_string(prompt_len) + " tokens, more than max_num_batched_tokens (" +
+           std::to_string(config.max_num_batched_tokens) + ") with chunked prefill off";
+  return {};
+}
+
 SeqId Scheduler::add(SequenceParams params) {
   const auto n = static_cast<std::int32_t>(params.prompt.size());
   if (n == 0) throw std::invalid_argument("Scheduler::add: empty prompt");
-  if (!config_.enable_chunked_prefill && n > config_.max_num_batched_tokens) {
-    throw std::invalid_argument("Scheduler::add: prompt longer than max_num_batched_tokens without chunked prefill");
-  }
-  // +1: the first sampled token must fit as well.
-  if (kv_.blocks_for(n + 1) > kv_.pool().num_blocks()) {
-    throw std::invalid_argument("Scheduler::add: prompt needs more KV blocks than the cache has");
-  }
+  if (std::string why = why_never_schedulable(n, config_, kv_.pool().num_blocks(), kv_.block_size()); !why.empty())
+    throw std::invalid_argument(std::move(why));
   if (params.id != 0 && seqs_.count(params.id) != 0)
     throw std::invalid_argument("Scheduler::add: sequence id " + std::to_string(params.id) + " is in use");
   auto seq = std::make_unique<Sequence>();
   seq->id = params.id != 0 ? params.id : next_id_++;
   seq->arrival = ++arrivals_;
   seq->priority = params.priority;
-  seq->sampling_id = params.sampling_id;
   seq->hash_root = params.hash_root;
   seq->tokens = std::move(params.prompt);
   seq->num_prompt_tokens = n;
@@ -66,6 +71,9 @@ void Scheduler::schedule(SchedulerOutput& out) {
   out.chunks.reserve(running_.size() + 8);
   std::int32_t budget = config_.max_num_batched_tokens;
 
+  // Decodes first, one token each. They never outnumber the budget, whatever max_num_seqs is: a sequence
+  // becomes a decode only in a step that scheduled its last prompt chunk (at least one token of that step's
+  // budget) or its previous decode, so every decode of a step had a token of the previous step's budget.
   // Indexes, not iterators: preemption marks sequences but leaves running_ in place until below.
   for (std::size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence* seq = running_[i];

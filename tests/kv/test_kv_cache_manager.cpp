@@ -168,29 +168,6 @@ TEST_CASE("with prefix caching off nothing is cached, matched, counted or publis
   CHECK(integrity(kv, {}) == "");
 }
 
-TEST_CASE("reset_prefix_cache forgets every block and publishes cleared") {
-  KvCacheManager kv(config(4));
-  Sequence a = make_seq(1, iota_tokens(8));
-  Sequence b = make_seq(2, iota_tokens(4, 50));
-  REQUIRE(kv.allocate(a, 8));
-  REQUIRE(kv.allocate(b, 4));
-  compute_all(kv, a);
-  compute_all(kv, b);
-  kv.free(a);
-  REQUIRE(kv.pool().free_list() == Ids{3, 1, 0});
-  kv.reset_prefix_cache();
-  CHECK(kv.cache().size() == 0);
-  CHECK(kv.pool().free_list() == Ids{1, 0, 3});  // 0 and 1 lost their content: moved to the front
-  const KvReplay r = kv.events()->since(2);
-  REQUIRE(r.events.size() == 1);
-  CHECK(r.events[0].seq == 3);
-  CHECK(r.events[0].type == KvEvent::Type::cleared);
-  CHECK(integrity(kv, {&b}) == "");
-  kv.free(b);
-  CHECK(kv.pool().free_list() == Ids{2, 1, 0, 3});
-  CHECK(integrity(kv, {}) == "");
-}
-
 TEST_CASE("a snapshot lists every cached block, parents before children, as of the last event") {
   KvCacheManager kv(config(4));
   Sequence a = make_seq(1, iota_tokens(8));

@@ -50,17 +50,6 @@ TEST_CASE("a reader that fell behind the ring, or is ahead of it, is told so") {
   CHECK(ring.since(6).last_seq == 5);
 }
 
-TEST_CASE("wait_newer wakes on publish and times out otherwise") {
-  KvEventRing ring(8, 16, 0);
-  CHECK(ring.wait_newer(0, 5ms) == 0);
-  std::thread publisher([&] {
-    std::this_thread::sleep_for(20ms);
-    ring.publish(KvEvent::Type::cleared);
-  });
-  CHECK(ring.wait_newer(0, 10s) == 1);
-  publisher.join();
-}
-
 TEST_CASE("readers on other threads always see a gap-free suffix") {
   KvEventRing ring(64, 16, 0);
   std::atomic<bool> done{false};

@@ -79,8 +79,6 @@ class KvCacheManager {
   void commit(Sequence& seq);
   // Releases seq's blocks, last block first, and empties its table.
   void free(Sequence& seq);
-  // Forgets every cached block (publishes `cleared`); blocks in use keep their K/V.
-  void reset_prefix_cache();
 
   // Pins (Contract 3, engine/pd; kv_pins.cpp): references held outside any sequence, so that the blocks
   // can neither be freed nor overwritten: a prefill replica's blocks while a decode replica fetches them, a

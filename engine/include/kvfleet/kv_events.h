@@ -1,10 +1,10 @@
-// KV cache events for Contract 2 (shared/DESIGN.md): what the prefix cache stored, removed or
+// KV cache events for Contract 2 (docs/architecture.md): what the prefix cache stored, removed or
 // cleared, each with a sequence number that grows by one per event, kept in a bounded ring so a
 // router that reconnects with `since=SEQ` gets a replay, or learns that it fell behind (then it
 // wants a `cleared` + full snapshot, which the engine thread builds from the PrefixCache).
 //
 // Thread-safety: the engine thread publishes; any thread (the HTTP server's SSE sessions) may call
-// the const readers, wait_newer() and subscribe() concurrently. One mutex guards everything; events
+// the const readers and subscribe() concurrently. One mutex guards everything; events
 // are small. Listeners run on the publishing thread after the mutex is released: they must be quick
 // (post a wake-up to an io thread) and must not call publish().
 //
@@ -13,7 +13,6 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -62,7 +61,6 @@ class KvEventRing {
   std::uint64_t last_seq() const;
   KvReplay since(std::uint64_t seq) const;
   // Blocks until an event newer than `seq` exists or `timeout` passes; returns last_seq().
-  std::uint64_t wait_newer(std::uint64_t seq, std::chrono::milliseconds timeout) const;
   // `notify` runs after every publish while the returned handle lives (drop it to unsubscribe; a
   // call already under way may still finish after that, so `notify` must own what it touches).
   using Listener = std::function<void()>;
@@ -75,7 +73,6 @@ class KvEventRing {
   const std::uint64_t instance_;
   mutable std::mutex mu_;
   mutable std::vector<std::weak_ptr<Listener>> listeners_;  // guarded by mu_
-  mutable std::condition_variable cv_;
   std::deque<KvEvent> ring_;    // guarded by mu_
   std::uint64_t last_seq_ = 0;  // guarded by mu_
 };

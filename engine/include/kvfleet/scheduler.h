@@ -53,7 +53,7 @@ struct ScheduledChunk {
   std::span<const BlockId> block_table;  // the sequence's whole table
   bool sample = false;                   // reaches the end of the known tokens: logits, one token
 
-  // The sequence itself (sampling_id, outputs so far for penalties and stop checks), read-only.
+  // The sequence itself (outputs so far for penalties and stop checks), read-only.
   const Sequence& sequence() const { return *seq_; }
 
  private:
@@ -81,6 +81,12 @@ struct SchedulerStats {
   std::uint64_t num_steps = 0;
   KvCacheStats kv;
 };
+
+// Why a prompt of `prompt_len` tokens could never be scheduled, or an empty string when it can: with its first
+// sampled token it must fit the whole KV cache (num_blocks x block_size tokens), and with chunked prefill off
+// one step's token budget. Engine::submit refuses such a request with these words; Scheduler::add throws them.
+std::string why_never_schedulable(std::int64_t prompt_len, const SchedulerConfig& config, std::int64_t num_blocks,
+                                  std::int32_t block_size);
 
 class Scheduler {
  public:

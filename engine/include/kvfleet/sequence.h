@@ -30,7 +30,6 @@ struct SequenceParams {
   SeqId id = 0;  // 0: the scheduler numbers it; else the caller's id (the engine's request id), unique
   std::vector<TokenId> prompt;
   std::int32_t priority = 0;      // lower runs first when the scheduler uses priorities
-  std::uint64_t sampling_id = 0;  // opaque to the scheduler: the engine's handle on sampling params
   BlockHash hash_root = 0;        // block_hash_root(model, cache salt) of a salted request; 0: the cache's
 };
 
@@ -38,7 +37,6 @@ struct Sequence {
   SeqId id = 0;
   std::uint64_t arrival = 0;  // order of Scheduler::add calls, ties broken by nothing else
   std::int32_t priority = 0;
-  std::uint64_t sampling_id = 0;
   BlockHash hash_root = 0;  // the namespace of its block hashes (Contract 1); 0: the KV cache's own root
   SeqStatus status = SeqStatus::waiting;
   FinishReason finish_reason = FinishReason::none;
