@@ -1,4 +1,4 @@
-// CPU paged attention, the kernel before issue 20 (scalar, two passes, K/V re-read for every query head of
+// CPU paged attention, the kernel before the vectorised one (scalar, two passes, K/V re-read for every query head of
 // a GQA group; copied below verbatim) against kernels/cpu/paged_attention.cpp, interleaved in one run
 // (old, new, old, new, ...) so that a loaded machine slows both alike. Shapes: a 125M llama's attention
 // (12 query heads, 4 kv heads, head_dim 64, block 16).

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Issue 20's goals for the CPU backend, measured in one run on this machine, with a verdict for each.
+"""The CPU backend's goals, measured in one run on this machine, with a verdict for each.
 
     bench/cpu_goals.py [--rounds 5] [--baseline-commit 6c45467] [--no-large] [--json build/cpu_goals.json]
 
-"Today" in the issue is main at 6c45467, the commit the issue's work started from; its `kvfleet` is built
+"Today" is main at 6c45467, the baseline the goals were set against; its `kvfleet` is built
 once (with ccache, CUDA off, only that target) into build-baseline/ and timed beside this tree's build/, so
 every "x today's" below is a ratio taken in this run, not against numbers from another day.
 
@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ISSUE_TODAY = "6c45467"  # main when issue 20's work began: the issue's "today"
+ISSUE_TODAY = "6c45467"  # the baseline the goals were set against: "today"
 # The issue's table (2 threads unless said): what "today's" was when it was filed, and the peer's.
 ISSUE_B1_2T, ISSUE_P512_2T, PEER_B1_2T, PEER_P512_2T = 51.5, 307.0, 90.9, 767.0
 SAMPLING_MODES = [  # name, bench_engine_throughput flags
@@ -293,7 +293,7 @@ def main():
                 t.goal(f"engine's own share, 256 seqs, {label}, {name}", v, 0.05, above=False, fmt="{:.2%}")
     result["goals"] = t.verdicts
     print()
-    print(f"Issue 20's goals, {args.rounds} rounds, {result['seconds'] / 60:.1f} min, load "
+    print(f"CPU goals, {args.rounds} rounds, {result['seconds'] / 60:.1f} min, load "
           f"{result['load_start']:.1f} -> {result['load_end']:.1f}; today = {args.baseline_commit}")
     t.print()
     met = sum(v["met"] for v in t.verdicts)

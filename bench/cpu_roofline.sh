@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU roofline of issue 20 on this machine: makes the issue's 125M Llama (hidden 768, 12 layers, GQA 12/4,
+# The CPU roofline on this machine: makes the issue's 125M Llama (hidden 768, 12 layers, GQA 12/4,
 # intermediate 2048, vocab 32000, bf16) and runs build/bin/bench_cpu_roofline on it. With --baseline DIR
 # (a directory holding an older build's `kvfleet`; may be given more than once), it also times old and new
 # `kvfleet generate` on the same workloads, interleaved (old, new, old, new), and prints new/old ratios,
@@ -10,7 +10,7 @@
 # --model DIR: that model (made elsewhere) instead of a fresh 125M Llama. --raw FILE: every timed pair appended
 # as a line "threads workload binary measured_tokens full_seconds reference_seconds" (binary: the --baseline
 # DIR, or "new"), for a caller that gathers rounds of several calls (bench/cpu_goals.py).
-# The final comparison of issue 20 (old = the issue's "today" and the previous stop, in one run; one run per
+# The comparison with older builds (old = the goals' baseline and a previous build, in one run; one run per
 # thread count, as three binaries take 6-7 minutes a thread count at load 5-8, about half that when quiet):
 #   bench/cpu_roofline.sh --threads 2 --rounds 3 --compare-only \
 #     --baseline /work/baseline-wt-http --baseline /work/baseline-s4      (and again with --threads 1)

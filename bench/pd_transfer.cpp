@@ -1,6 +1,6 @@
 // bench_pd_transfer: KV transfer throughput of engine/pd's transports (a prefill replica's block stream, read
 // and checked frame by frame by the decode replica's own code) next to a plain loopback TCP copy of the same
-// bytes, measured rep by rep in the same run (issue 17's goal: at least 0.7 of it).
+// bytes, measured rep by rep in the same run (the goal: at least 0.7 of it).
 //   build/bin/bench_pd_transfer [--tokens 1024] [--prompts 4 | --mib 128] [--reps 7] [--warmup 1]
 //                               [--pull-blocks 32] [--transport tcp|ucx|all] [--profile] [--receive-buffer]
 // Each rep is, for each transport asked for (all: tcp then ucx): the timed transfers of --prompts prompts

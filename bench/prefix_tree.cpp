@@ -11,7 +11,7 @@
 // path of 64 nodes (a branch of another replica every 128 blocks: a long chat) and, as a worst
 // case, of 8192 nodes (a branch at every block). Goal: under 1 ms.
 //
-// BM_Fleet/R: the router at fleet scale (issue 19): 100k cached prefixes over R replicas (4 or 64).
+// BM_Fleet/R: the router at fleet scale: 100k cached prefixes over R replicas (4 or 64).
 // 1,000 system prompts of 8-32 blocks, each prefix a system prompt plus 4-32 blocks of its own, held by
 // one replica (a quarter of them by a second one too). Counters: bytes per (block, replica) entry, and the
 // time of one routing decision's tree work: match() of a cached prefix plus the choice over all R replicas

@@ -1,4 +1,4 @@
-// One Contract 2 KV event (shared/DESIGN.md), as the router reads it from a replica's
+// One Contract 2 KV event (docs/architecture.md), as the router reads it from a replica's
 // /v1/kv_events stream:
 //   {"type":"config","seq":N,"block_size":B,"root":H,"instance":I}          (opens every stream)
 //   {"seq":N,"type":"stored"|"removed"|"cleared","block_hashes":[...],"parent":H,"tier":"gpu"|"cpu"}

@@ -1,4 +1,4 @@
-// PrefixTree: which replica holds which prefix of block hashes in its KV cache (DESIGN.md, data
+// PrefixTree: which replica holds which prefix of block hashes in its KV cache (docs/architecture.md, data
 // flow: tokenize -> block hashes -> PrefixTree.match -> Policy.choose).
 //
 // A radix tree over chained block hashes (Contract 1): each edge is a run of hashes stored in one

@@ -1,5 +1,5 @@
 // ReplicaCacheIndex: the router's knowledge of every replica's KV cache, kept in one PrefixTree,
-// with a mode per replica (DESIGN.md, Contract 2):
+// with a mode per replica (docs/architecture.md, Contract 2):
 //   - exact: the replica's KV event stream is up and its opening config matched ours; what the
 //     replica holds comes from its events (stored, removed, cleared). A routing decision refreshes
 //     the last-use ticks of what it reused (touch) and leaves a *pending* mark on the blocks the

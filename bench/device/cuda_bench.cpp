@@ -1,4 +1,4 @@
-// kvfleet_cuda_bench: the first throughput numbers of the CUDA backend (issue 5; issue 9 builds on them).
+// kvfleet_cuda_bench: the first throughput numbers of the CUDA backend.
 // Makes (or reuses) a Llama-3.2-1B-shaped random bf16 model, then times ModelRunner::forward as the engine
 // calls it (host metadata upload and the logits copy back included): decode steps at several batch sizes
 // and a 512-token prefill, in the batch-invariant GEMM mode and the cuBLAS mode. Prints a table and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CUDA backend's proof on the GPU machine (issue 5), as one device call of about 8 minutes:
+# The CUDA backend's proof on the GPU machine, as one device call of about 8 minutes:
 #
 #   bench/device/run_cuda_checks.sh BUILD_DIR [OUT_DIR] [--dry-run]
 #

@@ -1,4 +1,4 @@
-// `kvfleet-bench compare-pd` (issue 17): the same requests through the same number of replicas, first in
+// `kvfleet-bench compare-pd`: the same requests through the same number of replicas, first in
 // `pd` mode (prefill replicas compute long prompts, decode replicas pull their KV and decode; the router
 // disaggregates when D lacks more than --pd-threshold tokens) and then in `mixed` mode (every replica
 // mixed, chunked prefill with the same token budget), each fleet fresh. One report: TTFT, TPOT, ITL p50

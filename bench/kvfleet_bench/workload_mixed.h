@@ -1,4 +1,4 @@
-// The mixed-chat workload (issue 17's prefill/decode comparison): short chat turns, with long prompts
+// The mixed-chat workload (the prefill/decode comparison): short chat turns, with long prompts
 // among them that stall every running decode while they prefill on the same replica. Each request is
 // one chain; a fraction --mixed-long-fraction of them (placed at random) has --mixed-long-input-len prompt
 // tokens, the rest --mixed-short-input-len; all get --random-output-len output tokens (with

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The replica's output path end to end (issue 20): an older kvfleet-replica (--baseline DIR) and this build's,
+# The replica's output path end to end: an older kvfleet-replica (--baseline DIR) and this build's,
 # interleaved (old, new, old, new: --rounds), each serving --concurrency streaming completions at once
 # (kvfleet-bench serve, all sent at t=0, ignore_eos) on a small model with the default model's tokenizer.
 # Prints per run: output tokens/s, the replica process's CPU time per generated token (all its threads, read

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prefill/decode comparison on this machine (issue 17): writes the tiny model if needed, then runs
+# The prefill/decode comparison on this machine: writes the tiny model if needed, then runs
 # `kvfleet-bench compare-pd`: 1 prefill + 1 decode replica behind a pd router, then 2 mixed replicas with
 # chunked prefill behind a cache_aware router, the same mixed-chat requests (short chat turns with long
 # prompts among them) through each. Report: $OUT/report.md (+ SVG plots, per-mode JSON, results.json).

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """TTFT of a long prompt through a decode replica D pulling its KV from a prefill replica P, with P as two
-builds side by side (issue 17): OLD (answers the hello after the whole prefill) and NEW (accepts after the
+builds side by side: OLD (answers the hello after the whole prefill) and NEW (accepts after the
 first block, streams the rest while it is computed). Same D, same model, distinct prompts (no cache hits),
 interleaved OLD, NEW, OLD, NEW... Prints one JSON line. Bounded: a few minutes at most.
 

@@ -1,4 +1,4 @@
-// Replica: the OpenAI-compatible server around one engine (DESIGN.md Contract 4). Owns the model, tokenizer,
+// Replica: the OpenAI-compatible server around one engine (docs/architecture.md, Contract 4). Owns the model, tokenizer,
 // chat template, engine, metrics and HTTP server.
 //
 // Threading: construct, start(), drain() and the destructor on the main thread. Handlers run on the HTTP io

@@ -97,7 +97,7 @@ std::int64_t units_of(std::int64_t out) { return (out + kPanel - 1) / kPanel; }
 // Calls of up to kTaperRows rows (memory-bound: each weight is read once per call) split the features into
 // tapered chunks (ThreadPool::parallel_for_tapered) whose last ones hold ~96 KiB (g_tail_bytes) of weights:
 // short enough that the threads end within a few microseconds of each other, long enough that the start of a
-// chunk's stream (docs/cpu_backend.md, "Fifth stop") is small beside it.
+// chunk's stream (docs/cpu_backend.md) is small beside it.
 constexpr std::int64_t kTaperRows = 8;
 std::atomic<std::int64_t> g_tail_bytes{96 << 10};  // set_taper_tail_bytes: benchmarks compare in one process
 

@@ -85,7 +85,7 @@ void tile(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
 // from the caches. The first pass prefetches every line of the panel's block step `ahead` blocks in front
 // of it (into L1); on the AMD EPYC (Zen 3) VM 2-64 blocks ahead lost (8.3-9.9 GB/s on one thread against
 // 11.7-13.0), so the default is 0: the current block step's lines, all 8 features'. The tile above read a panel in four passes of 2 features, each touching 2 of every 8
-// lines: 57% of the read bandwidth at batch 1 there (docs/cpu_backend.md, "Ninth stop"). Per lane the
+// lines: 57% of the read bandwidth at batch 1 there (docs/cpu_backend.md, docs/cpu_backend.md). Per lane the
 // order is the tile's (lo then hi, block by block; reduce's tree): same bits.
 constexpr int kUnset = -1000;  // a knob not yet read from its environment variable
 std::atomic<int> g_gemv_ahead{kUnset};  // blocks; -1: the tile
@@ -229,7 +229,7 @@ void tile_t(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
 // L1 for the second part. Each lane still takes its blocks in order, lo then hi, and reduce gets lanes 0-7 and
 // 8-15 as before: same bits. (3 x 4 and 4 x 3 need all 16 registers: GCC spilled accumulators in both, 0.74x
 // and 0.95x the 3 x 2 tile; weights widened to f32 once per chunk for a spill-free 4 x 3 loop read more than
-// they saved, 0.86x this tile: docs/cpu_backend.md, "Tenth stop".)
+// they saved, 0.86x this tile: docs/cpu_backend.md.)
 constexpr std::int64_t kSeg = 32;  // 8 and 16 blocks: 0.94x and 0.98x (prefill shapes, one thread)
 constexpr std::int64_t kSegRows = 16;  // with the next chunk prefetched (sweep): batch 16 1.08x, batch 8 the
                                        // same (0.85x before that prefetch), fewer rows not measured: 3 x 2

@@ -12,7 +12,7 @@
 // laid out by arrange_tiled) is reused by the whole chunk. kM x kN = 6 x 4 = 24 accumulators + 4 weight
 // registers. (8 x 3 and 12 x 2 widen fewer weight vectors per FMA but load more x: measured 5-35% slower,
 // most at K = 2048, whose 8-12 rows of x no longer fit in L1; widening a chunk's weights to fp32 once
-// for all row tiles was no faster at 128-512 rows and slower at 8: docs/cpu_backend.md, "Fourth stop".)
+// for all row tiles was no faster at 128-512 rows and slower at 8: docs/cpu_backend.md.)
 // GCC 12 warns about the deliberately undefined source register inside its own AVX-512 intrinsics
 // (_mm512_undefined_ps in cvtph/extract): a false positive that -Werror would make fatal.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -78,7 +78,7 @@ const std::uint8_t* feature(const GemmArgs& g, std::int64_t n) {
 // Packed panels are one stream (a panel's 8 features block by block): there 4 blocks ahead is only 2 KiB
 // of that stream, and the packed GEMV read 4-12% slower than plain rows; prefetching each line 8 blocks
 // ahead into L1 and 32 blocks (16 KiB of bf16) ahead into L2 read 5-15% faster than plain rows on one
-// thread (docs/cpu_backend.md, "Fourth stop").
+// thread (docs/cpu_backend.md).
 constexpr std::size_t kAhead = 4;
 // Packed panels: blocks ahead into L1 and into L2 (set_packed_prefetch: benchmarks try others in-process;
 // read with the compiler's atomic built-ins, not std::atomic's inline members: see the top of the file).
@@ -161,13 +161,13 @@ void tile(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
 // keeps 8 pointers and loads a bf16 block once per half), and with 2 streams two panels side by side: the
 // thread's panels [p0, p1) are read as the pairs (p0 + i, p0 + half + i), an odd last panel alone. Measured
 // on the AMD EPYC (Zen 5) VM, a 125M token's linear calls (bench_matvec --chain, median GB/s,
-// docs/cpu_backend.md "Sixth stop"): 1 thread tile 19.7, one panel at a time 25.5, two panels 27.1;
+// docs/cpu_backend.md): 1 thread tile 19.7, one panel at a time 25.5, two panels 27.1;
 // 2 threads tile 31.1, two panels 37.1, two panels prefetching 4 blocks ahead into L1 38.3; the 1.6 GB
 // model's, 2 threads: tile 39.9, two panels + 4 ahead 49.6 (1 thread 22.4 -> 27.3). Prefetching into L2 as the tile does lost 7-13%
 // there. On the earlier stops' VM (AVX-512 FP16: an Intel Xeon) the tile's software prefetch was measured a
 // gain, so the default is chosen per CPU (gemv_initial): two panels + 4 ahead on AMD family 1Ah (Zen 5);
 // two panels and no software prefetch on AMD family 19h (Zen 4; Zen 3, the same family, has no AVX-512),
-// where any prefetch lost (docs/cpu_backend.md "Eleventh stop": 125M, 2 threads, tile 35.8, two panels 42.3,
+// where any prefetch lost (docs/cpu_backend.md: 125M, 2 threads, tile 35.8, two panels 42.3,
 // + 1 block into L1 35.0, + 16 into L2 35.9 GB/s; the 1.6 GB model's 28.9 -> 31.7); the tile elsewhere.
 // KVFLEET_CPU_GEMV=tile|1|2 forces one; set_packed_gemv for A/B runs.
 constexpr std::uint32_t kUnset = ~0u;
@@ -280,7 +280,7 @@ constexpr int kGemvN = 8;              // one row on plain rows: 8 features (wei
 constexpr std::int64_t kChunk = 64;    // features whose weights stay in L2 while every row tile sweeps them
 
 // KVFLEET_CPU_GEMV=16 (read once): the previous GEMV, 16 streams and no software prefetch, for A/B runs on
-// two threads, where the difference was measured only at high load (docs/cpu_backend.md, "Third stop"). Same bits.
+// two threads, where the difference was measured only at high load (docs/cpu_backend.md). Same bits.
 bool gemv16() {
   static const bool on = [] {
     const char* env = std::getenv("KVFLEET_CPU_GEMV");

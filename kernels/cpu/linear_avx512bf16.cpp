@@ -2,7 +2,7 @@
 // own): bf16 weights times activations rounded to bf16, one `vdpbf16ps` per 32 elements. Each lane j of a
 // block takes x[2j] * w[2j] + x[2j + 1] * w[2j + 1] in one instruction (the pair order of bf16 weights in
 // linear_kernels.h), then the same fixed lane tree. Rounding x to bf16 changes the results beyond the
-// float64 reference tolerance of the default path (docs/cpu_backend.md, part A), so this is a mode; but a row's
+// float64 reference tolerance of the default path (docs/cpu_backend.md), so this is a mode; but a row's
 // result still depends on nothing but its own x and the weights (the 1-row and the N-row paths run the
 // same instructions per element), so batch invariance holds within the mode.
 // This file alone is built with -mavx512bf16 (kernels/CMakeLists.txt); like linear_avx512.cpp it calls no

@@ -12,7 +12,7 @@
 // x is rearranged once per call into that order ("arranged x": per row, kp floats, block by block), so
 // every kernel reads it with plain loads. The scalar, AVX2 and AVX-512 kernels perform exactly these
 // operations, so they agree bit for bit, and a row's result is the same whatever the number of rows, the
-// tile it falls in or the thread that runs it (batch invariance, DESIGN.md).
+// tile it falls in or the thread that runs it (batch invariance, docs/architecture.md).
 //
 // Weights come in two layouts with the same arithmetic (only the addresses differ):
 //   - plain: [out][in] rows, as in the checkpoint; the last block of a row is partial (tail).

@@ -3,7 +3,7 @@
 //
 // Batch invariance: every output element is computed by one thread, in a fixed order that depends only
 // on that element's own inputs. So a sequence's results do not depend on what else is in the batch,
-// how its prompt was chunked, or how many threads run (DESIGN.md, issue 4's equivalence tests).
+// how its prompt was chunked, or how many threads run (docs/architecture.md, Contract 5; tests/runtime/test_equivalence.cpp).
 #pragma once
 
 #include <cstdint>
@@ -80,7 +80,7 @@ struct Rope {
   std::int64_t head_dim = 0;
 };
 
-// One layer of the paged KV cache (DESIGN.md Contract 5): per block, K then V, each
+// One layer of the paged KV cache (docs/architecture.md, Contract 5): per block, K then V, each
 // [num_kv_heads][block_size][head_dim], elements of `dtype` (fp32, bf16 or fp16: --kv-cache-dtype).
 struct KvLayer {
   void* base = nullptr;

@@ -388,7 +388,7 @@ void attend_block_avx2(QueryState* qs, std::int64_t nq, std::int64_t start, std:
 // runs of block_size x head_dim elements (4 KiB each in fp32 at 16 x 64) 12 KiB apart in the next block 32
 // KiB on (Contract 5's layout), and the blocks of a sequence lie anywhere: the hardware prefetchers do not
 // follow, and without this each block began with a wait on memory (decode of 32 sequences x 512 keys read
-// 5.7 GB/s on one thread where a block from L2 takes a third of the time; docs/cpu_backend.md, "Seventh stop").
+// 5.7 GB/s on one thread where a block from L2 takes a third of the time; docs/cpu_backend.md).
 std::atomic<std::int64_t> g_prefetch_blocks{[] {
   const char* env = std::getenv("KVFLEET_CPU_ATTN_PREFETCH");
   return env ? std::max<std::int64_t>(0, std::atoll(env)) : std::int64_t{1};
@@ -500,7 +500,7 @@ struct Tile {
 // pairs; ties in row order). A causal prefill's tiles grow with their position: in row order the heaviest
 // came last, in the last of the pool's equal chunks, and one thread ran them while the other waited
 // (at two threads this order runs a 512-token prefill's attention 1.19x and a 4096-token one's 1.11x as
-// fast as row order did; docs/cpu_backend.md, "Twelfth stop").
+// fast as row order did; docs/cpu_backend.md).
 // Heaviest first with chunks that shrink towards the end (parallel_for_tapered) leaves the light ones for
 // last. Which thread runs a tile, and when, changes no bit of it.
 void make_tiles(const AttnRow* rows, std::int64_t n, std::vector<Tile>& tiles) {

@@ -8,7 +8,7 @@
 // ones are short and both end an op at nearly the same time).
 //
 // Hand-off: a decode step is ~60 ops of tens of microseconds each, so waking a worker through a mutex and a
-// condition variable (60-85 us per op on a VM, issue 20) costs as much as the work. Workers and the caller
+// condition variable (60-85 us per op on a VM) costs as much as the work. Workers and the caller
 // instead wait on an atomic generation counter / done count: a short spin (spin_time(), when the machine
 // has a free core), then std::atomic::wait (a futex), and an op makes no system call unless one of its
 // threads sleeps (sleepers_). Between steps the workers fall asleep and cost nothing. The body is passed by

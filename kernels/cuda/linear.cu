@@ -3,7 +3,7 @@
 // to kRows rows; lane l takes the 8-element chunks l, l + 32, ... of the reduction in that order, then a
 // fixed butterfly sums the lanes. Which rows share the tile never changes a row's arithmetic, so the
 // result of a row is the same at batch 1 and batch 256. CUDA cores, fp32: the fast path is cuBLAS
-// (CudaBackend with batch_invariant = false); issue 9 measures what invariance costs.
+// (CudaBackend with batch_invariant = false); what invariance costs is measured on the GPU machine (bench/device).
 #include <algorithm>
 
 #include "kernels/cuda/check.h"

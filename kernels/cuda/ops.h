@@ -20,7 +20,7 @@ struct WeightRef {
   DType dtype = DType::f32;
 };
 
-// One layer of the paged KV cache in device memory (DESIGN.md Contract 5): per block, K then V, each
+// One layer of the paged KV cache in device memory (docs/architecture.md, Contract 5): per block, K then V, each
 // [num_kv_heads][block_size][head_dim], elements of `dtype` (f32 or bf16).
 struct KvLayer {
   void* base = nullptr;

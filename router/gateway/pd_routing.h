@@ -1,4 +1,4 @@
-// Router `pd` mode (DESIGN.md Contract 3): which prefill replica, if any, computes a request's prompt.
+// Router `pd` mode (docs/architecture.md, Contract 3): which prefill replica, if any, computes a request's prompt.
 //
 // The decode replica D is chosen first, by the configured policy among the decode pool (decode and
 // mixed replicas), so its cache counts. Then, only when the part of the prompt D does not hold

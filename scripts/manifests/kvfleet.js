@@ -15,7 +15,7 @@ const yaml = require("js-yaml");
 const { containersOf } = require("./fleet");
 
 // Flags another engineer is adding to a program now, reported as pending until its --help lists them
-// (none at present: issue 18's --ep-size/--ep-rank/--ep-master are checked like every other flag).
+// (none at present: --ep-size/--ep-rank/--ep-master are checked like every other flag).
 const PENDING_FLAGS = {};
 // Set by the LeaderWorkerSet controller in every container of its pods.
 const LWS_ENV = ["LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX"];

@@ -1,4 +1,4 @@
-// What a user hits first (issue 16): a workload longer than the model's context is refused with a
+// What a user hits first: a workload longer than the model's context is refused with a
 // sentence before anything is sent; failures are summed up with the server's own words; --num-prompts
 // is honoured by shared-prefix and trace, and refused by multi-turn with what to set instead.
 #include <doctest/doctest.h>

@@ -1,4 +1,4 @@
-// EpGroup's per-rank KV event ring and the rank hint (issue 18, routing to (replica, rank)): each rank's
+// EpGroup's per-rank KV event ring and the rank hint (routing to (replica, rank)): each rank's
 // own events with its dp_rank replay to exactly that rank's cache, through eviction on one rank and then
 // the other; the per-rank snapshot agrees; submit() with a dp_rank runs there.
 #include <doctest/doctest.h>

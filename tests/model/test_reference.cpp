@@ -103,7 +103,7 @@ TEST_CASE("a 16-bit KV cache keeps logits close to the reference; fp32 KV stays 
   MESSAGE("relative logit error vs the float64 reference: f32 KV " << f32 << ", bf16 KV " << bf16 << ", f16 KV " << f16);
   CHECK(f32 < 1e-5);
   // K and V rounded once to 8 (bf16) or 11 (fp16) significant bits: errors of that order, not more. This is
-  // why the CPU default stays float32 (the issue's bar for a 16-bit default is 1e-4).
+  // why the CPU default stays float32 (a 16-bit default would need 1e-4).
   CHECK(bf16 < 1e-2);
   CHECK(f16 < 2e-3);
   CHECK(bf16 > f32);  // the option really changes what the cache holds

@@ -1,4 +1,4 @@
-// The step without waste (issue 20): the row-wise CPU ops split over the pool give the bits of the serial
+// The step without waste: the row-wise CPU ops split over the pool give the bits of the serial
 // ops on any thread count, the pool's chunks are claimed by whichever thread is free, and a forward step
 // of a shape seen before allocates nothing new (no page faults).
 #include <doctest/doctest.h>

@@ -1,4 +1,4 @@
-// Issue 19 (the router at fleet scale): exact mode's pending marks, the rendezvous placement of new
+// The router at fleet scale: exact mode's pending marks, the rendezvous placement of new
 // prefixes that several routers compute alike, the replica-reported load, and discovery's pieces.
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-// Shared by the router hardening tests (issue 16): request bodies, stand-in flags, KV event script
+// Shared by the router hardening tests: request bodies, stand-in flags, KV event script
 // pieces, and a plain request with a Bearer key.
 #pragma once
 

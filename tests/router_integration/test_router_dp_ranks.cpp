@@ -1,4 +1,4 @@
-// Issue 18, the router side of expert parallelism: a real `kvfleet-replica --ep-size 2` (a tiny MoE model)
+// The router side of expert parallelism: a real `kvfleet-replica --ep-size 2` (a tiny MoE model)
 // serves two data-parallel ranks behind one endpoint; its per-rank KV event stream makes each
 // (replica, rank) a routing target, and the router names the rank it chose (X-data-parallel-rank).
 // A plain replica in the same fleet is one target, as before.

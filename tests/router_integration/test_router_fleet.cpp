@@ -1,4 +1,4 @@
-// Issue 19: the router at fleet scale, with real replica processes (and stand-ins for discovery): pending
+// The router at fleet scale, with real replica processes (and stand-ins for discovery): pending
 // marks keep a group of concurrent requests on one replica; two routers in front of the same replicas
 // place groups alike and decide alike from the same state; a router started late catches up through a
 // snapshot; DNS discovery subscribes and drops replicas; replicas report their load.

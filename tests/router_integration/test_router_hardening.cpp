@@ -1,4 +1,4 @@
-// Issue 16 hardening of kvfleet-router's request path, against scripted stand-in replicas: the admin
+// Hardening of kvfleet-router's request path, against scripted stand-in replicas: the admin
 // API's key and input checks, the Authorization sent upstream, the circuit breaker's verdicts (4xx,
 // 503, slow clients), faults (refused, hung, died mid-stream, malformed, 5xx) with bounded memory,
 // metric cleanup, and 5,000 concurrent connections.

@@ -1,4 +1,4 @@
-// Issue 16 hardening of the KV event stream between replica and router (Contract 2): snapshots
+// Hardening of the KV event stream between replica and router (Contract 2): snapshots
 // applied in full, instance ids, heartbeats and the read deadline, hostile streams (bad JSON, oversized
 // events) with backoff, against scripted stand-ins (standin_upstream.h) and a real replica.
 #include <doctest/doctest.h>

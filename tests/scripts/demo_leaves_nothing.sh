@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/demo must leave nothing running (issue 16: without a terminal it exited and left both replicas
+# scripts/demo must leave nothing running (without a terminal it exited and left both replicas
 # and the router running). Runs the demo in a session of its own on the built binaries, with
 # KVFLEET_DEMO_EXIT=1 and no terminal, then looks for any process still in that session; survivors are
 # killed and the test fails. Usage: demo_leaves_nothing.sh BIN_DIR

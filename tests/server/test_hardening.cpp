@@ -1,4 +1,4 @@
-// Regressions of issue 16 through a real kvfleet-replica: padded vocabularies, streams that must end with
+// Hardening regressions through a real kvfleet-replica: padded vocabularies, streams that must end with
 // an error event and [DONE], admission that counts a request's fan-out, API keys, tenant isolation of
 // the prefix cache, the served name only in /v1/models, special tokens in message content.
 #include <doctest/doctest.h>

@@ -189,7 +189,7 @@ class CpuBackend final : public Backend {
     // Not zeroed first: pack_weight writes every byte. On 2 MiB pages where the kernel gives them
     // (huge_page_arena.h). THP was tried once before (commit 0010956, an earlier VM), where compaction stalls
     // made loading slower (1.3-4.2 s against 0.9 s); on the Zen 4 VM loading 1.6 GB took ~0.2 s longer
-    // (docs/cpu_backend.md "Thirteenth stop"). KVFLEET_CPU_HUGEPAGES=0 turns it off.
+    // (docs/cpu_backend.md). KVFLEET_CPU_HUGEPAGES=0 turns it off.
     std::byte* p = arena_.take(cpu::packed_weight_bytes(out, in, w.dtype));  // 64-byte aligned: a bf16 block is a line
     cpu::pack_weight(w.data, w.dtype, out, in, p, &pool_);
     packed_.emplace(w.data, p);
@@ -222,7 +222,7 @@ class CpuBackend final : public Backend {
   // Packed by default where a vector kernel runs: the AVX-512 GEMV prefetches the panels' one stream far
   // ahead (1.04-1.18x plain rows' bandwidth on the Zen 5 VM), and the AVX2 GEMV reads a panel in two passes
   // (linear_avx2.cpp; on the Zen 3 VM 1.39x plain rows in a 125M decode at batch 1, docs/cpu_backend.md
-  // "Ninth stop"). The scalar fallback keeps the plain weights. KVFLEET_CPU_PACK=1 / 0 forces either (same bits).
+  // docs/cpu_backend.md). The scalar fallback keeps the plain weights. KVFLEET_CPU_PACK=1 / 0 forces either (same bits).
   const bool pack_ = [] {
     const char* env = std::getenv("KVFLEET_CPU_PACK");
     if (env) return std::string_view(env) != "0";

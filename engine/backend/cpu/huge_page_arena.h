@@ -5,7 +5,7 @@
 // 4 KiB pages that is a TLB miss every 4 KiB, and in a VM (nested paging) each miss walks two page tables.
 // The arena asks for transparent huge pages (madvise MADV_HUGEPAGE: used when THP is "madvise" or
 // "always", ignored when it is "never") on mappings aligned to 2 MiB. Measured on the AMD Zen 4 VM
-// (docs/cpu_backend.md "Thirteenth stop"): a 125M token's linear calls 1.05-1.25x at 2 threads and
+// (docs/cpu_backend.md): a 125M token's linear calls 1.05-1.25x at 2 threads and
 // 1.09-1.26x at 1; decode attention of 32 sequences x 512 keys 1.03-1.13x.
 //
 // A huge page only backs 2 MiB of address space, aligned, that lies inside one mapping, and it is backed

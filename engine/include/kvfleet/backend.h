@@ -1,4 +1,4 @@
-// The narrow interface between the model runner and a device (DESIGN.md Contract 5). The runner owns the
+// The narrow interface between the model runner and a device (docs/architecture.md, Contract 5). The runner owns the
 // order of operations; a backend owns memory and kernels. Pointers named d_* are device memory of this
 // backend (host memory for the CPU backend). Activations are fp32; weights keep the checkpoint dtype.
 // Thread-safety: a backend is used by one thread at a time (the engine thread).

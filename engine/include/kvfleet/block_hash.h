@@ -1,4 +1,4 @@
-// Contract 1 (shared/DESIGN.md): chained block hashes. The router and the engine both call these
+// Contract 1 (docs/architecture.md): chained block hashes. The router and the engine both call these
 // functions, so a prefix hashes to the same values on both sides, bit for bit.
 //
 //   root  = XXH3_64bits_withSeed(namespace bytes, 0)

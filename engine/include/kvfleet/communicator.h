@@ -1,4 +1,4 @@
-// Collectives between the ranks of an expert-parallel group (DESIGN.md Contract 6). Every rank calls the
+// Collectives between the ranks of an expert-parallel group (docs/architecture.md, Contract 6). Every rank calls the
 // same collectives in the same order; a call returns once every rank has made it (each call is also a
 // barrier). Buffers are host memory, but for all_to_all_v_device (device memory, for NCCL).
 // Thread-safety: one Communicator per rank, used by that rank's thread only.

@@ -1,4 +1,4 @@
-// OpenAI-compatible request bodies (DESIGN.md Contract 4): parsed and validated into plain structs, with
+// OpenAI-compatible request bodies (docs/architecture.md, Contract 4): parsed and validated into plain structs, with
 // an OpenAI-style error (status, message, type, param, code) for anything wrong. No I/O here.
 #pragma once
 
