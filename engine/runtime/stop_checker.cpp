@@ -10,10 +10,29 @@ StopChecker::StopChecker(StopRules rules, const Tokenizer* tokenizer, bool detok
     : rules_(std::move(rules)) {
   if ((detokenize || !rules_.stop_strings.empty()) && tokenizer)
     decoder_ = std::make_unique<StreamDecoder>(*tokenizer, skip_special_tokens);
-  if (decoder_ && !rules_.stop_strings.empty()) matcher_ = StopMatcher(rules_.stop_strings);
+  if (decoder_ && !rules_.stop_strings.empty()) {
+    matcher_ = StopMatcher(rules_.stop_strings);
+    for (const auto& s : rules_.stop_strings) hold_ = std::max(hold_, s.empty() ? 0 : s.size() - 1);
+  }
 }
 
-std::string StopChecker::flush() { return decoder_ ? decoder_->flush() : std::string(); }
+std::string StopChecker::flush() {
+  if (!decoder_ || matched_) return {};
+  held_ += decoder_->flush();
+  return release(true);
+}
+
+// The held text that may be shown: all of it, or all but its last hold_ bytes (whole UTF-8 characters).
+std::string StopChecker::release(bool all) {
+  std::size_t end = held_.size();
+  if (!all) {
+    end = end > hold_ ? end - hold_ : 0;
+    while (end > 0 && (static_cast<unsigned char>(held_[end]) & 0xC0) == 0x80) --end;
+  }
+  std::string out = held_.substr(0, end);
+  held_.erase(0, end);
+  return out;
+}
 StopChecker::StopChecker() = default;
 StopChecker::StopChecker(StopChecker&&) noexcept = default;
 StopChecker& StopChecker::operator=(StopChecker&&) noexcept = default;
@@ -24,20 +43,28 @@ StopResult StopChecker::check(TokenId token, std::int32_t num_outputs, std::int6
   StopResult r;
   // The token's text is decoded even when it ends the request (an eos or stop id, skipped or not by
   // skip_special_tokens): the stream's text is the decode of all its tokens.
-  if (decoder_) r.text = decoder_->push(token);
+  std::string piece = decoder_ ? decoder_->push(token) : std::string();
+  held_ += piece;
   if (has(rules_.eos_ids, token) || has(rules_.stop_token_ids, token)) {
     r.reason = FinishReason::stop;
+    r.text = release(true);
     return r;
   }
   if (decoder_ && !rules_.stop_strings.empty()) {
-    // A match ending in the new text (the first stop string in the request's order when several do).
-    if (const int hit = matcher_.feed(r.text); hit >= 0) {
+    // A match ending in the new text (the first stop string in the request's order when several do). The
+    // held text reaches back hold_ bytes before the piece, so the whole match lies in it; an earlier
+    // occurrence would have ended the request earlier.
+    if (const int hit = matcher_.feed(piece); hit >= 0) {
       r.reason = FinishReason::stop;
       r.stop_string = rules_.stop_strings[static_cast<std::size_t>(hit)];
+      held_.resize(std::min(held_.size(), held_.find(r.stop_string)));
+      r.text = release(true);
+      matched_ = true;
       return r;
     }
   }
   if (num_outputs >= rules_.max_tokens || num_tokens >= rules_.max_model_len) r.reason = FinishReason::length;
+  r.text = release(r.reason != FinishReason::none);
   return r;
 }
 

@@ -1,5 +1,8 @@
 // Decides when a request stops: end-of-sequence ids, stop token ids, stop strings (matched on the decoded
-// text, across token boundaries, at a cost per token that does not grow with their number), max_tokens and the model's context length.
+// text, across token boundaries, at a cost per token that does not grow with their number), max_tokens and
+// the model's context length. It is also the request's detokenizer: the text it returns is what a client may
+// see, with a stop string's possible beginning held back and a matched stop string left out, so that the
+// output side only formats (one object does both, as vLLM's detokenizer does).
 #pragma once
 
 #include <memory>
@@ -27,7 +30,10 @@ struct StopRules {
 struct StopResult {
   FinishReason reason = FinishReason::none;
   std::string stop_string;  // the stop string that matched
-  std::string text;         // what the token added to the decoded text (when the checker decodes)
+  // The decoded text that may be shown now (when the checker decodes): text that could still be the
+  // beginning of a stop string is held back until the next tokens resolve it, and a matched stop string and
+  // whatever follows it are never shown (OpenAI's rule).
+  std::string text;
 };
 
 class StopChecker {
@@ -42,13 +48,19 @@ class StopChecker {
 
   // Called with each sampled token; num_outputs and num_tokens count it already.
   StopResult check(TokenId token, std::int32_t num_outputs, std::int64_t num_tokens);
-  // The decoder's held-back bytes at the end of the request (empty when it does not decode).
+  // Everything still held back at the end of the request (the decoder's incomplete bytes, a possible stop
+  // string's beginning), or nothing after a stop string matched. Empty when it does not decode.
   std::string flush();
 
  private:
+  std::string release(bool all);
+
   StopRules rules_;
-  std::unique_ptr<StreamDecoder> decoder_;  // only when there are stop strings
+  std::unique_ptr<StreamDecoder> decoder_;  // when there are stop strings or the text is wanted
   StopMatcher matcher_;                     // all stop strings at once: cost per token = its text
+  std::size_t hold_ = 0;                    // bytes held back: the longest stop string's length minus one
+  std::string held_;                        // decoded, not yet shown
+  bool matched_ = false;                    // a stop string ended the text: nothing more is shown
 };
 
 }  // namespace kvfleet

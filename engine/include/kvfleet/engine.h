@@ -81,7 +81,9 @@ struct RequestOutput {
   std::vector<TokenId> new_tokens;
   // With GenerationRequest::detokenize: the text new_tokens complete (whole UTF-8 characters; a character
   // split over tokens comes with the token that completes it), and on the final output whatever was still
-  // held back. The concatenation over a request's outputs is its whole decoded text, stop string included.
+  // held back. The concatenation over a request's outputs is its decoded text as a client sees it: text that could
+  // begin a stop string is held back until later tokens resolve it, and a matched stop string and what follows
+  // it are left out.
   std::string text;
   bool finished = false;
   FinishReason finish_reason = FinishReason::none;

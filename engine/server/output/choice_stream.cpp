@@ -1,38 +1,21 @@
 #include "engine/server/output/choice_stream.h"
 
-#include <algorithm>
 #include <boost/json.hpp>
 
 namespace kvfleet::server {
 namespace json = boost::json;
 
-ChoiceStream::ChoiceStream(const Tokenizer& tokenizer, std::vector<std::string> stop)
-    : tokenizer_(tokenizer), stop_(std::move(stop)) {
-  for (const auto& s : stop_) hold_ = std::max(hold_, s.size() - 1);
-}
-
-std::string ChoiceStream::push(const RequestOutput& o) {
+const std::string& ChoiceStream::push(const RequestOutput& o) {
   num_prompt_tokens_ = o.num_prompt_tokens;
   num_cached_tokens_ = o.num_cached_tokens;
   tokens_.insert(tokens_.end(), o.new_tokens.begin(), o.new_tokens.end());
   logprobs_.insert(logprobs_.end(), o.logprobs.begin(), o.logprobs.end());
-  decoded_ += o.text;  // decoded once, on the engine thread (GenerationRequest::detokenize)
-  std::size_t end = decoded_.size();
+  sent_ += o.text;  // decoded once, on the engine thread, a stop string's possible beginning held back there
   if (o.finished) {
     finish_reason_ = o.finish_reason == FinishReason::stop ? "stop" : o.finish_reason == FinishReason::length ? "length" : "abort";
     error_ = o.error;
-    if (!o.stop_string.empty()) {  // the text ends before the stop string (OpenAI leaves it out)
-      const auto at = decoded_.find(o.stop_string, sent_.size() > hold_ ? sent_.size() - hold_ : 0);
-      if (at != std::string::npos) end = at;
-    }
-  } else if (hold_ > 0) {
-    end = end > hold_ ? end - hold_ : 0;
-    while (end > sent_.size() && (static_cast<unsigned char>(decoded_[end]) & 0xC0) == 0x80) --end;  // whole chars
   }
-  if (end <= sent_.size()) return {};
-  std::string piece = decoded_.substr(sent_.size(), end - sent_.size());
-  sent_ += piece;
-  return piece;
+  return o.text;
 }
 
 json::value completion_logprobs(const Tokenizer& tok, const std::vector<TokenId>& tokens,

@@ -1,5 +1,6 @@
-// One choice of a completion while it is generated: its tokens, the text decoded so far, and the part of that
-// text that is safe to send (a possible beginning of a stop string is held back until it is resolved).
+// One choice of a completion while it is generated: its tokens, logprobs and text so far. It only collects and
+// formats: the engine's StopChecker decodes the text once and holds back a possible stop string's beginning,
+// so every RequestOutput::text may be sent as it comes.
 #pragma once
 
 #include <boost/json/array.hpp>
@@ -14,12 +15,9 @@ namespace kvfleet::server {
 
 class ChoiceStream {
  public:
-  // skip_special_tokens is the engine's (GenerationRequest::skip_special_tokens): it decodes the text.
-  ChoiceStream(const Tokenizer& tokenizer, std::vector<std::string> stop);
-
   // Takes one engine output (its text decoded by the engine: GenerationRequest::detokenize); returns the
-  // text that may be sent now.
-  std::string push(const RequestOutput& output);
+  // text that may be sent now: the output's text.
+  const std::string& push(const RequestOutput& output);
 
   bool finished() const { return finish_reason_.has_value(); }
   // "stop" | "length" | "abort"; empty until finished.
@@ -32,11 +30,7 @@ class ChoiceStream {
   std::int32_t num_cached_tokens() const { return num_cached_tokens_; }
 
  private:
-  [[maybe_unused]] const Tokenizer& tokenizer_;  // unused for now (clang: -Wunused-private-field)
-  std::vector<std::string> stop_;
-  std::size_t hold_ = 0;      // bytes held back: the longest stop string minus one
-  std::string decoded_;       // all text decoded so far
-  std::string sent_;          // the prefix of decoded_ already returned
+  std::string sent_;  // the text so far
   std::vector<TokenId> tokens_;
   std::vector<RequestOutput::Logprobs> logprobs_;
   std::optional<std::string> finish_reason_;
