@@ -37,6 +37,7 @@ struct Engine::Active {
   GenerationRequest request;
   OutputCallback callback;
   StopChecker stops;
+  std::int32_t num_prompt_tokens = 0;  // the prompt itself moved to the scheduler's sequence at admission
   bool admitted = false;
   std::int32_t cached_tokens = 0;
   EngineClock::time_point submitted;

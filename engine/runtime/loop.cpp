@@ -126,14 +126,15 @@ void Engine::admit(Submission& s) {
   a.delivered = &m.delivered;
   try {
     SequenceParams p;
-    p.prompt = a.request.prompt;
+    a.num_prompt_tokens = static_cast<std::int32_t>(a.request.prompt.size());
+    p.prompt = std::move(a.request.prompt);  // the scheduler's sequence holds it from here on (Sequence::prompt)
     p.priority = a.request.priority;
     p.id = s.id;  // one id: the scheduler keys the sequence by the request's id
     if (!a.request.cache_salt.empty()) p.hash_root = block_hash_root(config_.served_model_name, a.request.cache_salt);
     StopRules rules;
     if (!a.request.ignore_eos) rules.eos_ids = model_.config().eos_token_ids;
-    rules.stop_token_ids = a.request.stop_token_ids;
-    rules.stop_strings = a.request.stop;
+    rules.stop_token_ids = std::move(a.request.stop_token_ids);
+    rules.stop_strings = std::move(a.request.stop);
     rules.max_tokens = a.request.max_tokens;
     // A sequence can never outgrow the whole cache (it would be preempted forever): treat the cache's
     // capacity as a context limit too.

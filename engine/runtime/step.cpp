@@ -49,7 +49,7 @@ void emit_final(Engine::Active& a, FinishReason reason, std::string stop_string,
   out.finish_reason = reason;
   out.stop_string = std::move(stop_string);
   out.text = a.stops.flush();
-  out.num_prompt_tokens = static_cast<std::int32_t>(a.request.prompt.size());
+  out.num_prompt_tokens = a.num_prompt_tokens;
   out.num_cached_tokens = a.cached_tokens;
   out.error = std::move(error);
   out.queue_time_s = a.queue_time_s;
