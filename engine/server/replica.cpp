@@ -15,6 +15,7 @@
 #include "kvfleet/ep_group.h"
 #include "kvfleet/http/async_queue.h"
 #include "kvfleet/http/json_error.h"
+#include "kvfleet/secure_compare.h"
 
 namespace kvfleet::server {
 namespace json = boost::json;
@@ -108,17 +109,6 @@ bool Replica::drain() {
   return clean;
 }
 
-namespace {
-
-// Compares in time that depends only on the lengths, not on where the first difference is.
-bool same_key(std::string_view given, std::string_view key) {
-  unsigned char diff = given.size() == key.size() ? 0 : 1;
-  for (std::size_t i = 0; i < given.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ key[i % key.size()]);
-  return diff == 0;
-}
-
-}  // namespace
-
 bool Replica::authorized(const http::Request& req, Access access) const {
   const std::string& key =
       access == Access::internal && !config_.internal_api_key.empty() ? config_.internal_api_key : config_.api_key;
@@ -127,7 +117,7 @@ bool Replica::authorized(const http::Request& req, Access access) const {
   if (!header || header->size() < 7 || !http::iequals(std::string_view(*header).substr(0, 7), "Bearer ")) return false;
   std::string_view given = std::string_view(*header).substr(7);
   while (!given.empty() && given.front() == ' ') given.remove_prefix(1);
-  return same_key(given, key);
+  return secure_equal(given, key);
 }
 
 http::Handler Replica::guarded(awaitable<void> (Replica::*handler)(const http::Request&, http::ResponseWriter&),

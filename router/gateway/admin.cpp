@@ -6,6 +6,7 @@
 #include <prometheus/gauge.h>
 
 #include "kvfleet/http/json_error.h"
+#include "kvfleet/secure_compare.h"
 #include "router/gateway/gateway.h"
 
 namespace kvfleet::router {
@@ -219,18 +220,6 @@ void Gateway::forget_metrics(const ReplicaLink& link) {
 
 namespace {
 
-// Equal strings, in a time that depends on their lengths only (not on where they differ).
-bool constant_time_equal(std::string_view a, std::string_view b) {
-  unsigned diff = a.size() == b.size() ? 0u : 1u;
-  const std::size_t n = std::max(a.size(), b.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= x ^ y;
-  }
-  return diff == 0;
-}
-
 // The Bearer token of the request; nullopt without one.
 std::optional<std::string_view> bearer(const http::Request& req) {
   const std::string* h = req.headers.find("Authorization");
@@ -251,7 +240,7 @@ bool Gateway::authorized(const http::Request& req) const {
   const auto key = bearer(req);
   if (!key) return false;
   bool match = false;
-  for (const auto& k : api_keys_) match |= constant_time_equal(*key, k);  // no early exit
+  for (const auto& k : api_keys_) match |= secure_equal(*key, k);  // no early exit
   return match;
 }
 
@@ -264,7 +253,7 @@ bool Gateway::admin_authorized(const http::Request& req, int& status, std::strin
     return false;
   }
   const auto key = bearer(req);
-  if (key && constant_time_equal(*key, admin_api_key_)) return true;
+  if (key && secure_equal(*key, admin_api_key_)) return true;
   status = 401;
   why = "invalid or missing admin API key (Authorization: Bearer ADMIN_KEY)";
   return false;
