@@ -21,12 +21,6 @@ namespace kvfleet::server {
 namespace json = boost::json;
 using boost::asio::awaitable;
 
-namespace {
-
-http::Response json_response(int status, const json::value& v) { return http::Response::json(status, json::serialize(v)); }
-
-}  // namespace
-
 Replica::Replica(ReplicaConfig config)
     : config_(std::move(config)), model_(Model::load(config_.model)),
       name_(config_.served_model_name.empty() ? model_.name() : config_.served_model_name),
@@ -231,7 +225,7 @@ awaitable<void> Replica::models(const http::Request&, http::ResponseWriter& w) {
   // The served name only: the model's local path is nobody's business.
   json::object model{{"id", name_}, {"object", "model"}, {"created", created_}, {"owned_by", "kvfleet"},
                      {"root", name_}, {"max_model_len", engine_->max_model_len()}};
-  http::Response r = json_response(200, json::object{{"object", "list"}, {"data", json::array{model}}});
+  http::Response r = http::json_response(200, json::object{{"object", "list"}, {"data", json::array{model}}});
   co_await w.send(std::move(r));
 }
 
@@ -261,7 +255,7 @@ awaitable<void> Replica::health(const http::Request&, http::ResponseWriter& w) {
   const std::string broken = ep_ ? ep_->failure() : std::string();  // a rank of the group is gone
   http::Response r = draining_          ? http::json_error(503, "draining", "overloaded_error")
                      : !broken.empty() ? http::json_error(503, broken, "server_error")
-                                       : json_response(200, json::object{{"status", "ok"}, {"model", name_}});
+                                       : http::json_response(200, json::object{{"status", "ok"}, {"model", name_}});
   co_await w.send(std::move(r));
 }
 
@@ -276,15 +270,15 @@ awaitable<void> Replica::metrics(const http::Request&, http::ResponseWriter& w) 
 awaitable<void> Replica::tokenize(const http::Request& req, http::ResponseWriter& w) {
   const TokenizeRequest t = parse_tokenize_request(parse_json_body(req.body));
   const std::vector<TokenId> ids = t.prompt ? tokenizer_.encode(*t.prompt, t.add_special_tokens) : chat_prompt(*t.chat);
-  http::Response r = json_response(200, json::object{{"tokens", json::value_from(ids)}, {"count", ids.size()},
-                                                     {"max_model_len", engine_->max_model_len()}});
+  http::Response r = http::json_response(200, json::object{{"tokens", json::value_from(ids)}, {"count", ids.size()},
+                                                           {"max_model_len", engine_->max_model_len()}});
   co_await w.send(std::move(r));
 }
 
 awaitable<void> Replica::detokenize(const http::Request& req, http::ResponseWriter& w) {
   const std::vector<TokenId> ids = parse_detokenize_request(parse_json_body(req.body));
   check_token_ids(ids, "tokens");
-  http::Response r = json_response(200, json::object{{"prompt", tokenizer_.decode(ids)}});
+  http::Response r = http::json_response(200, json::object{{"prompt", tokenizer_.decode(ids)}});
   co_await w.send(std::move(r));
 }
 

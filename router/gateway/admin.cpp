@@ -15,8 +15,6 @@ namespace asio = boost::asio;
 
 namespace {
 
-http::Response json_response(int status, const json::value& v) { return http::Response::json(status, json::serialize(v)); }
-
 int hex_digit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -134,8 +132,8 @@ awaitable<void> Gateway::list_replicas(const http::Request&, http::ResponseWrite
                         {"pending_confirmed", index_.pending_confirmed()},
                         {"pending_expired", index_.pending_expired()}};
   }
-  http::Response r = json_response(200, json::object{{"policy", policy()->name()}, {"active", active}, {"queued", queued},
-                                                     {"replicas", list}, {"tree", tree}});
+  http::Response r = http::json_response(200, json::object{{"policy", policy()->name()}, {"active", active},
+                                                           {"queued", queued}, {"replicas", list}, {"tree", tree}});
   co_await w.send(std::move(r));
 }
 
@@ -153,7 +151,7 @@ awaitable<void> Gateway::add_replica_handler(const http::Request& req, http::Res
     co_return;
   }
   start_loops(link);
-  http::Response r = json_response(201, json::object{{"url", url}, {"slot", link->slot}});
+  http::Response r = http::json_response(201, json::object{{"url", url}, {"slot", link->slot}});
   co_await w.send(std::move(r));
 }
 
@@ -163,7 +161,7 @@ awaitable<void> Gateway::remove_replica_handler(const http::Request& req, http::
     co_await w.send(http::json_error(404, "no replica '" + url + "'", "not_found_error", "url"));
     co_return;
   }
-  http::Response r = json_response(200, json::object{{"removed", url}});
+  http::Response r = http::json_response(200, json::object{{"removed", url}});
   co_await w.send(std::move(r));
 }
 
@@ -179,7 +177,7 @@ awaitable<void> Gateway::drain_replica_handler(const http::Request& req, http::R
     co_await w.send(http::json_error(404, "no replica '" + url + "'", "not_found_error", "url"));
     co_return;
   }
-  http::Response r = json_response(200, json::object{{"draining", url}});
+  http::Response r = http::json_response(200, json::object{{"draining", url}});
   co_await w.send(std::move(r));
 }
 
