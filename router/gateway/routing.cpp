@@ -4,14 +4,13 @@
 
 #include "kvfleet/block_hash.h"
 #include "kvfleet/chat_tokens.h"
+#include "kvfleet/request_defaults.h"
 #include "router/gateway/gateway.h"
 
 namespace kvfleet::router {
 namespace json = boost::json;
 
 namespace {
-
-constexpr std::uint64_t kDefaultMaxTokens = 256;  // the replica's default for completions
 
 // Content given as parts ([{"type":"text","text":...}]) joined into one string, as the replica does,
 // so that both render the same template text.
@@ -76,7 +75,7 @@ RoutePlan Gateway::plan(std::string_view path, const json::object& body, const h
   if (const auto* s = body.if_contains("cache_salt"); s && s->is_string()) salt = s->as_string();
   plan.hashes = block_hashes(block_hash_root(name_, salt), tokens, config_.block_size);
   plan.prompt_tokens = tokens.size();
-  std::uint64_t max_tokens = kDefaultMaxTokens;
+  std::uint64_t max_tokens = kDefaultMaxTokens;  // the replica's default (unless its flag changed it)
   for (const char* key : {"max_tokens", "max_completion_tokens"})
     if (const auto* m = body.if_contains(key); m && m->is_int64() && m->as_int64() > 0) max_tokens = m->as_int64();
   plan.expected_tokens = plan.prompt_tokens + max_tokens;
