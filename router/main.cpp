@@ -6,16 +6,12 @@
 #include <cstdio>
 #include <exception>
 
+#include "kvfleet/http/shutdown.h"
 #include "router/gateway/gateway.h"
 
 int main(int argc, char** argv) {
   using namespace kvfleet::router;
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // every thread started below inherits the mask
+  const sigset_t signals = kvfleet::http::block_shutdown_signals({SIGHUP});  // before any thread starts
   try {
     std::string help;
     const RouterConfig config = parse_router_args(argc, argv, &help);
@@ -28,18 +24,15 @@ int main(int argc, char** argv) {
     std::printf("kvfleet-router: serving '%s' on http://%s:%u (%zu replicas)\n", gateway.model_name().c_str(),
                 config.host.c_str(), gateway.port(), config.replicas.size());
     std::fflush(stdout);
-    int sig = 0;
     // SIGHUP re-reads the configuration (the same flags and file) and applies what can change live.
-    while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
+    const auto reload = [&](int) {
       try {
         std::fprintf(stderr, "kvfleet-router: SIGHUP: %s\n", gateway.reload(parse_router_args(argc, argv, nullptr)).c_str());
       } catch (const std::exception& e) {
         std::fprintf(stderr, "kvfleet-router: SIGHUP: the new configuration was not applied: %s\n", e.what());
       }
-    }
-    std::fprintf(stderr, "kvfleet-router: %s, draining\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    const bool clean = gateway.drain();
-    std::fprintf(stderr, "kvfleet-router: %s\n", clean ? "drained" : "drain timed out; stopped");
+    };
+    kvfleet::http::wait_then_drain("kvfleet-router", signals, [&] { return gateway.drain(); }, reload);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvfleet-router: error: %s\n", e.what());

@@ -11,6 +11,7 @@
 #include "engine/server/output/choice_stream.h"
 #include "engine/server/output/relay.h"
 #include "engine/server/replica.h"
+#include "kvfleet/http/json_error.h"
 
 namespace kvfleet::server {
 namespace json = boost::json;
@@ -265,10 +266,9 @@ awaitable<void> Replica::run_job(Job& job, http::ResponseWriter& w) {
     else c["text"] = ch.echo + s.text();
     choices.push_back(std::move(c));
   }
-  http::Response response = http::Response::json(
-      200, json::serialize(json::object{{"id", job.id}, {"object", job.chat ? "chat.completion" : "text_completion"},
-                                        {"created", job.created}, {"model", name_}, {"choices", choices},
-                                        {"usage", usage_of(job)}}));
+  http::Response response = http::json_response(
+      200, json::object{{"id", job.id}, {"object", job.chat ? "chat.completion" : "text_completion"},
+                        {"created", job.created}, {"model", name_}, {"choices", choices}, {"usage", usage_of(job)}});
   if (ep_) response.headers.set("x-kvfleet-dp-rank", std::to_string(job.choices.front().rank));
   co_await w.send(std::move(response));
 }

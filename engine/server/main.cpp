@@ -1,21 +1,17 @@
 // kvfleet-replica: serves one model over the OpenAI API. `kvfleet-replica --model DIR --port N`, or
 // `--config replica.yaml` with any setting also given as a flag (flags win). SIGTERM/SIGINT drain: new
 // requests get 503 while running ones finish (up to --drain-timeout-ms), then the process exits.
-#include <csignal>
 #include <cstdio>
 #include <exception>
 
 #include "engine/server/ep_worker_main.h"
 #include "engine/server/replica.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kvfleet/http/shutdown.h"
 
 int main(int argc, char** argv) {
   using namespace kvfleet::server;
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // every thread started below inherits the mask
+  const sigset_t signals = kvfleet::http::block_shutdown_signals();  // before any thread starts
   try {
     std::string help;
     const ReplicaConfig config = parse_replica_args(argc, argv, &help);
@@ -34,11 +30,7 @@ int main(int argc, char** argv) {
     std::printf("kvfleet-replica: serving '%s' on http://%s:%u (backend %s%s)\n", replica.model_name().c_str(),
                 config.host.c_str(), replica.port(), config.engine.backend.kind.c_str(), kernels.c_str());
     std::fflush(stdout);
-    int sig = 0;
-    sigwait(&signals, &sig);
-    std::fprintf(stderr, "kvfleet-replica: %s, draining\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    const bool clean = replica.drain();
-    std::fprintf(stderr, "kvfleet-replica: %s\n", clean ? "drained" : "drain timed out; stopped");
+    kvfleet::http::wait_then_drain("kvfleet-replica", signals, [&] { return replica.drain(); });
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvfleet-replica: error: %s\n", e.what());

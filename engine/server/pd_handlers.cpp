@@ -152,7 +152,7 @@ awaitable<void> Replica::kv_state(const http::Request&, http::ResponseWriter& w)
   o["role"] = config_.role;
   o["leases"] = pd_prefill_ ? pd_prefill_->num_leases() : 0;
   o["leases_expired"] = pd_prefill_ ? pd_prefill_->leases_expired() : 0;
-  http::Response r = http::Response::json(200, json::serialize(o));
+  http::Response r = http::json_response(200, o);
   co_await w.send(std::move(r));
 }
 

@@ -15,16 +15,11 @@
 #include "kvfleet/ep_group.h"
 #include "kvfleet/http/async_queue.h"
 #include "kvfleet/http/json_error.h"
+#include "kvfleet/secure_compare.h"
 
 namespace kvfleet::server {
 namespace json = boost::json;
 using boost::asio::awaitable;
-
-namespace {
-
-http::Response json_response(int status, const json::value& v) { return http::Response::json(status, json::serialize(v)); }
-
-}  // namespace
 
 Replica::Replica(ReplicaConfig config)
     : config_(std::move(config)), model_(Model::load(config_.model)),
@@ -108,17 +103,6 @@ bool Replica::drain() {
   return clean;
 }
 
-namespace {
-
-// Compares in time that depends only on the lengths, not on where the first difference is.
-bool same_key(std::string_view given, std::string_view key) {
-  unsigned char diff = given.size() == key.size() ? 0 : 1;
-  for (std::size_t i = 0; i < given.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ key[i % key.size()]);
-  return diff == 0;
-}
-
-}  // namespace
-
 bool Replica::authorized(const http::Request& req, Access access) const {
   const std::string& key =
       access == Access::internal && !config_.internal_api_key.empty() ? config_.internal_api_key : config_.api_key;
@@ -127,7 +111,7 @@ bool Replica::authorized(const http::Request& req, Access access) const {
   if (!header || header->size() < 7 || !http::iequals(std::string_view(*header).substr(0, 7), "Bearer ")) return false;
   std::string_view given = std::string_view(*header).substr(7);
   while (!given.empty() && given.front() == ' ') given.remove_prefix(1);
-  return same_key(given, key);
+  return secure_equal(given, key);
 }
 
 http::Handler Replica::guarded(awaitable<void> (Replica::*handler)(const http::Request&, http::ResponseWriter&),
@@ -241,7 +225,7 @@ awaitable<void> Replica::models(const http::Request&, http::ResponseWriter& w) {
   // The served name only: the model's local path is nobody's business.
   json::object model{{"id", name_}, {"object", "model"}, {"created", created_}, {"owned_by", "kvfleet"},
                      {"root", name_}, {"max_model_len", engine_->max_model_len()}};
-  http::Response r = json_response(200, json::object{{"object", "list"}, {"data", json::array{model}}});
+  http::Response r = http::json_response(200, json::object{{"object", "list"}, {"data", json::array{model}}});
   co_await w.send(std::move(r));
 }
 
@@ -271,7 +255,7 @@ awaitable<void> Replica::health(const http::Request&, http::ResponseWriter& w) {
   const std::string broken = ep_ ? ep_->failure() : std::string();  // a rank of the group is gone
   http::Response r = draining_          ? http::json_error(503, "draining", "overloaded_error")
                      : !broken.empty() ? http::json_error(503, broken, "server_error")
-                                       : json_response(200, json::object{{"status", "ok"}, {"model", name_}});
+                                       : http::json_response(200, json::object{{"status", "ok"}, {"model", name_}});
   co_await w.send(std::move(r));
 }
 
@@ -286,15 +270,15 @@ awaitable<void> Replica::metrics(const http::Request&, http::ResponseWriter& w) 
 awaitable<void> Replica::tokenize(const http::Request& req, http::ResponseWriter& w) {
   const TokenizeRequest t = parse_tokenize_request(parse_json_body(req.body));
   const std::vector<TokenId> ids = t.prompt ? tokenizer_.encode(*t.prompt, t.add_special_tokens) : chat_prompt(*t.chat);
-  http::Response r = json_response(200, json::object{{"tokens", json::value_from(ids)}, {"count", ids.size()},
-                                                     {"max_model_len", engine_->max_model_len()}});
+  http::Response r = http::json_response(200, json::object{{"tokens", json::value_from(ids)}, {"count", ids.size()},
+                                                           {"max_model_len", engine_->max_model_len()}});
   co_await w.send(std::move(r));
 }
 
 awaitable<void> Replica::detokenize(const http::Request& req, http::ResponseWriter& w) {
   const std::vector<TokenId> ids = parse_detokenize_request(parse_json_body(req.body));
   check_token_ids(ids, "tokens");
-  http::Response r = json_response(200, json::object{{"prompt", tokenizer_.decode(ids)}});
+  http::Response r = http::json_response(200, json::object{{"prompt", tokenizer_.decode(ids)}});
   co_await w.send(std::move(r));
 }
 

@@ -10,6 +10,7 @@
 #include "engine/pd/pd_config.h"
 #include "kvfleet/communicator.h"
 #include "kvfleet/engine.h"
+#include "kvfleet/request_defaults.h"
 
 namespace kvfleet::server {
 
@@ -27,7 +28,7 @@ struct ReplicaConfig {
   std::chrono::milliseconds drain_timeout{30'000};
   std::chrono::milliseconds kv_events_heartbeat{3'000};  // `: ping` on an idle /v1/kv_events stream
   std::size_t max_waiting_requests = 1024;  // more in the queue -> 429
-  std::int32_t default_max_tokens = 256;    // completions without max_tokens
+  std::int32_t default_max_tokens = kDefaultMaxTokens;  // completions without max_tokens
   // Bearer keys. api_key protects /v1/*, /tokenize and /detokenize; internal_api_key, when set, is the only
   // key /v1/kv_events and /internal/* accept (unset: they follow api_key). /health and /metrics stay open.
   std::string api_key, internal_api_key;

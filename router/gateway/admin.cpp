@@ -6,6 +6,7 @@
 #include <prometheus/gauge.h>
 
 #include "kvfleet/http/json_error.h"
+#include "kvfleet/secure_compare.h"
 #include "router/gateway/gateway.h"
 
 namespace kvfleet::router {
@@ -13,8 +14,6 @@ namespace json = boost::json;
 namespace asio = boost::asio;
 
 namespace {
-
-http::Response json_response(int status, const json::value& v) { return http::Response::json(status, json::serialize(v)); }
 
 int hex_digit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -133,8 +132,8 @@ awaitable<void> Gateway::list_replicas(const http::Request&, http::ResponseWrite
                         {"pending_confirmed", index_.pending_confirmed()},
                         {"pending_expired", index_.pending_expired()}};
   }
-  http::Response r = json_response(200, json::object{{"policy", policy()->name()}, {"active", active}, {"queued", queued},
-                                                     {"replicas", list}, {"tree", tree}});
+  http::Response r = http::json_response(200, json::object{{"policy", policy()->name()}, {"active", active},
+                                                           {"queued", queued}, {"replicas", list}, {"tree", tree}});
   co_await w.send(std::move(r));
 }
 
@@ -152,7 +151,7 @@ awaitable<void> Gateway::add_replica_handler(const http::Request& req, http::Res
     co_return;
   }
   start_loops(link);
-  http::Response r = json_response(201, json::object{{"url", url}, {"slot", link->slot}});
+  http::Response r = http::json_response(201, json::object{{"url", url}, {"slot", link->slot}});
   co_await w.send(std::move(r));
 }
 
@@ -162,7 +161,7 @@ awaitable<void> Gateway::remove_replica_handler(const http::Request& req, http::
     co_await w.send(http::json_error(404, "no replica '" + url + "'", "not_found_error", "url"));
     co_return;
   }
-  http::Response r = json_response(200, json::object{{"removed", url}});
+  http::Response r = http::json_response(200, json::object{{"removed", url}});
   co_await w.send(std::move(r));
 }
 
@@ -178,7 +177,7 @@ awaitable<void> Gateway::drain_replica_handler(const http::Request& req, http::R
     co_await w.send(http::json_error(404, "no replica '" + url + "'", "not_found_error", "url"));
     co_return;
   }
-  http::Response r = json_response(200, json::object{{"draining", url}});
+  http::Response r = http::json_response(200, json::object{{"draining", url}});
   co_await w.send(std::move(r));
 }
 
@@ -219,18 +218,6 @@ void Gateway::forget_metrics(const ReplicaLink& link) {
 
 namespace {
 
-// Equal strings, in a time that depends on their lengths only (not on where they differ).
-bool constant_time_equal(std::string_view a, std::string_view b) {
-  unsigned diff = a.size() == b.size() ? 0u : 1u;
-  const std::size_t n = std::max(a.size(), b.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= x ^ y;
-  }
-  return diff == 0;
-}
-
 // The Bearer token of the request; nullopt without one.
 std::optional<std::string_view> bearer(const http::Request& req) {
   const std::string* h = req.headers.find("Authorization");
@@ -251,7 +238,7 @@ bool Gateway::authorized(const http::Request& req) const {
   const auto key = bearer(req);
   if (!key) return false;
   bool match = false;
-  for (const auto& k : api_keys_) match |= constant_time_equal(*key, k);  // no early exit
+  for (const auto& k : api_keys_) match |= secure_equal(*key, k);  // no early exit
   return match;
 }
 
@@ -264,7 +251,7 @@ bool Gateway::admin_authorized(const http::Request& req, int& status, std::strin
     return false;
   }
   const auto key = bearer(req);
-  if (key && constant_time_equal(*key, admin_api_key_)) return true;
+  if (key && secure_equal(*key, admin_api_key_)) return true;
   status = 401;
   why = "invalid or missing admin API key (Authorization: Bearer ADMIN_KEY)";
   return false;

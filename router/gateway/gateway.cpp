@@ -36,8 +36,6 @@ ReplicaCacheConfig cache_config(const RouterConfig& c, BlockHash root) {
   return r;
 }
 
-http::Response json_response(int status, const json::value& v) { return http::Response::json(status, json::serialize(v)); }
-
 }  // namespace
 
 Gateway::Gateway(RouterConfig config, Discovery::Resolver resolver)
@@ -180,7 +178,7 @@ awaitable<void> Gateway::models(const http::Request& req, http::ResponseWriter& 
       if (l->max_model_len) max_model_len = std::min(max_model_len.value_or(*l->max_model_len), *l->max_model_len);
   }
   if (max_model_len) model["max_model_len"] = *max_model_len;
-  http::Response r = json_response(200, json::object{{"object", "list"}, {"data", json::array{model}}});
+  http::Response r = http::json_response(200, json::object{{"object", "list"}, {"data", json::array{model}}});
   co_await w.send(std::move(r));
 }
 
@@ -191,15 +189,15 @@ awaitable<void> Gateway::health(const http::Request&, http::ResponseWriter& w) {
     for (const auto& l : links_) healthy += l->healthy && !l->draining;
   }
   const bool ok = healthy > 0 && !draining_;
-  http::Response r = json_response(ok ? 200 : 503, json::object{{"status", ok ? "ok" : "unavailable"},
-                                                                 {"healthy_replicas", healthy}});
+  http::Response r = http::json_response(ok ? 200 : 503, json::object{{"status", ok ? "ok" : "unavailable"},
+                                                                       {"healthy_replicas", healthy}});
   co_await w.send(std::move(r));
 }
 
 awaitable<void> Gateway::liveness(const http::Request&, http::ResponseWriter& w) {
   json::object body;
   body["status"] = "alive";
-  http::Response r = json_response(200, std::move(body));
+  http::Response r = http::json_response(200, std::move(body));
   co_await w.send(std::move(r));
 }
 

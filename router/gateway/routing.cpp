@@ -3,7 +3,9 @@
 #include <boost/json.hpp>
 
 #include "kvfleet/block_hash.h"
+#include "kvfleet/chat_content.h"
 #include "kvfleet/chat_tokens.h"
+#include "kvfleet/request_defaults.h"
 #include "router/gateway/gateway.h"
 
 namespace kvfleet::router {
@@ -11,22 +13,16 @@ namespace json = boost::json;
 
 namespace {
 
-constexpr std::uint64_t kDefaultMaxTokens = 256;  // the replica's default for completions
-
-// Content given as parts ([{"type":"text","text":...}]) joined into one string, as the replica does,
-// so that both render the same template text.
+// Content given as parts ([{"type":"text","text":...}]) joined into one string by the replica's rule,
+// so that both render the same template text. A part the replica refuses throws ContentPartError: the
+// request then routes without hashes and the replica answers the 400.
 json::array normalize_messages(const json::array& messages) {
   json::array out;
-  for (const auto& m : messages) {
-    if (!m.is_object()) return {};
-    json::object msg = m.as_object();
-    if (json::value* c = msg.if_contains("content"); c && c->is_array()) {
-      std::string text;
-      for (const auto& part : c->as_array())
-        if (part.is_object())
-          if (const auto* t = part.as_object().if_contains("text"); t && t->is_string()) text += t->as_string();
-      *c = text;
-    }
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    if (!messages[i].is_object()) return {};
+    json::object msg = messages[i].as_object();
+    if (json::value* c = msg.if_contains("content"); c && c->is_array())
+      *c = join_content_parts(c->as_array(), "messages[" + std::to_string(i) + "].content");
     out.push_back(std::move(msg));
   }
   return out;
@@ -76,7 +72,7 @@ RoutePlan Gateway::plan(std::string_view path, const json::object& body, const h
   if (const auto* s = body.if_contains("cache_salt"); s && s->is_string()) salt = s->as_string();
   plan.hashes = block_hashes(block_hash_root(name_, salt), tokens, config_.block_size);
   plan.prompt_tokens = tokens.size();
-  std::uint64_t max_tokens = kDefaultMaxTokens;
+  std::uint64_t max_tokens = kDefaultMaxTokens;  // the replica's default (unless its flag changed it)
   for (const char* key : {"max_tokens", "max_completion_tokens"})
     if (const auto* m = body.if_contains(key); m && m->is_int64() && m->as_int64() > 0) max_tokens = m->as_int64();
   plan.expected_tokens = plan.prompt_tokens + max_tokens;

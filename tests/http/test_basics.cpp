@@ -1,6 +1,8 @@
 // The pieces without sockets: error bodies, SSE framing and parsing, headers, metrics text.
 #include <doctest/doctest.h>
 
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
 
 #include "kvfleet/http/json_error.h"
@@ -24,6 +26,14 @@ TEST_CASE("json_error writes the OpenAI error object") {
   CHECK(error_type_for(404) == "not_found_error");
   CHECK(error_type_for(413) == "request_too_large");
   CHECK(error_type_for(429) == "rate_limit_error");
+}
+
+TEST_CASE("json_response serializes any JSON value as an application/json body") {
+  const Response r = json_response(201, boost::json::object{{"url", "http://a:1"}, {"slot", 3}});
+  CHECK(r.status == 201);
+  CHECK(*r.headers.find("content-type") == "application/json");
+  CHECK(r.body == R"({"url":"http://a:1","slot":3})");
+  CHECK(json_response(200, boost::json::array{1, "x"}).body == R"([1,"x"])");
 }
 
 TEST_CASE("headers are case-insensitive; query parameters") {

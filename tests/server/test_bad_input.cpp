@@ -345,6 +345,12 @@ TEST_CASE("the bad-input suite through a router: 4xx relayed, the replica never 
     ++sent;
   }
   CHECK(sent > 150);
+  // A content part the replica refuses: the router routes it without a prefix match and relays the replica's
+  // own 400, naming the part.
+  const auto image = router.post("/v1/chat/completions", R"({"max_tokens":2,"messages":[{"role":"user","content":)"
+                                                         R"([{"type":"text","text":"hi"},{"type":"image_url"}]}]})");
+  CHECK(image.status == 400);
+  CHECK(json::parse(image.body).at("error").at("param") == "messages[0].content[1].type");
   // Client faults are not the replica's: its circuit stays closed and a good request goes through.
   const auto ok = router.post("/v1/completions", R"({"prompt":"hi","max_tokens":2})");
   CHECK(ok.status == 200);

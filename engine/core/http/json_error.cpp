@@ -2,8 +2,13 @@
 
 #include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
 
 namespace kvfleet::http {
+
+Response json_response(int status, const boost::json::value& body) {
+  return Response::json(status, boost::json::serialize(body));
+}
 
 std::string json_error_body(std::string_view message, std::string_view type, std::string_view param,
                             std::string_view code) {

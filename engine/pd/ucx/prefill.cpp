@@ -3,25 +3,15 @@
 #include "engine/pd/prefill_service.h"
 #include "engine/pd/ucx/transport.h"
 #include "engine/pd/wire.h"
+#include "kvfleet/secure_compare.h"
 
 namespace kvfleet::pd {
 using boost::asio::awaitable;
 
-namespace {
-
-// Time that depends only on the lengths (as the replica's HTTP key check).
-bool same_key(std::string_view given, std::string_view key) {
-  unsigned char diff = given.size() == key.size() ? 0 : 1;
-  for (std::size_t i = 0; i < given.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ key[i % key.size()]);
-  return diff == 0;
-}
-
-}  // namespace
-
 void PrefillService::enable_ucx(std::shared_ptr<UcxWorker> worker, const std::string& host, std::uint16_t port,
                                 std::string key) {
   auto handler = [this, key = std::move(key)](const UcxPullRequest& req, PullSink& sink) -> awaitable<void> {
-    if (!key.empty() && !same_key(req.key, key)) {
+    if (!key.empty() && !secure_equal(req.key, key)) {
       const std::string bytes = encode(ErrorFrame{ErrorCode::internal, "a valid internal API key is required"});
       const bool written = co_await sink.write(bytes);  // (named: GCC 12 miscompiles a co_await in an if)
       if (written) co_await sink.finish();

@@ -4,6 +4,7 @@
 
 #include "engine/server/api/fields.h"
 #include "engine/server/api/request.h"
+#include "kvfleet/chat_content.h"
 
 namespace kvfleet::server {
 namespace json = boost::json;
@@ -13,25 +14,6 @@ namespace {
 bool known_role(std::string_view role) {
   return role == "system" || role == "developer" || role == "user" || role == "assistant" || role == "tool" ||
          role == "function";
-}
-
-// Content given as parts ([{"type": "text", "text": ...}]) is joined into one string for the template.
-std::string join_text_parts(const json::array& parts, const std::string& where) {
-  std::string text;
-  for (std::size_t j = 0; j < parts.size(); ++j) {
-    const std::string at = where + "[" + std::to_string(j) + "]";
-    if (!parts[j].is_object()) throw bad_request("'" + at + "' must be an object", at);
-    const Fields part(parts[j].as_object(), at + ".");
-    const auto type = part.string("type");
-    if (!type) throw bad_request("'" + at + ".type' is required", at + ".type");
-    if (*type == "image_url" || *type == "input_audio" || *type == "file" || *type == "video_url" || *type == "refusal")
-      throw bad_request("content parts of type '" + *type + "' are not supported by this text-only model", at + ".type");
-    if (*type != "text") throw bad_request("unknown content part type '" + *type + "'", at + ".type");
-    const auto piece = part.string("text");
-    if (!piece) throw bad_request("'" + at + ".text' is required for a text part", at + ".text");
-    text += *piece;
-  }
-  return text;
 }
 
 void check_tool_calls(const Fields& m, const std::string& where) {
@@ -63,7 +45,11 @@ json::object parse_message(const json::value& m, std::size_t i) {
   json::object msg = m.as_object();
   const json::value* c = f.find("content");
   if (c && c->is_array()) {
-    msg["content"] = join_text_parts(c->as_array(), where + ".content");
+    try {
+      msg["content"] = join_content_parts(c->as_array(), where + ".content");
+    } catch (const ContentPartError& e) {
+      throw bad_request(e.what(), e.param);
+    }
   } else if (c && !c->is_string()) {
     throw bad_request("'" + where + ".content' must be a string or a list of text parts", where + ".content");
   } else if (!c && *role != "assistant") {
