@@ -41,19 +41,6 @@ bool parse_peer_url(std::string_view url, std::string& host, std::uint16_t& port
   return true;
 }
 
-struct DecodeFetcher::Plan {
-  std::vector<TokenId> tokens;    // the wanted blocks' tokens
-  std::vector<BlockHash> hashes;  // D's own hashes of them
-  std::uint32_t held = 0;
-  PinId pin = 0;
-  std::string host;
-  std::uint16_t port = 0;
-  Clock::time_point deadline;
-  http::HttpClient* active = nullptr;  // what the client's disconnect closes
-  UcxEndpoint* ucx_active = nullptr;   // (the UCX endpoint of the pulls, when they go over ucx)
-  bool client_gone = false;
-};
-
 awaitable<FetchResult> DecodeFetcher::fetch(std::span<const TokenId> prompt, std::string prefill_url,
                                             http::ResponseWriter& client) {
   FetchResult result;
@@ -135,7 +122,39 @@ awaitable<void> send_release(const std::string& host, std::uint16_t port, std::u
   }
 }
 
+// The GET of one tcp pull: blocks [at, at + n) of transfer `id`.
+awaitable<void> send_pull(http::HttpClient& c, std::uint64_t id, std::uint32_t at, std::uint32_t n, const std::string& key) {
+  http::Request get;
+  get.method = "GET";
+  get.target = "/internal/prefill/blocks?transfer=" + std::to_string(id) + "&from=" + std::to_string(at) +
+               "&count=" + std::to_string(n);
+  authorize(get, key);
+  co_await c.send(get);
+}
+
+// Adds an import's blocks to the result; false when the cache had no room for all that were asked.
+bool count_imported(FetchResult& result, std::uint32_t done, std::uint32_t asked, std::size_t block_bytes) {
+  result.imported_blocks += done;
+  result.bytes += std::uint64_t{done} * block_bytes;
+  return done == asked;
+}
+
 }  // namespace
+
+// Pipelined: pull k+1 is read while the engine thread imports pull k (at most one import in flight). Two
+// receive buffers in turn: pull k+2 reuses pull k's, whose import was awaited before pull k+1's began.
+struct DecodeFetcher::Pulls {
+  Pulls(std::uint64_t id_, std::uint32_t total_, http::HttpClient& tcp_) : id(id_), total(total_), tcp(tcp_) {}
+  const std::uint64_t id;     // P's transfer id
+  const std::uint32_t total;  // the wanted blocks, held ones included
+  http::HttpClient& tcp;
+  std::shared_ptr<UcxEndpoint> ucx;  // when the pulls go over ucx
+  Landing landing;
+  std::shared_ptr<http::AsyncQueue<std::uint32_t>> importing;
+  std::uint32_t importing_n = 0;
+  std::shared_ptr<ReceivedPull> buffers[2];
+  std::size_t turn = 0;
+};
 
 awaitable<void> DecodeFetcher::transfer(Plan& plan, FetchResult& result, http::ResponseWriter&) {
   const auto ex = co_await boost::asio::this_coro::executor;
@@ -143,13 +162,54 @@ awaitable<void> DecodeFetcher::transfer(Plan& plan, FetchResult& result, http::R
   hc.connect_timeout = config_.connect_timeout;
   hc.io_timeout = config_.transfer_timeout;  // the answer waits for P's prefill
   http::HttpClient hello_client(ex, hc);
-  plan.active = &hello_client;
+  const Accept accept = co_await handshake(plan, hello_client);
+  http::HttpClientConfig pc;
+  pc.connect_timeout = config_.connect_timeout;
+  pc.io_timeout = config_.io_timeout;  // a P that stalls mid-stream is given up on after this
+  pc.piece_size = 1 << 20;             // block frames are large: fewer, bigger reads
+  http::HttpClient tcp(ex, pc);
+  plan.active = &tcp;
+  Pulls pulls(accept.transfer_id, static_cast<std::uint32_t>(plan.hashes.size()), tcp);
+  // ucx: an endpoint to P's UCP listener (pooled); a failed connect downgrades to tcp (its own metric).
+  const std::string ucx_host = accept.transport_host.empty() ? plan.host : accept.transport_host;
+  if (accept.transport == "ucx" && ucx_) pulls.ucx = co_await connect_ucx(ucx_host, accept.transport_port);
+  plan.ucx_active = pulls.ucx.get();
+  if (!pulls.ucx) pulls.landing = co_await reserve_landing(pulls.total - plan.held);  // (ucx: small reads cost a UCX op each)
+  std::exception_ptr failure;
+  try {
+    co_await pull_all(plan, pulls, result);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  plan.active = nullptr;
+  plan.ucx_active = nullptr;
+  if (pulls.ucx && !failure) ucx_->give_back(ucx_host, accept.transport_port, std::move(pulls.ucx));  // clean: the next pull's
+  if (failure) {  // (no co_await inside a handler)
+    co_await give_up(plan, pulls, result);
+    std::rethrow_exception(failure);
+  }
+}
+
+awaitable<Accept> DecodeFetcher::handshake(Plan& plan, http::HttpClient& c) {
+  plan.active = &c;
   if (plan.client_gone) throw PdFailure("client_gone", "the client left before the transfer began");
   try {
-    co_await hello_client.connect(plan.host, plan.port);
+    co_await c.connect(plan.host, plan.port);
   } catch (const boost::system::system_error& e) {
     throw PdFailure(plan.client_gone ? "client_gone" : "connect", e.what());
   }
+  const Hello hello = make_hello(plan);
+  http::Request req;
+  req.method = "POST";
+  req.target = "/internal/prefill";
+  authorize(req, config_.peer_api_key);
+  req.headers.set("Content-Type", "application/octet-stream");
+  req.body = encode(hello);
+  const http::Response answer = co_await c.request(req);
+  co_return accept_of(answer, hello, plan);
+}
+
+Hello DecodeFetcher::make_hello(const Plan& plan) const {
   Hello hello;
   hello.layout = layout_;
   hello.compat_hash = compat_hash(layout_);
@@ -157,13 +217,11 @@ awaitable<void> DecodeFetcher::transfer(Plan& plan, FetchResult& result, http::R
   hello.held.assign(plan.hashes.begin(), plan.hashes.begin() + plan.held);
   hello.lease_ms = static_cast<std::uint32_t>(config_.lease.count());
   hello.transports = offered_transports();
-  http::Request req;
-  req.method = "POST";
-  req.target = "/internal/prefill";
-  authorize(req, config_.peer_api_key);
-  req.headers.set("Content-Type", "application/octet-stream");
-  req.body = encode(hello);
-  const http::Response answer = co_await hello_client.request(req);
+  return hello;
+}
+
+// Throws PdFailure unless P accepted with D's layout, a transport D offered and exactly the blocks asked for.
+Accept DecodeFetcher::accept_of(const http::Response& answer, const Hello& hello, const Plan& plan) const {
   if (answer.status != 200) {
     const std::string code = error_code_of(answer.body);
     const bool handshake = code == "compat_mismatch" || code == "protocol_version" || code == "no_common_transport";
@@ -179,98 +237,76 @@ awaitable<void> DecodeFetcher::transfer(Plan& plan, FetchResult& result, http::R
     throw PdFailure("handshake", "P picked transport '" + accept->transport + "', which D did not offer");
   if (accept->first_block != plan.held || accept->hashes != rest)
     throw PdFailure("handshake", "P offers other blocks than asked for");
-  const std::uint64_t id = accept->transfer_id;
-  const auto total = static_cast<std::uint32_t>(plan.hashes.size());
-  http::HttpClientConfig pc;
-  pc.connect_timeout = config_.connect_timeout;
-  pc.io_timeout = config_.io_timeout;  // a P that stalls mid-stream is given up on after this
-  pc.piece_size = 1 << 20;             // block frames are large: fewer, bigger reads
-  http::HttpClient pull(ex, pc);
-  plan.active = &pull;
-  // Pipelined: pull k+1 is read while the engine thread imports pull k (at most one import in flight).
-  std::shared_ptr<http::AsyncQueue<std::uint32_t>> importing;
-  std::uint32_t importing_n = 0;
-  // Two receive buffers in turn: pull k+2 reuses pull k's, whose import was awaited before pull k+1's began.
-  std::shared_ptr<ReceivedPull> buffers[2];
-  std::size_t turn = 0;
-  const auto imported = [&](std::uint32_t done, std::uint32_t asked) {
-    result.imported_blocks += done;
-    result.bytes += std::uint64_t{done} * layout_.block_bytes();
-    return done == asked;
-  };
-  // ucx: an endpoint to P's UCP listener (pooled); a failed connect downgrades to tcp (its own metric).
+  return std::move(*accept);
+}
+
+awaitable<std::shared_ptr<UcxEndpoint>> DecodeFetcher::connect_ucx(const std::string& host, std::uint16_t port) {
   std::shared_ptr<UcxEndpoint> ucx;
-  const std::string ucx_host = accept->transport_host.empty() ? plan.host : accept->transport_host;
-  if (accept->transport == "ucx" && ucx_) {
-    std::string why;
-    try {
-      ucx = co_await ucx_->acquire(ucx_host, accept->transport_port, Clock::now() + config_.connect_timeout);
-    } catch (const std::exception& e) {
-      why = e.what();
-    }
-    if (!ucx) {
-      if (metrics_) metrics_->transport_fallback("connect");
-      std::fprintf(stderr, "kvfleet-replica: KV transfer pulls over tcp instead of ucx: %s\n", why.c_str());
-    }
-  }
-  plan.ucx_active = ucx.get();
-  Landing landing;
-  if (!ucx) landing = co_await reserve_landing(total - plan.held);  // (ucx: small reads cost a UCX op each)
-  const auto landed = [&](std::uint32_t at, std::uint32_t n) {
-    const std::size_t layers = static_cast<std::size_t>(layout_.num_layers);
-    return std::span<char* const>(landing.layers).subspan(std::size_t{at - plan.held} * layers, std::size_t{n} * layers);
-  };
-  std::exception_ptr failure;
+  std::string why;
   try {
-    if (plan.client_gone) throw PdFailure("client_gone", "the client left during the UCX connect");
-    if (!ucx) co_await pull.connect(plan.host, plan.port);
-    for (std::uint32_t at = plan.held; at < total;) {
-      const std::uint32_t n = std::min(config_.pull_blocks, total - at);
-      std::shared_ptr<ReceivedPull>& buffer = buffers[turn++ % 2];
-      if (ucx) {
-        buffer = co_await pull_ucx(*ucx, id, at, n, plan, std::move(buffer));
+    ucx = co_await ucx_->acquire(host, port, Clock::now() + config_.connect_timeout);
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  if (!ucx) {
+    if (metrics_) metrics_->transport_fallback("connect");
+    std::fprintf(stderr, "kvfleet-replica: KV transfer pulls over tcp instead of ucx: %s\n", why.c_str());
+  }
+  co_return ucx;
+}
+
+// Blocks [held, total) in pulls of pull_blocks, each read and checked, then imported (or, landed, entered)
+// on the engine thread while the next is read.
+awaitable<void> DecodeFetcher::pull_all(Plan& plan, Pulls& p, FetchResult& result) {
+  const auto ex = co_await boost::asio::this_coro::executor;
+  if (plan.client_gone) throw PdFailure("client_gone", "the client left during the UCX connect");
+  if (!p.ucx) co_await p.tcp.connect(plan.host, plan.port);
+  const auto layers = static_cast<std::size_t>(layout_.num_layers);
+  const std::span<char* const> landing_layers(p.landing.layers);
+  for (std::uint32_t at = plan.held; at < p.total;) {
+    const std::uint32_t n = std::min(config_.pull_blocks, p.total - at);
+    std::shared_ptr<ReceivedPull>& buffer = p.buffers[p.turn++ % 2];
+    if (p.ucx) {
+      buffer = co_await pull_ucx(*p.ucx, p.id, at, n, plan, std::move(buffer));
+    } else {
+      co_await send_pull(p.tcp, p.id, at, n, config_.peer_api_key);
+      if (!p.landing.blocks.empty()) {
+        const auto landed = landing_layers.subspan(std::size_t{at - plan.held} * layers, std::size_t{n} * layers);
+        co_await read_pull_into(p.tcp, layout_, plan.hashes, at, n, plan.deadline, landed);
       } else {
-        http::Request get;
-        get.method = "GET";
-        get.target = "/internal/prefill/blocks?transfer=" + std::to_string(id) + "&from=" + std::to_string(at) +
-                     "&count=" + std::to_string(n);
-        authorize(get, config_.peer_api_key);
-        co_await pull.send(get);
-        if (!landing.blocks.empty()) {
-          co_await read_pull_into(pull, layout_, plan.hashes, at, n, plan.deadline, landed(at, n));
-        } else {
-          buffer = co_await read_pull(pull, layout_, plan.hashes, at, n, plan.deadline, std::move(buffer));
-        }
+        buffer = co_await read_pull(p.tcp, layout_, plan.hashes, at, n, plan.deadline, std::move(buffer));
       }
-      if (metrics_) metrics_->pull(ucx ? "ucx" : "tcp");
-      if (importing) {
-        const std::uint32_t done = co_await engine_result(std::exchange(importing, nullptr));
-        if (!imported(done, importing_n)) throw PdFailure("cache_full", "no free KV block to import into");
-      }
-      importing = landing.blocks.empty() ? start_import(ex, plan, buffer) : start_enter(ex, plan, landing, at, n);
-      importing_n = n;
-      at += n;
     }
-    if (importing) {
-      const std::uint32_t done = co_await engine_result(std::exchange(importing, nullptr));
-      if (!imported(done, importing_n)) throw PdFailure("cache_full", "no free KV block to import into");
-    }
-  } catch (...) {
-    failure = std::current_exception();
+    if (metrics_) metrics_->pull(p.ucx ? "ucx" : "tcp");
+    co_await finish_import(p, result);
+    p.importing = p.landing.blocks.empty() ? start_import(ex, plan, buffer) : start_enter(ex, plan, p.landing, at, n);
+    p.importing_n = n;
+    at += n;
   }
-  plan.active = nullptr;
-  plan.ucx_active = nullptr;
-  if (ucx && !failure) ucx_->give_back(ucx_host, accept->transport_port, std::move(ucx));  // clean: the next pull's
-  if (failure) {  // (no co_await inside a handler)
-    pull.close();
-    if (ucx) ucx->close();  // mid-pull: the stream's position is unknown
-    try {
-      if (importing) imported(co_await engine_result(std::exchange(importing, nullptr)), importing_n);  // verified: they stay
-    } catch (const std::exception&) {  // the engine is stopping; the pin's release still runs after the import
+  co_await finish_import(p, result);
+}
+
+// Awaits the import in flight, if any.
+awaitable<void> DecodeFetcher::finish_import(Pulls& p, FetchResult& result) {
+  if (!p.importing) co_return;
+  const std::uint32_t done = co_await engine_result(std::exchange(p.importing, nullptr));
+  if (!count_imported(result, done, p.importing_n, layout_.block_bytes()))
+    throw PdFailure("cache_full", "no free KV block to import into");
+}
+
+// After a failed pull: the connections close (mid-pull, the stream's position is unknown), the import in
+// flight still counts (its blocks were verified: they stay), and P is told to release the transfer.
+awaitable<void> DecodeFetcher::give_up(const Plan& plan, Pulls& p, FetchResult& result) {
+  p.tcp.close();
+  if (p.ucx) p.ucx->close();
+  try {
+    if (p.importing) {
+      const std::uint32_t done = co_await engine_result(std::exchange(p.importing, nullptr));
+      count_imported(result, done, p.importing_n, layout_.block_bytes());  // verified: they stay
     }
-    co_await send_release(plan.host, plan.port, id, config_.peer_api_key);  // the client leaving too: P may free at once
-    std::rethrow_exception(failure);
+  } catch (const std::exception&) {  // the engine is stopping; the pin's release still runs after the import
   }
+  co_await send_release(plan.host, plan.port, p.id, config_.peer_api_key);  // the client leaving too: P may free at once
 }
 
 void DecodeFetcher::enable_ucx(std::shared_ptr<UcxWorker> worker) { ucx_ = std::make_unique<UcxPullClient>(std::move(worker)); }
@@ -294,111 +330,4 @@ awaitable<std::shared_ptr<ReceivedPull>> DecodeFetcher::pull_ucx(UcxEndpoint& ep
   co_return co_await read_pull_frames(source, layout_, plan.hashes, at, n, plan.deadline, std::move(buffer));
 }
 
-awaitable<DecodeFetcher::Landing> DecodeFetcher::reserve_landing(std::uint32_t n) {
-  struct Reserved {
-    PinId pin = 0;
-    std::vector<BlockId> blocks;
-    std::vector<char*> layers;
-  };
-  // On the engine thread: n blocks off the free list into a pin of their own, with no prefix-cache entry,
-  // so no step can read them while the pulls write them; all or nothing.
-  auto reserve = [n](Scheduler& s, Backend& b) {
-    Reserved r;
-    KvCacheManager& kv = s.kv();
-    r.pin = kv.pin({});
-    const std::int64_t layers = b.kv_cache_shape().num_layers;
-    bool host = true;
-    for (std::uint32_t i = 0; host && i < n; ++i) {
-      const BlockId block = kv.reserve_block(r.pin);
-      if (block == kNoBlock) break;
-      r.blocks.push_back(block);
-      for (std::int64_t l = 0; host && l < layers; ++l) {
-        const void* p = b.kv_host_bytes(l, block);  // the block is this pin's alone: D may write it
-        host = p != nullptr;
-        r.layers.push_back(static_cast<char*>(const_cast<void*>(p)));
-      }
-    }
-    if (!host || r.blocks.size() < n) {
-      kv.unpin(r.pin);  // back to the free list, uncached
-      return Reserved{};
-    }
-    return r;
-  };
-  Reserved r = co_await on_engine_thread(engine_, std::move(reserve));
-  Landing out;
-  if (r.pin == 0) co_return out;
-  out.pin = EnginePin(engine_, r.pin);
-  out.blocks = std::move(r.blocks);
-  out.layers = std::move(r.layers);
-  co_return out;
-}
-
-std::shared_ptr<http::AsyncQueue<std::uint32_t>> DecodeFetcher::start_enter(boost::asio::any_io_executor ex, const Plan& plan,
-                                                                             const Landing& landing, std::uint32_t at,
-                                                                             std::uint32_t n) {
-  const auto bs = static_cast<std::size_t>(layout_.block_size);
-  const BlockHash root = layout_.root;
-  const auto first = landing.blocks.begin() + (at - plan.held);
-  // Between steps on the engine thread: each verified landing block becomes a prefix-cache entry (KV
-  // events report it) held by the request's pin; one computed here meanwhile is kept instead. The landing
-  // pin still holds its reference until the transfer ends, and frees whatever was not entered.
-  auto task = [pin = plan.pin, blocks = std::vector<BlockId>(first, first + n), at, tokens = plan.tokens,
-               hashes = plan.hashes, bs, root](Scheduler& s, Backend&) -> std::uint32_t {
-    KvCacheManager& kv = s.kv();
-    std::uint32_t done = 0;
-    for (std::size_t i = 0; i < blocks.size(); ++i) {
-      const std::size_t index = at + i;
-      const auto toks = std::span<const TokenId>(tokens).subspan(index * bs, bs);
-      const BlockHash parent = index == 0 ? root : hashes[index - 1];
-      BlockId block = kv.cached_block(hashes[index], toks);
-      if (block == kNoBlock) {
-        if (!kv.enter_block(blocks[i], hashes[index], parent, toks)) break;
-        block = blocks[i];
-      }
-      kv.add_to_pin(pin, block);
-      ++done;
-    }
-    return done;
-  };
-  return start_on_engine_thread(engine_, std::move(ex), std::move(task));
-}
-
-std::shared_ptr<http::AsyncQueue<std::uint32_t>> DecodeFetcher::start_import(boost::asio::any_io_executor ex, const Plan& plan,
-                                                                              std::shared_ptr<ReceivedPull> pull) {
-  const auto bs = static_cast<std::size_t>(layout_.block_size);
-  const BlockHash root = layout_.root;
-  const std::size_t stride = block_frame_bytes(layout_.block_bytes());
-  // Between steps on the engine thread: each block is entered in the prefix cache and its bytes written
-  // from the receive buffer in the same task, so no step sees a half-written block. Runs of consecutive
-  // new blocks go to the backend in one call (the CUDA backend stages each run through pinned memory).
-  auto task = [pin = plan.pin, pull = std::move(pull), tokens = plan.tokens, hashes = plan.hashes, bs, root,
-               stride](Scheduler& s, Backend& b) -> std::uint32_t {
-    KvCacheManager& kv = s.kv();
-    std::vector<BlockId> run;
-    const char* run_start = nullptr;
-    const auto flush = [&] {
-      if (!run.empty()) b.write_kv_blocks(run, run_start, stride);
-      run.clear();
-    };
-    std::uint32_t done = 0;
-    for (const BlockView& f : pull->blocks) {
-      const auto toks = std::span<const TokenId>(tokens).subspan(std::size_t{f.index} * bs, bs);
-      const BlockHash parent = f.index == 0 ? root : hashes[f.index - 1];
-      BlockId block = kv.cached_block(f.hash, toks);
-      if (block != kNoBlock) {  // computed here meanwhile: keep ours
-        flush();
-        kv.add_to_pin(pin, block);
-      } else {
-        block = kv.import_block(pin, f.hash, parent, toks);
-        if (block == kNoBlock) break;
-        if (run.empty()) run_start = f.payload.data();
-        run.push_back(block);
-      }
-      ++done;
-    }
-    flush();
-    return done;
-  };
-  return start_on_engine_thread(engine_, std::move(ex), std::move(task));
-}
 }  // namespace kvfleet::pd

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
+#include <chrono>
 #include <span>
 #include <string>
 
@@ -53,8 +54,33 @@ class DecodeFetcher {
   void enable_ucx(std::shared_ptr<UcxWorker> worker);
 
  private:
-  struct Plan;
+  // One fetch's transfer: what D asks P for, and what the client's disconnect closes.
+  struct Plan {
+    std::vector<TokenId> tokens;    // the wanted blocks' tokens
+    std::vector<BlockHash> hashes;  // D's own hashes of them
+    std::uint32_t held = 0;
+    PinId pin = 0;
+    std::string host;
+    std::uint16_t port = 0;
+    std::chrono::steady_clock::time_point deadline;
+    http::HttpClient* active = nullptr;  // what the client's disconnect closes
+    UcxEndpoint* ucx_active = nullptr;   // (the UCX endpoint of the pulls, when they go over ucx)
+    bool client_gone = false;
+  };
+  struct Pulls;  // an accepted transfer's pulls in progress (decode_fetcher.cpp)
+
+  // The handshake, then the pulls and their imports; on a failure, P is told to release the transfer.
   boost::asio::awaitable<void> transfer(Plan& plan, FetchResult& result, http::ResponseWriter& client);
+  // Sends P the hello over `c` (kept open by the caller) and returns P's accept, checked.
+  boost::asio::awaitable<Accept> handshake(Plan& plan, http::HttpClient& c);
+  Hello make_hello(const Plan& plan) const;
+  Accept accept_of(const http::Response& answer, const Hello& hello, const Plan& plan) const;
+  // A pooled endpoint to P's UCP listener; null (counted, logged) when it does not connect.
+  boost::asio::awaitable<std::shared_ptr<UcxEndpoint>> connect_ucx(const std::string& host, std::uint16_t port);
+  boost::asio::awaitable<void> pull_all(Plan& plan, Pulls& pulls, FetchResult& result);
+  boost::asio::awaitable<void> finish_import(Pulls& pulls, FetchResult& result);
+  boost::asio::awaitable<void> give_up(const Plan& plan, Pulls& pulls, FetchResult& result);
+
   // Queues the import of a verified pull on the engine thread; the queue gets how many blocks are in.
   std::shared_ptr<http::AsyncQueue<std::uint32_t>> start_import(boost::asio::any_io_executor ex, const Plan& plan,
                                                                 std::shared_ptr<ReceivedPull> pull);

@@ -32,8 +32,10 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/pd/engine_call.h"
@@ -89,6 +91,22 @@ class PrefillService {
     std::shared_ptr<EnginePin> done_hold;
     bool failed = false;          // it ended without its blocks
   };
+  // POST /internal/prefill's steps (prefill_hello.cpp). The refusal of a hello P cannot serve, if any.
+  std::optional<http::Response> check_hello(const Hello& hello, const std::vector<BlockHash>& hashes) const;
+  // A new stream pin with wanted blocks [first, end) when P's prefix cache holds all of them (true), else
+  // an empty one (false): the prefill computes them and locate pins them as they come.
+  boost::asio::awaitable<std::pair<PinId, bool>> pin_cached(const std::vector<TokenId>& tokens,
+                                                            const std::vector<BlockHash>& hashes, std::size_t first);
+  // Starts the prefill_only request over the wanted blocks, its outputs into `queue`; 0 with `refused`
+  // set when the engine refuses it.
+  using Outputs = http::AsyncQueue<RequestOutput>;
+  RequestId submit_prefill(std::vector<TokenId> tokens, std::shared_ptr<Outputs> queue, std::string& refused);
+  Accept make_accept(const Hello& hello, const std::vector<BlockHash>& hashes, std::size_t first) const;
+  // Opens the transfer's lease on the stream pin `hold` (and the prefill while it runs); returns its id.
+  std::uint64_t open_lease(const Accept& a, std::shared_ptr<EnginePin> hold, std::vector<TokenId> tokens,
+                           RequestId prefill);
+  // Answers the accept when the first wanted block is ready, then follows the prefill to its end.
+  boost::asio::awaitable<void> send_accept(const Accept& a, RequestId prefill, Outputs& outputs, http::ResponseWriter& w);
   // Extends the lease; false when it is gone (expired or released).
   bool touch(std::uint64_t id);
   // The transports P answers a hello with: ucx when its listener runs, and tcp (the HTTP pull) always.
