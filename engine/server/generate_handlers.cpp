@@ -205,7 +205,7 @@ std::string Replica::take_output(Job& job, std::size_t i, const RequestOutput& o
 awaitable<void> Replica::run_job(Job& job, http::ResponseWriter& w) {
   job.inbox = std::make_shared<OutputInbox>(co_await boost::asio::this_coro::executor);
   for (auto& ch : job.choices)
-    ch.stream = std::make_unique<ChoiceStream>(tokenizer_, ch.request.stop);
+    ch.stream = std::make_unique<ChoiceStream>(ch.request.stop);
   // On every way out, an exception included: unhook the disconnect callback (it refers to this frame and
   // to `job`) and abort what still runs, so that nothing outlives the request.
   struct Hook {

@@ -81,7 +81,6 @@ struct ReplicaLink {
   std::uint64_t in_flight_tokens = 0;
   std::uint64_t routed = 0;
   std::uint64_t events_applied = 0;
-  bool events_supported = true;
   bool discovered = false;  // added by DNS discovery (which may remove it again), not configured
   // The replica's own load (`load` events on its KV event stream); stale after kv_events_timeout.
   bool load_reported = false;

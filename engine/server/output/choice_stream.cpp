@@ -6,8 +6,7 @@
 namespace kvfleet::server {
 namespace json = boost::json;
 
-ChoiceStream::ChoiceStream(const Tokenizer& tokenizer, std::vector<std::string> stop)
-    : tokenizer_(tokenizer), stop_(std::move(stop)) {
+ChoiceStream::ChoiceStream(std::vector<std::string> stop) : stop_(std::move(stop)) {
   for (const auto& s : stop_) hold_ = std::max(hold_, s.size() - 1);
 }
 

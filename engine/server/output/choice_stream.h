@@ -14,8 +14,8 @@ namespace kvfleet::server {
 
 class ChoiceStream {
  public:
-  // skip_special_tokens is the engine's (GenerationRequest::skip_special_tokens): it decodes the text.
-  ChoiceStream(const Tokenizer& tokenizer, std::vector<std::string> stop);
+  // `stop`: the request's stop strings, matched on the text the engine decoded.
+  explicit ChoiceStream(std::vector<std::string> stop);
 
   // Takes one engine output (its text decoded by the engine: GenerationRequest::detokenize); returns the
   // text that may be sent now.
@@ -32,7 +32,6 @@ class ChoiceStream {
   std::int32_t num_cached_tokens() const { return num_cached_tokens_; }
 
  private:
-  [[maybe_unused]] const Tokenizer& tokenizer_;  // unused for now (clang: -Wunused-private-field)
   std::vector<std::string> stop_;
   std::size_t hold_ = 0;      // bytes held back: the longest stop string minus one
   std::string decoded_;       // all text decoded so far
