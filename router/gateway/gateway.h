@@ -147,7 +147,10 @@ class Gateway {
   // policy and API keys. Other settings need a restart; the returned text says what changed and what not.
   std::string reload(const RouterConfig& next);
 
-  // Routing overhead alone (tokenize + hash + match + choose), for the bench.
+  // A request's routing input: the prompt (chat: rendered through the template) tokenized and hashed into
+  // blocks under its cache_salt, its expected token load, and its session key (the header the policy names).
+  // It neither matches the index nor chooses a replica: route() does. Public so that bench_router_overhead
+  // times the real code.
   RoutePlan plan(std::string_view path, const boost::json::object& body, const http::Request& request) const;
 
  private:
