@@ -198,7 +198,7 @@ class Gateway {
 
   // proxy.cpp
   awaitable<void> proxy(const http::Request& req, http::ResponseWriter& w);
-  awaitable<bool> admit();
+  awaitable<bool> admit(http::ResponseWriter& w);
   void release_slot();
   enum class Outcome { done, retry };
   awaitable<Outcome> forward(ReplicaLink& link, const http::Request& req, http::ResponseWriter& w, bool last_try,
