@@ -115,10 +115,10 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
     waker->pending = true;
     waker->timer.cancel();
   });
-  struct Unhook {  // the callback must not outlive this frame's use of the writer
+  struct UnhookDisconnectWaker {  // the callback must not outlive this frame's use of the writer
     http::ResponseWriter& w;
-    ~Unhook() { w.on_disconnect([] {}); }
-  } unhook{w};
+    ~UnhookDisconnectWaker() { w.on_disconnect([] {}); }
+  } unhook_waker{w};
 
   http::Headers sse_headers{{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}};
   if (!co_await w.begin_stream(200, std::move(sse_headers))) co_return;

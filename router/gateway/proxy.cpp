@@ -269,10 +269,10 @@ awaitable<Gateway::Outcome> Gateway::forward(ReplicaLink& link, const http::Requ
   w.on_disconnect([&client] {
     if (client) client->close();
   });
-  struct Unhook {  // the callback must not outlive `client`
+  struct UnhookUpstreamCloser {  // the callback must not outlive `client`
     http::ResponseWriter& w;
-    ~Unhook() { w.on_disconnect([] {}); }
-  } unhook{w};
+    ~UnhookUpstreamCloser() { w.on_disconnect([] {}); }
+  } unhook_closer{w};
 
   const http::Request upstream = upstream_request(req, config_);
   const double started = seconds_now();
