@@ -22,7 +22,7 @@ using namespace std::chrono_literals;
 namespace {
 
 // Rank 0's end of the link: a ticket is a direct call of the worker's ticket(); its rings come from Rank1.
-struct DirectPeer final : ep::VotePeer {
+struct DirectTicketLink final : ep::TicketLink {
   ep::WorkerCommunicator* worker = nullptr;
   std::atomic<int> tickets{0};
   std::function<void()> rang;
@@ -37,7 +37,7 @@ struct DirectPeer final : ep::VotePeer {
 // rank 0 directly.
 class Rank1 final : public Communicator {
  public:
-  Rank1(ep::WorkerCommunicator& w, DirectPeer& peer) : w_(w), peer_(peer) {}
+  Rank1(ep::WorkerCommunicator& w, DirectTicketLink& peer) : w_(w), peer_(peer) {}
   int rank() const override { return w_.rank(); }
   int size() const override { return w_.size(); }
   std::vector<std::uint8_t> all_to_all_v(const void* send, const std::vector<std::size_t>& send_bytes,
@@ -59,7 +59,7 @@ class Rank1 final : public Communicator {
 
  private:
   ep::WorkerCommunicator& w_;
-  DirectPeer& peer_;
+  DirectTicketLink& peer_;
 };
 
 }  // namespace
@@ -70,7 +70,7 @@ TEST_CASE("paced votes: a ticket for a vote rank 1 was already waiting in does n
   auto inner = make_in_process_group(2);
   ep::WorkerCommunicator worker(*inner[1]);
   ep::FrontCommunicator front(*inner[0], nullptr);
-  DirectPeer peer;
+  DirectTicketLink peer;
   peer.worker = &worker;
   front.attach({&peer});
   Rank1 rank1(worker, peer);
