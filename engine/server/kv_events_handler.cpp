@@ -107,7 +107,8 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
   }
   // An EP group: the ranks' union, or each rank's own events (per_rank=1).
   const auto ring = !ep_ ? engine_->kv_events() : per_rank ? ep_->kv_events_per_rank() : ep_->kv_events();
-  const char* tier = config_.engine.backend.kind == "cuda" ? "gpu" : "cpu";
+  // The backend the engine runs on (under --backend auto, the one make_backend chose), not the flag.
+  const char* tier = chosen_backend_kind(config_.engine.backend) == "cuda" ? "gpu" : "cpu";
   const auto heartbeat = config_.kv_events_heartbeat;
   auto waker = std::make_shared<StreamWaker>(co_await asio::this_coro::executor);
   const std::shared_ptr<void> subscription = ring->subscribe([waker] { wake(waker); });
