@@ -13,8 +13,8 @@
 // the memory gives, and what is left of it after the op structure.
 // --gemv-only 1: bf16 weights of --mb MiB (from memory) on the pool, plain rows vs packed panels
 // alternating: batch 1 (GEMV) and 2-32 rows (the GEMM, which at few rows still streams the weights).
-// First (AVX-512 CPUs) the kernels alone on one thread, by CPU time: main@2632b1d's kernel (copied in,
-// bench/matvec_old/), today's on plain and on packed weights, and the avx512bf16 mode, interleaved.
+// First (AVX-512 CPUs) the kernels alone on one thread, by CPU time: today's on plain and on packed
+// weights, and the avx512bf16 mode, interleaved.
 //   (KVFLEET_CPU_ISA=avx512|avx2|scalar|avx512bf16 picks the kernel; plain and packed weights alternate)
 //
 // Prints, for f32/bf16/f16 weights, the achieved weight-read bandwidth and its ratio to the copy bandwidth
@@ -34,10 +34,6 @@
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/linear_kernels.h"
 #include "kernels/cpu/ops.h"
-
-namespace bench_old {  // matvec_old/linear_avx512_2632b1d.cpp
-void linear_bf16(const float* x, std::int64_t rows, std::int64_t in, const std::uint16_t* w, std::int64_t out, float* y);
-}
 
 using namespace kvfleet;
 using Clock = std::chrono::steady_clock;
@@ -144,58 +140,50 @@ double thread_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-// Old kernel (main@2632b1d), today's on plain and packed weights, and the avx512bf16 mode, one thread,
-// interleaved: GFLOP/s per second of CPU time, best of `rounds`.
+// Today's kernel on plain and packed weights, and the avx512bf16 mode, one thread, interleaved: GFLOP/s
+// per second of CPU time, best of `rounds`.
 void kernel_ab(const Weight& w, int rounds) {
   ThreadPool one(1);
   const bool bf16_mode = cpu::cpu_supports(cpu::Isa::avx512bf16);
   const cpu::Isa saved = cpu::cpu_isa();
-  std::printf("one thread, CPU time, bf16 %lld -> %lld: old kernel | plain | packed | packed avx512bf16 mode\n",
+  std::printf("one thread, CPU time, bf16 %lld -> %lld: plain | packed | packed avx512bf16 mode\n",
               static_cast<long long>(w.in), static_cast<long long>(w.out));
   for (std::int64_t rows : {1, 4, 8, 32, 128, 512}) {
     std::vector<float> x(static_cast<std::size_t>(rows * w.in), 0.5f), y(static_cast<std::size_t>(rows * w.out));
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.25f + static_cast<float>(i % 97) / 128.0f;
-    const auto* wb = reinterpret_cast<const std::uint16_t*>(w.plain.data());
-    double best[4] = {1e30, 1e30, 1e30, 1e30};
+    double best[3] = {1e30, 1e30, 1e30};
     const int reps = rows >= 128 ? 1 : 8;
     for (int r = 0; r < rounds; ++r)
-      for (int k = 0; k < 4; ++k) {
-        if (k == 3 && !bf16_mode) continue;
-        cpu::set_cpu_isa(k == 3 ? cpu::Isa::avx512bf16 : saved);
+      for (int k = 0; k < 3; ++k) {
+        if (k == 2 && !bf16_mode) continue;
+        cpu::set_cpu_isa(k == 2 ? cpu::Isa::avx512bf16 : saved);
         const double t0 = thread_seconds();
-        for (int i = 0; i < reps; ++i) {
-          if (k == 0) bench_old::linear_bf16(x.data(), rows, w.in, wb, w.out, y.data());
-          else cpu::linear(one, x.data(), rows, w.in, w.ref(k >= 2), w.out, {}, y.data());
-        }
+        for (int i = 0; i < reps; ++i) cpu::linear(one, x.data(), rows, w.in, w.ref(k >= 1), w.out, {}, y.data());
         best[k] = std::min(best[k], (thread_seconds() - t0) / reps);
       }
     cpu::set_cpu_isa(saved);
     const double flop = 2.0 * static_cast<double>(rows * w.in * w.out);
-    std::printf("  rows %3lld: %7.1f | %7.1f | %7.1f | %7.1f GFLOP/s   new/old %.2fx (packed), bf16 mode %.2fx\n",
-                static_cast<long long>(rows), flop / best[0] / 1e9, flop / best[1] / 1e9, flop / best[2] / 1e9,
-                bf16_mode ? flop / best[3] / 1e9 : 0.0, best[0] / best[2], bf16_mode ? best[0] / best[3] : 0.0);
+    std::printf("  rows %3lld: %7.1f | %7.1f | %7.1f GFLOP/s   packed/plain %.2fx, bf16 mode/plain %.2fx\n",
+                static_cast<long long>(rows), flop / best[0] / 1e9, flop / best[1] / 1e9,
+                bf16_mode ? flop / best[2] / 1e9 : 0.0, best[0] / best[1], bf16_mode ? best[0] / best[2] : 0.0);
   }
 }
 
-// Batch 1 from memory (a weight far beyond L3), one thread, CPU time: old kernel vs today's on plain rows
-// and on packed panels.
+// Batch 1 from memory (a weight far beyond L3), one thread, CPU time: plain rows and packed panels.
 void gemv_ab(std::size_t mb, int rounds) {
   ThreadPool one(1);
   const Weight w = make_weight(DType::bf16, mb << 20);
   std::vector<float> x(static_cast<std::size_t>(w.in), 0.5f), y(static_cast<std::size_t>(w.out));
-  const auto* wb = reinterpret_cast<const std::uint16_t*>(w.plain.data());
-  double best[3] = {1e30, 1e30, 1e30};
+  double best[2] = {1e30, 1e30};
   for (int r = 0; r < rounds; ++r)
-    for (int k = 0; k < 3; ++k) {
+    for (int k = 0; k < 2; ++k) {
       const double t0 = thread_seconds();
-      if (k == 0) bench_old::linear_bf16(x.data(), 1, w.in, wb, w.out, y.data());
-      else cpu::linear(one, x.data(), 1, w.in, w.ref(k == 2), w.out, {}, y.data());
+      cpu::linear(one, x.data(), 1, w.in, w.ref(k == 1), w.out, {}, y.data());
       best[k] = std::min(best[k], thread_seconds() - t0);
     }
   const double bytes = static_cast<double>(w.plain.size());
-  std::printf("one thread, CPU time, bf16 GEMV over %zu MiB: old kernel %.2f GB/s | today's %.2f GB/s | packed %.2f GB/s"
-              "   new/old %.2fx, packed/old %.2fx\n",
-              mb, bytes / best[0] / 1e9, bytes / best[1] / 1e9, bytes / best[2] / 1e9, best[0] / best[1], best[0] / best[2]);
+  std::printf("one thread, CPU time, bf16 GEMV over %zu MiB: plain %.2f GB/s | packed %.2f GB/s   packed/plain %.2fx\n",
+              mb, bytes / best[0] / 1e9, bytes / best[1] / 1e9, best[0] / best[1]);
 }
 
 // A decode token's chain of linear calls on the pool, as the CPU backend issues them at batch 1 (per layer

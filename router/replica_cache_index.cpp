@@ -66,7 +66,7 @@ void ReplicaCacheIndex::on_routed(ReplicaId r, std::span<const BlockHash> hashes
     return;
   }
   tree_.insert(r, hashes, now);
-  rep.image_ok = false;
+  rep.marks_mirror_last_seq = false;
 }
 
 std::size_t ReplicaCacheIndex::sweep(Tick now) {
@@ -87,14 +87,14 @@ void ReplicaCacheIndex::reset_marks(ReplicaId r) {
   }
   replicas_[r].last_seq = 0;
   replicas_[r].snapshot_left = 0;
-  replicas_[r].image_ok = true;
+  replicas_[r].marks_mirror_last_seq = true;
 }
 
 std::uint64_t ReplicaCacheIndex::begin_stream(ReplicaId r) {
   Replica& rep = at(r);
   rep.stream_ok = false;
   for (const ReplicaId s : targets(r)) drop_pending(s, true);  // guesses: the replay (or snapshot) brings what is real
-  if (!rep.image_ok) reset_marks(r);
+  if (!rep.marks_mirror_last_seq) reset_marks(r);
   rep.stream_since = rep.last_seq;
   return rep.last_seq;
 }
@@ -142,7 +142,7 @@ EventOutcome ReplicaCacheIndex::apply_config(ReplicaId r, const KvEventMessage& 
     log("replica " + std::to_string(r) + ": approximate mode (" + rep.reason + ")");
     return EventOutcome{EventStatus::config_rejected, rep.reason, 0};
   }
-  if (!rep.image_ok) reset_marks(r);  // begin_stream was skipped: never build on guesses
+  if (!rep.marks_mirror_last_seq) reset_marks(r);  // begin_stream was skipped: never build on guesses
   if (const Restart restart = restarted(r, e); restart != Restart::no) {
     reset_marks(r);
     // A seq below since= makes the replica send cleared + a snapshot on this stream; a new instance
@@ -200,7 +200,7 @@ EventOutcome ReplicaCacheIndex::apply_event(ReplicaId r, const KvEventMessage& e
     rep.last_seq = e.seq;
     rep.snapshot_left = e.snapshot_blocks;
     rep.snapshots += e.snapshot_blocks > 0;
-    rep.image_ok = rep.snapshot_left == 0;  // an interrupted snapshot is not an image of seq S
+    rep.marks_mirror_last_seq = rep.snapshot_left == 0;  // an interrupted snapshot is not an image of seq S
     return {};
   }
   if (rep.snapshot_left > 0) {
@@ -208,7 +208,7 @@ EventOutcome ReplicaCacheIndex::apply_event(ReplicaId r, const KvEventMessage& e
       return resync(r, "snapshot at seq " + std::to_string(rep.last_seq) + " ended with " +
                            std::to_string(rep.snapshot_left) + " blocks missing");
     }
-    if (--rep.snapshot_left == 0) rep.image_ok = true;
+    if (--rep.snapshot_left == 0) rep.marks_mirror_last_seq = true;
     return apply_change(r, e, now);
   }
   if (e.seq <= rep.last_seq) {

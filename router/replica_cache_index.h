@@ -133,9 +133,10 @@ class ReplicaCacheIndex {
     std::string reason;
     std::uint64_t last_seq = 0;
     bool stream_ok = false;  // a config was accepted on the current stream and no gap since
-    // The marks are what events up to last_seq left (or a subset: TTL, LRU). False before the
-    // first sync and after any approximate insert (a guess may be a superset).
-    bool image_ok = false;
+    // The marks mirror the replica's cache as of last_seq: they are what events up to last_seq left (or
+    // a subset: TTL, LRU), so a stream may go on from there. False before the first sync, during a
+    // snapshot and after any approximate insert (a guess may be a superset).
+    bool marks_mirror_last_seq = false;
     std::optional<std::uint64_t> instance;  // the replica instance the marks came from
     std::uint64_t stream_since = 0;         // since= of the current stream (begin_stream)
     std::uint64_t snapshot_left = 0;        // snapshot `stored` events still expected at last_seq

@@ -41,7 +41,7 @@ std::vector<ReplicaId> ReplicaCacheIndex::set_ranks(ReplicaId r, std::uint32_t n
   }
   // A new shape: what the old ranks held says nothing about the new ones.
   reset_marks(r);
-  rep.image_ok = false;  // the next stream starts over from seq 0
+  rep.marks_mirror_last_seq = false;  // the next stream starts over from seq 0
   for (const ReplicaId s : rep.ranks) {
     if (s == r) continue;
     tree_.remove_replica(s);

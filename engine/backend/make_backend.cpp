@@ -25,20 +25,27 @@ std::unique_ptr<Backend> make_cpu(const BackendOptions& options) {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
-  if (options.kind == "cpu") return make_cpu(options);
+std::string_view chosen_backend_kind(const BackendOptions& options) {
+  if (options.kind == "cpu") return "cpu";
+  if (options.kind == "cuda") return "cuda";
+  if (options.kind != "auto")
+    throw std::invalid_argument("unknown backend '" + options.kind + "' (use cpu, cuda or auto)");
 #ifdef KVFLEET_HAVE_CUDA
-  if (options.kind == "cuda") return make_cuda_backend(options);  // throws "no CUDA device found: ..."
-  if (options.kind == "auto")
-    return cuda_device_count() > 0 ? make_cuda_backend(options) : make_cpu(options);
+  return cuda_device_count() > 0 ? "cuda" : "cpu";
 #else
-  if (options.kind == "cuda")
-    throw std::runtime_error(
-        "--backend cuda: no CUDA device found: this build has no CUDA backend "
-        "(configure with -DKVFLEET_CUDA=ON)");
-  if (options.kind == "auto") return make_cpu(options);
+  return "cpu";
 #endif
-  throw std::invalid_argument("unknown backend '" + options.kind + "' (use cpu, cuda or auto)");
+}
+
+std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
+  if (chosen_backend_kind(options) == "cpu") return make_cpu(options);
+#ifdef KVFLEET_HAVE_CUDA
+  return make_cuda_backend(options);  // throws "no CUDA device found: ..."
+#else
+  throw std::runtime_error(
+      "--backend cuda: no CUDA device found: this build has no CUDA backend "
+      "(configure with -DKVFLEET_CUDA=ON)");
+#endif
 }
 
 }  // namespace kvfleet

@@ -94,11 +94,11 @@ struct EpGroup::State {
   std::shared_ptr<KvEventRing> merged;
   std::shared_ptr<KvEventRing> per_rank;  // every rank's own changes, each with its dp_rank (per_rank=1 readers)
   std::vector<std::shared_ptr<KvEventRing>> rings;
-  struct Held {
+  struct BlockHolders {  // a block in the union: how many ranks hold it, and its parent
     int count = 0;
     BlockHash parent = 0;
   };
-  std::unordered_map<BlockHash, Held> held;                            // the union: ranks holding each hash
+  std::unordered_map<BlockHash, BlockHolders> held;                    // the union: ranks holding each hash
   std::vector<std::unordered_map<BlockHash, BlockHash>> rank_blocks;    // per rank: hash -> parent
   std::vector<std::unordered_map<BlockHash, int>> inflight;            // per rank: running prompts' hashes
   std::vector<std::int64_t> load;                                      // per rank: unfinished requests
@@ -115,7 +115,7 @@ struct EpGroup::State {
     for (std::size_t i = 0; i < chain.size(); ++i) {
       const BlockHash p = i ? chain[i - 1] : parent;
       const bool new_here = rank_blocks[static_cast<std::size_t>(r)].emplace(chain[i], p).second;
-      Held& h = held[chain[i]];
+      BlockHolders& h = held[chain[i]];
       if (new_here && ++h.count == 1) {
         h.parent = p;
         if (run.empty()) run_parent = p;
@@ -167,13 +167,14 @@ struct EpGroup::State {
   std::vector<BlockHash> chain_of(std::span<const TokenId> prompt, const std::string& salt) const {
     return block_hashes(block_hash_root(served_name, salt), prompt, static_cast<std::size_t>(block_size));
   }
-  static std::uint64_t spread_of(std::span<const TokenId> prompt) {
+  // A hash of the prompt's first 16 tokens: pick()'s tie-break between equally loaded ranks.
+  static std::uint64_t tie_break_of(std::span<const TokenId> prompt) {
     return block_hash_next(block_hash_root("ep"), prompt.first(std::min<std::size_t>(prompt.size(), 16)));
   }
 
-  // Caller holds mu. `spread`: a hash of the prompt, which breaks ties between equally loaded ranks (so
+  // Caller holds mu. `tie_break`: a hash of the prompt, which breaks ties between equally loaded ranks (so
   // that distinct prompts arriving one at a time do not all land on rank 0).
-  int pick(const std::vector<BlockHash>& chain, std::uint64_t spread) const {
+  int pick(const std::vector<BlockHash>& chain, std::uint64_t tie_break) const {
     int best = -1;
     std::size_t best_len = 0;
     for (int r = 0; r < static_cast<int>(load.size()); ++r) {
@@ -188,7 +189,7 @@ struct EpGroup::State {
     std::vector<int> idle;
     for (int r = 0; r < static_cast<int>(load.size()); ++r)
       if (load[static_cast<std::size_t>(r)] == least) idle.push_back(r);
-    return idle[static_cast<std::size_t>(spread % idle.size())];
+    return idle[static_cast<std::size_t>(tie_break % idle.size())];
   }
 };
 
@@ -232,7 +233,7 @@ EpGroup::EpGroup(const Model& model, const EngineConfig& config, const EpCommOpt
   const auto join = std::max(opts.timeout, opts.join_timeout);
   comm::TcpStoreClient store(host, port, join);
   const auto& own = engines_[0]->kv_events();
-  std::vector<ep::VotePeer*> remotes;
+  std::vector<ep::TicketLink*> remotes;
   try {
     for (int r = 1; r < opts.size; ++r) {
       std::vector<char> where;
@@ -291,7 +292,7 @@ std::string EpGroup::failure() const { return state_->failure(); }
 int EpGroup::pick(std::span<const TokenId> prompt, const std::string& cache_salt) const {
   const auto chain = state_->chain_of(prompt, cache_salt);
   std::lock_guard lock(state_->mu);
-  return state_->pick(chain, State::spread_of(prompt));
+  return state_->pick(chain, State::tie_break_of(prompt));
 }
 
 EpGroup::Submitted EpGroup::submit(GenerationRequest request, OutputCallback on_output, int dp_rank) {
@@ -304,7 +305,7 @@ EpGroup::Submitted EpGroup::submit(GenerationRequest request, OutputCallback on_
   {
     std::lock_guard lock(state_->mu);
     if (!state_->failed.empty()) throw std::runtime_error(state_->failed);
-    s.rank = state_->pick(*chain, State::spread_of(request.prompt));
+    s.rank = state_->pick(*chain, State::tie_break_of(request.prompt));
     if (dp_rank >= 0) s.rank = dp_rank;  // a router that follows the ranks' caches named the rank
     state_->load[static_cast<std::size_t>(s.rank)] += 1;
     for (BlockHash h : *chain) state_->inflight[static_cast<std::size_t>(s.rank)][h] += 1;

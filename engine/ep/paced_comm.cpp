@@ -57,14 +57,14 @@ FrontCommunicator::FrontCommunicator(Communicator& inner, std::function<void(con
   broken_ = std::move(broken);
 }
 
-void FrontCommunicator::attach(const std::vector<VotePeer*>& remotes) {
+void FrontCommunicator::attach(const std::vector<TicketLink*>& remotes) {
   {
     std::lock_guard lock(mu_);
     remotes_ = remotes;
     attached_ = true;
   }
   cv_.notify_all();
-  for (VotePeer* r : remotes) r->on_ring([this] { call_ring_handler(); });
+  for (TicketLink* r : remotes) r->on_ring([this] { call_ring_handler(); });
 }
 
 void FrontCommunicator::all_gather(const void* send, std::size_t bytes, void* recv) {
@@ -72,7 +72,7 @@ void FrontCommunicator::all_gather(const void* send, std::size_t bytes, void* re
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return attached_ || !down_.empty(); });
     check_down(lock);
-    for (VotePeer* r : remotes_) r->send_vote();
+    for (TicketLink* r : remotes_) r->send_vote();
   }
   watched([&] { inner_.all_gather(send, bytes, recv); });
 }

@@ -26,11 +26,11 @@ namespace kvfleet::ep {
 
 class Channel;
 
-// Rank 0's end of the channel to one rank r > 0, as the vote pacing sees it: a RemoteRank (the replica),
-// or a VoteLink (ep/paced_rank.h: kvfleet generate's bare process ranks).
-class VotePeer {
+// Rank 0's end of the channel to one rank r > 0, as the vote pacing sees it: vote tickets go out, rings
+// come in. A RemoteRank (the replica), or a VoteLink (ep/paced_rank.h: kvfleet generate's bare process ranks).
+class TicketLink {
  public:
-  virtual ~VotePeer() = default;
+  virtual ~TicketLink() = default;
   virtual void send_vote() = 0;                               // one vote ticket
   virtual void on_ring(std::function<void()> handler) = 0;  // runs (reader thread) when the rank rings
 };
@@ -73,12 +73,12 @@ class PacedCommunicator : public Communicator {
 class FrontCommunicator final : public PacedCommunicator {
  public:
   FrontCommunicator(Communicator& inner, std::function<void(const std::string&)> broken);
-  void attach(const std::vector<VotePeer*>& remotes);  // all_gather waits for this
+  void attach(const std::vector<TicketLink*>& remotes);  // all_gather waits for this
   void all_gather(const void* send, std::size_t bytes, void* recv) override;
   void ring() override {}  // rank 0's news: its own vote brings the others (the tickets ring them)
 
  private:
-  std::vector<VotePeer*> remotes_;
+  std::vector<TicketLink*> remotes_;
   bool attached_ = false;
 };
 

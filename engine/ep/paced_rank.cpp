@@ -16,7 +16,7 @@ namespace kvfleet::ep {
 namespace {
 
 // Rank 0's channel to one rank r > 0: tickets out, rings in.
-class VoteLink final : public VotePeer {
+class VoteLink final : public TicketLink {
  public:
   VoteLink(int fd, std::chrono::milliseconds timeout, Channel::Closed closed)
       : channel_(std::make_unique<Channel>(fd, timeout, [this](Message& m) { on_message(m); }, std::move(closed))) {
@@ -87,7 +87,7 @@ class PacedRank final : public Communicator {
     paced_ = front_.get();
     const auto [host, port] = comm::parse_host_port(o.master);
     comm::TcpStoreClient store(host, port, join_of(o));
-    std::vector<VotePeer*> peers;
+    std::vector<TicketLink*> peers;
     for (int r = 1; r < size(); ++r) {
       std::vector<char> where;
       try {

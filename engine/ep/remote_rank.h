@@ -18,7 +18,7 @@ namespace kvfleet::ep {
 
 inline std::string channel_key(int rank) { return "kvfleet/ep/channel/" + std::to_string(rank); }
 
-class RemoteRank final : public EpRank, public VotePeer {
+class RemoteRank final : public EpRank, public TicketLink {
  public:
   // `fd`: connected to rank `rank`'s channel. `ring`: where its KV events go (block size and root as
   // rank 0's own). Starts the channel.

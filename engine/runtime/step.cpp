@@ -128,8 +128,10 @@ void Engine::sample_rows(std::vector<SampleJob>& jobs, std::span<float> logits, 
     std::atomic<std::int64_t> next{0};
     m.sample_pool->parallel_for(shares, 1, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t s = begin; s < end; ++s)
-        for (std::int64_t at = next.fetch_add(kClaim); at < n; at = next.fetch_add(kClaim))
+        for (std::int64_t at = next.fetch_add(kClaim); at < n; at = next.fetch_add(kClaim)) {
+          if (config_.on_rows_claimed) config_.on_rows_claimed(s, at, std::min(n, at + kClaim));
           run(at, std::min(n, at + kClaim), m.sampler_scratch[static_cast<std::size_t>(s)]);
+        }
     });
   }
   for (std::size_t i = 0; i < jobs.size(); ++i)

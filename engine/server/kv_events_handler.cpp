@@ -107,7 +107,8 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
   }
   // An EP group: the ranks' union, or each rank's own events (per_rank=1).
   const auto ring = !ep_ ? engine_->kv_events() : per_rank ? ep_->kv_events_per_rank() : ep_->kv_events();
-  const char* tier = config_.engine.backend.kind == "cuda" ? "gpu" : "cpu";
+  // The backend the engine runs on (under --backend auto, the one make_backend chose), not the flag.
+  const char* tier = chosen_backend_kind(config_.engine.backend) == "cuda" ? "gpu" : "cpu";
   const auto heartbeat = config_.kv_events_heartbeat;
   auto waker = std::make_shared<StreamWaker>(co_await asio::this_coro::executor);
   const std::shared_ptr<void> subscription = ring->subscribe([waker] { wake(waker); });
@@ -115,10 +116,10 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
     waker->pending = true;
     waker->timer.cancel();
   });
-  struct Unhook {  // the callback must not outlive this frame's use of the writer
+  struct UnhookDisconnectWaker {  // the callback must not outlive this frame's use of the writer
     http::ResponseWriter& w;
-    ~Unhook() { w.on_disconnect([] {}); }
-  } unhook{w};
+    ~UnhookDisconnectWaker() { w.on_disconnect([] {}); }
+  } unhook_waker{w};
 
   http::Headers sse_headers{{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}};
   if (!co_await w.begin_stream(200, std::move(sse_headers))) co_return;

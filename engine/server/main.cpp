@@ -6,6 +6,7 @@
 
 #include "engine/server/ep_worker_main.h"
 #include "engine/server/replica.h"
+#include "kvfleet/backend.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kvfleet/http/shutdown.h"
 
@@ -24,11 +25,11 @@ int main(int argc, char** argv) {
     Replica replica(config);
     replica.start();
     // The CPU kernels' instruction set is chosen once per process (kernels/cpu/cpu_isa.h): say which.
-    const std::string kernels = config.engine.backend.kind == "cpu"
-                                    ? ", kernels " + std::string(kvfleet::cpu::isa_name(kvfleet::cpu::cpu_isa()))
-                                    : "";
+    const std::string backend(kvfleet::chosen_backend_kind(config.engine.backend));  // --backend auto: which
+    const std::string kernels =
+        backend == "cpu" ? ", kernels " + std::string(kvfleet::cpu::isa_name(kvfleet::cpu::cpu_isa())) : "";
     std::printf("kvfleet-replica: serving '%s' on http://%s:%u (backend %s%s)\n", replica.model_name().c_str(),
-                config.host.c_str(), replica.port(), config.engine.backend.kind.c_str(), kernels.c_str());
+                config.host.c_str(), replica.port(), backend.c_str(), kernels.c_str());
     std::fflush(stdout);
     kvfleet::http::wait_then_drain("kvfleet-replica", signals, [&] { return replica.drain(); });
     return 0;

@@ -81,7 +81,6 @@ struct ReplicaLink {
   std::uint64_t in_flight_tokens = 0;
   std::uint64_t routed = 0;
   std::uint64_t events_applied = 0;
-  bool events_supported = true;
   bool discovered = false;  // added by DNS discovery (which may remove it again), not configured
   // The replica's own load (`load` events on its KV event stream); stale after kv_events_timeout.
   bool load_reported = false;
@@ -148,7 +147,10 @@ class Gateway {
   // policy and API keys. Other settings need a restart; the returned text says what changed and what not.
   std::string reload(const RouterConfig& next);
 
-  // Routing overhead alone (tokenize + hash + match + choose), for the bench.
+  // A request's routing input: the prompt (chat: rendered through the template) tokenized and hashed into
+  // blocks under its cache_salt, its expected token load, and its session key (the header the policy names).
+  // It neither matches the index nor chooses a replica: route() does. Public so that bench_router_overhead
+  // times the real code.
   RoutePlan plan(std::string_view path, const boost::json::object& body, const http::Request& request) const;
 
  private:
@@ -196,7 +198,7 @@ class Gateway {
 
   // proxy.cpp
   awaitable<void> proxy(const http::Request& req, http::ResponseWriter& w);
-  awaitable<bool> admit();
+  awaitable<bool> admit(http::ResponseWriter& w);
   void release_slot();
   enum class Outcome { done, retry };
   awaitable<Outcome> forward(ReplicaLink& link, const http::Request& req, http::ResponseWriter& w, bool last_try,

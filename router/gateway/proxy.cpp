@@ -64,9 +64,10 @@ awaitable<void> sleep_for(std::chrono::milliseconds d) {
 
 }  // namespace
 
-// A free slot at once, or a place in the bounded queue until release_slot() hands one over (or
-// queue_timeout passes). False: answer 429.
-awaitable<bool> Gateway::admit() {
+// A free slot at once, or a place in the bounded queue until release_slot() hands one over, queue_timeout
+// passes or the client leaves (its place is freed then, not when a slot or the timeout comes). False: no
+// slot (answer 429, unless the client is gone).
+awaitable<bool> Gateway::admit(http::ResponseWriter& w) {
   auto waiter = std::make_shared<SlotWaiter>(co_await asio::this_coro::executor);
   waiter->timer.expires_after(config_.queue_timeout);
   {
@@ -75,14 +76,18 @@ awaitable<bool> Gateway::admit() {
       ++active_;
       co_return true;
     }
-    if (waiters_.size() >= config_.max_queue) co_return false;
+    if (waiters_.size() >= config_.max_queue || w.client_gone()) co_return false;
     waiters_.push_back(waiter);
   }
+  // The callback runs on the connection's strand, as this coroutine does, so a disconnect cannot come
+  // between the client_gone() check above and the start of the wait: it always finds the wait to cancel.
+  w.on_disconnect([waiter] { waiter->timer.cancel(); });
   boost::system::error_code ec;
   co_await waiter->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  w.on_disconnect([] {});
   std::lock_guard lock(mutex_);
   if (waiter->granted) co_return true;
-  std::erase(waiters_, waiter);  // timed out (or the client left) before a slot came
+  std::erase(waiters_, waiter);  // timed out, or the client left, before a slot came
   co_return false;
 }
 
@@ -118,7 +123,8 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
     co_await w.send(http::json_error(400, "the request body must be a JSON object", "invalid_request_error"));
     co_return;
   }
-  if (!co_await admit()) {
+  if (!co_await admit(w)) {
+    if (w.client_gone()) co_return;  // left while queued: nobody to answer
     metrics_.counter("kvfleet_router_rejected_total", "Requests refused with 429 (queue full)").Increment();
     co_await w.send(http::json_error(429, "too many requests in flight; retry later", "rate_limit_error"));
     co_return;
@@ -263,10 +269,10 @@ awaitable<Gateway::Outcome> Gateway::forward(ReplicaLink& link, const http::Requ
   w.on_disconnect([&client] {
     if (client) client->close();
   });
-  struct Unhook {  // the callback must not outlive `client`
+  struct UnhookUpstreamCloser {  // the callback must not outlive `client`
     http::ResponseWriter& w;
-    ~Unhook() { w.on_disconnect([] {}); }
-  } unhook{w};
+    ~UnhookUpstreamCloser() { w.on_disconnect([] {}); }
+  } unhook_closer{w};
 
   const http::Request upstream = upstream_request(req, config_);
   const double started = seconds_now();

@@ -166,7 +166,6 @@ awaitable<void> Gateway::events_loop(std::shared_ptr<ReplicaLink> link) {
       std::lock_guard lock(mutex_);
       if (link->removed) break;
       index_.end_stream(link->slot, end.why);
-      link->events_supported = !unsupported;
       link->load_reported = false;
       for (RankTarget& t : link->ranks) t.load_reported = false;
     }

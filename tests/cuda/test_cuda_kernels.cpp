@@ -36,11 +36,13 @@ TEST_CASE("cuda: make_backend picks or refuses the GPU") {
     CHECK_THROWS_WITH_AS(make_backend(o), doctest::Contains("no CUDA device found: "), std::runtime_error);
     o.kind = "auto";
     CHECK(make_backend(o)->name() == "cpu");
+    CHECK(chosen_backend_kind(o) == "cpu");
     return;
   }
   CHECK(make_backend(o)->name() == "cuda");
   o.kind = "auto";
   CHECK(make_backend(o)->name() == "cuda");
+  CHECK(chosen_backend_kind(o) == "cuda");  // what the replica's KV events name as the tier (gpu)
   o.kind = "cuda";
   o.device = p.devices;  // one past the last
   CHECK_THROWS_WITH_AS(make_backend(o), doctest::Contains("does not exist"), std::runtime_error);

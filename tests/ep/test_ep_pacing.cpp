@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -22,7 +23,7 @@ using namespace std::chrono_literals;
 namespace {
 
 // Rank 0's end of the link: a ticket is a direct call of the worker's ticket(); its rings come from Rank1.
-struct DirectPeer final : ep::VotePeer {
+struct DirectTicketLink final : ep::TicketLink {
   ep::WorkerCommunicator* worker = nullptr;
   std::atomic<int> tickets{0};
   std::function<void()> rang;
@@ -37,7 +38,7 @@ struct DirectPeer final : ep::VotePeer {
 // rank 0 directly.
 class Rank1 final : public Communicator {
  public:
-  Rank1(ep::WorkerCommunicator& w, DirectPeer& peer) : w_(w), peer_(peer) {}
+  Rank1(ep::WorkerCommunicator& w, DirectTicketLink& peer) : w_(w), peer_(peer) {}
   int rank() const override { return w_.rank(); }
   int size() const override { return w_.size(); }
   std::vector<std::uint8_t> all_to_all_v(const void* send, const std::vector<std::size_t>& send_bytes,
@@ -59,7 +60,7 @@ class Rank1 final : public Communicator {
 
  private:
   ep::WorkerCommunicator& w_;
-  DirectPeer& peer_;
+  DirectTicketLink& peer_;
 };
 
 }  // namespace
@@ -70,7 +71,7 @@ TEST_CASE("paced votes: a ticket for a vote rank 1 was already waiting in does n
   auto inner = make_in_process_group(2);
   ep::WorkerCommunicator worker(*inner[1]);
   ep::FrontCommunicator front(*inner[0], nullptr);
-  DirectPeer peer;
+  DirectTicketLink peer;
   peer.worker = &worker;
   front.attach({&peer});
   Rank1 rank1(worker, peer);
@@ -78,21 +79,30 @@ TEST_CASE("paced votes: a ticket for a vote rank 1 was already waiting in does n
   EngineConfig c1 = test::ep_config(64);
   c1.ep = &rank1;
   auto e1 = std::make_unique<Engine>(model, c1);
-  // Rank 1's engine votes at once (a new group polls) and waits there for rank 0's first ticket.
-  for (int i = 0; i < 200 && rank1.votes == 0; ++i) std::this_thread::sleep_for(10ms);
+  // Rank 1's engine votes at once (a new group polls) and waits there for rank 0's first ticket. Rank 0 does
+  // not exist yet, so the ticket (and its ring) can only come while rank 1 is inside the vote it is for:
+  // the race is not left to timing.
+  const auto until = [](const std::function<bool()>& done, std::chrono::milliseconds limit) {
+    for (const auto end = std::chrono::steady_clock::now() + limit; !done();) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      std::this_thread::sleep_for(1ms);
+    }
+    return true;
+  };
+  REQUIRE(until([&] { return rank1.votes > 0; }, 10s));
   REQUIRE(rank1.votes.load() == 1);
-  std::this_thread::sleep_for(50ms);
   EngineConfig c0 = test::ep_config(64);
   c0.ep = &front;
   auto e0 = std::make_unique<Engine>(model, c0);
 
   // Rank 0 votes, its ticket rings rank 1 (already in that vote), the group is idle and both sleep: rank 1
-  // enters no vote that rank 0 has not sent a ticket for.
-  std::this_thread::sleep_for(500ms);
-  CHECK(peer.tickets >= 1);
-  CHECK(rank1.votes.load() == peer.tickets.load());  // the old engine: one more, waiting for a ticket forever
+  // enters no vote that rank 0 has not sent a ticket for. Its engine counts as idle only while it sleeps
+  // (it holds its lock from the end of one vote to the start of the next), so wait_idle() returns only
+  // once rank 1 has decided against another vote; the old engine voted again at once and never slept.
+  REQUIRE(until([&] { return peer.tickets > 0; }, 10s));
   auto idle = std::async(std::launch::async, [&] { e1->wait_idle(); });
-  CHECK(idle.wait_for(5s) == std::future_status::ready);
+  CHECK(idle.wait_for(10s) == std::future_status::ready);
+  CHECK(rank1.votes.load() == peer.tickets.load());  // the old engine: one more, waiting for a ticket forever
 
   // The group still works: a request on rank 1 rings rank 0, both vote and step, the answer comes.
   std::promise<RequestOutput> done;

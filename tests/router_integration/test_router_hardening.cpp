@@ -30,13 +30,12 @@ using namespace hardening;
 
 namespace {
 
-// A streamed completion sent on a raw socket whose receive buffer is tiny, read only after `stall`:
-// the router's writes to it block. Returns the bytes read.
-std::string slow_stream_read(std::uint16_t port, std::chrono::milliseconds stall) {
+// A completion sent on a raw socket (Connection: close), which the caller reads and closes. rcvbuf > 0:
+// the socket's receive buffer is that small, so that the router's writes to it block.
+int send_raw_completion(std::uint16_t port, const std::string& body, int rcvbuf = 0) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   REQUIRE(fd >= 0);
-  const int small = 4096;
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  if (rcvbuf > 0) ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
   timeval tv{20, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   sockaddr_in addr{};
@@ -45,14 +44,25 @@ std::string slow_stream_read(std::uint16_t port, std::chrono::milliseconds stall
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
   const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                          "Content-Length: " + std::to_string(kStreamBody.size()) + "\r\n\r\n" + kStreamBody;
+                          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   REQUIRE(::send(fd, req.data(), req.size(), 0) == static_cast<ssize_t>(req.size()));
+  return fd;
+}
+
+// A streamed completion whose client reads only after `stall`, through a tiny receive buffer. Returns the
+// bytes read.
+std::string slow_stream_read(std::uint16_t port, std::chrono::milliseconds stall) {
+  const int fd = send_raw_completion(port, kStreamBody, 4096);
   std::this_thread::sleep_for(stall);
   std::string got;
   char buf[65536];
   for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) got.append(buf, static_cast<std::size_t>(n));
   ::close(fd);
   return got;
+}
+
+std::int64_t queued(const RouterProcess& router) {
+  return json::parse(router.get("/admin/replicas").body).at("queued").as_int64();
 }
 
 }  // namespace
@@ -223,6 +233,31 @@ TEST_CASE("a removed replica's labelled metric series are deleted") {
   const std::string text = router.get("/metrics").body;
   CHECK(text.find(b.url()) == std::string::npos);
   CHECK(text.find(a.url()) != std::string::npos);
+}
+
+TEST_CASE("a queued request whose client hangs up leaves the queue at once, not when a slot or the timeout comes") {
+  StandinUpstream up;
+  up.set_kv_script(config_event(0, 1));
+  up.hang_ms = 8000;  // the first request holds the one forwarding slot this long
+  TempDir dir;
+  {
+    std::ofstream yaml(dir / "router.yaml");
+    yaml << "max_concurrency: 1\nmax_queue: 1\nqueue_timeout_ms: 60000\nupstream_timeout_ms: 60000\n";
+  }
+  RouterProcess router({}, standin_flags({&up}, {"--config", (dir / "router.yaml").string()}));
+  int held_status = 0;
+  std::thread held([&] { held_status = router.post("/v1/completions", kBody).status; });
+  REQUIRE(wait_until([&] { return up.in_flight > 0; }, std::chrono::seconds(10)));
+  const int fd = send_raw_completion(router.port(), kBody);
+  REQUIRE(wait_until([&] { return queued(router) == 1; }, std::chrono::seconds(10)));
+  ::close(fd);
+  // Its place is free while the slot is still held (before: it stayed queued until the slot came to it).
+  CHECK(wait_until([&] { return queued(router) == 0; }, std::chrono::seconds(3)));
+  CHECK(up.in_flight.load() == 1);
+  held.join();
+  CHECK(held_status == 200);
+  CHECK(up.completion_requests() == 1);  // the request whose client left was never forwarded
+  CHECK(router.metric("kvfleet_router_rejected_total") == 0);  // nor counted as refused
 }
 
 TEST_CASE("a request in flight when its replica is removed does not re-create the replica's series") {

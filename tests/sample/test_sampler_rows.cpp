@@ -3,6 +3,9 @@
 // each request the tokens it gets run alone, whichever share sampled its row.
 #include <doctest/doctest.h>
 
+#include <condition_variable>
+#include <map>
+#include <mutex>
 #include <random>
 
 #include "runtime/engine_harness.h"
@@ -49,6 +52,25 @@ std::vector<GenerationRequest> mixed_requests() {
   return out;
 }
 
+// Which share claimed how many rows. The first claim of share 0 waits (up to 10 s) until share 1 has claimed
+// rows too, so both shares sample rows whatever the timing: left alone, the engine thread's share is often
+// done with all 40 rows before the pool's worker starts, and the run would not show that a row's token is
+// the same whichever share's scratch sampled it.
+struct ClaimLog {
+  std::mutex mu;
+  std::condition_variable claimed;
+  std::map<std::int64_t, std::int64_t> rows_by_share;
+  bool waited = false;
+  void claim(std::int64_t share, std::int64_t begin, std::int64_t end) {
+    std::unique_lock lock(mu);
+    rows_by_share[share] += end - begin;
+    claimed.notify_all();
+    if (share != 0 || waited) return;
+    waited = true;
+    claimed.wait_for(lock, std::chrono::seconds(10), [&] { return rows_by_share.count(1) > 0; });
+  }
+};
+
 EngineConfig config(std::int32_t max_seqs) {
   EngineConfig c;
   c.num_blocks = 256;
@@ -76,7 +98,12 @@ TEST_CASE("40 rows a step, every sampling mode: each request's tokens equal its 
     }
     alone = col.results();
   }
-  Engine engine(model, config(64));
+  ClaimLog claims;
+  EngineConfig batched_config = config(64);
+  batched_config.on_rows_claimed = [&](std::int64_t share, std::int64_t begin, std::int64_t end) {
+    claims.claim(share, begin, end);
+  };
+  Engine engine(model, batched_config);
   test::Collector col;
   for (std::size_t i = 0; i < requests.size(); ++i) engine.submit(requests[i], col.callback(i));
   engine.wait_idle();
@@ -93,6 +120,11 @@ TEST_CASE("40 rows a step, every sampling mode: each request's tokens equal its 
   }
   CHECK(differ == 0);
   CHECK(distinct_tokens > 10);  // the draws vary: not every request collapsed to one token
-  // Every step of the batched run sampled all 40 rows together (both shares claimed rows).
+  // The batched run sampled its rows together (few steps), in two shares that both claimed rows.
   CHECK(engine.stats().steps <= 8);
+  std::lock_guard lock(claims.mu);
+  CHECK(claims.rows_by_share.size() == 2);
+  CHECK(claims.rows_by_share[0] > 0);
+  CHECK(claims.rows_by_share[1] > 0);
+  CHECK(claims.rows_by_share[0] + claims.rows_by_share[1] <= 40 * 6);
 }

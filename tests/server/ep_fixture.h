@@ -38,40 +38,6 @@ inline std::string completion(std::uint16_t port, const std::string& prompt, int
   return res.body;
 }
 
-// Reads GET /v1/kv_events?since=0 for up to `seconds`, until every one of `needles` shows, then for
-// `settle` more (the rest of the replay).
-inline std::string read_events(std::uint16_t port, const std::vector<std::string>& needles, int seconds,
-                               std::chrono::milliseconds settle = std::chrono::milliseconds(0)) {
-  namespace asio = boost::asio;
-  asio::io_context io;
-  asio::ip::tcp::socket s(io);
-  s.connect({asio::ip::make_address("127.0.0.1"), port});
-  timeval tv{0, 200000};
-  ::setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  const std::string req = "GET /v1/kv_events?since=0 HTTP/1.1\r\nHost: x\r\n\r\n";
-  asio::write(s, asio::buffer(req));
-  std::string got;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  char buf[4096];
-  const auto all_there = [&] {
-    for (const auto& n : needles)
-      if (got.find(n) == std::string::npos) return false;
-    return true;
-  };
-  bool found = false;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (!found && all_there()) {
-      found = true;
-      deadline = std::min(deadline, std::chrono::steady_clock::now() + settle);
-      continue;
-    }
-    const ssize_t n = ::recv(s.native_handle(), buf, sizeof buf, 0);
-    if (n == 0) break;
-    if (n > 0) got.append(buf, static_cast<std::size_t>(n));
-  }
-  return got;
-}
-
 inline std::string completion(const ReplicaProcess& r, const std::string& prompt, int i) {
   return completion(r.port(), prompt, i);
 }

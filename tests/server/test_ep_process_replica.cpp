@@ -237,7 +237,7 @@ TEST_CASE("kvfleet-replica --ep-rank: a hang-up cancels on the rank running it; 
   CHECK(aborted == 2);
   CHECK(running == 0);
   // 16 blocks of 16 tokens per rank: a 300-token prompt fits no rank's cache. Distinct prompts spread
-  // over both ranks (the idle tie-break hashes the first block, as ep/group.cpp's spread_of).
+  // over both ranks (the idle tie-break hashes the first block, as ep/group.cpp's tie_break_of).
   std::set<int> ranks;
   for (int k = 0; k < 6; ++k) {
     std::vector<TokenId> ids(300);

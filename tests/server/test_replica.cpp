@@ -9,6 +9,7 @@
 #include <atomic>
 #include <thread>
 
+#include "kvfleet/backend.h"
 #include "replica_fixture.h"
 
 using namespace kvfleet;
@@ -120,6 +121,22 @@ TEST_CASE("a client that disconnects mid-stream aborts its request and frees its
   const std::string text = replica.get("/metrics").body;
   CHECK(text.find("kvfleet_requests_finished_total{finish_reason=\"abort\"} 1") != std::string::npos);
   CHECK(replica.metric("kvfleet_generation_tokens_total") < 3000);
+}
+
+TEST_CASE("KV events carry the tier of the backend that --backend auto chose, not of the flag") {
+  test::ReplicaProcess replica({"--backend", "auto"});
+  BackendOptions options;
+  options.kind = "auto";
+  const bool gpu = chosen_backend_kind(options) == "cuda";  // what make_backend made in the replica too
+  const std::string tier = gpu ? "\"tier\":\"gpu\"" : "\"tier\":\"cpu\"";
+  const std::string other = gpu ? "\"tier\":\"cpu\"" : "\"tier\":\"gpu\"";
+  // ~100 tokens: full blocks, which the cache stores and the stream announces.
+  std::string prompt;
+  for (int i = 0; i < 10; ++i) prompt += "The quick brown fox jumps over the lazy dog. ";
+  REQUIRE(replica.post("/v1/completions", R"({"prompt":")" + prompt + R"(","max_tokens":1})").status == 200);
+  const std::string events = test::read_events(replica.port(), {"\"type\":\"stored\""}, 20);
+  CHECK(events.find(tier) != std::string::npos);
+  CHECK(events.find(other) == std::string::npos);
 }
 
 TEST_CASE("SIGTERM drains: new requests get 503, the running stream finishes, the process exits 0") {

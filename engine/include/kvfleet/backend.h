@@ -184,7 +184,10 @@ struct BackendOptions {
 // std::invalid_argument naming the option.
 std::optional<DType> parse_kv_cache_dtype(std::string_view name);
 
-// Makes the backend `options.kind` names; "auto" picks CUDA when a GPU is present, else the CPU.
+// The kind of backend make_backend(options) makes: "cpu" or "cuda"; "auto" is CUDA when this build has it
+// and a GPU is present, else the CPU. Throws std::invalid_argument for an unknown kind.
+std::string_view chosen_backend_kind(const BackendOptions& options);
+// Makes the backend chosen_backend_kind(options) names.
 std::unique_ptr<Backend> make_backend(const BackendOptions& options);
 std::unique_ptr<Backend> make_cpu_backend(unsigned threads, DType kv_dtype = DType::f32);
 // Only in builds with KVFLEET_CUDA; throws std::runtime_error("no CUDA device found: ...") without a GPU.

@@ -46,6 +46,9 @@ struct EngineConfig {
   // lockstep (a rank without work runs an empty step). Each rank has its own requests, scheduler and KV
   // cache; destroying any rank's engine stops the whole group's loops. Null: a plain engine.
   Communicator* ep = nullptr;
+  // Tests only: runs on a sampling thread whenever share `share` of a step's sampling claims rows [begin, end),
+  // before it samples them (a step samples in shares from 16 rows on). Empty: nothing runs.
+  std::function<void(std::int64_t share, std::int64_t begin, std::int64_t end)> on_rows_claimed;
 };
 
 struct GenerationRequest {
