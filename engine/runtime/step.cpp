@@ -140,91 +140,113 @@ void Engine::sample_rows(std::vector<SampleJob>& jobs, std::span<float> logits, 
 
 void Engine::step() {
   Impl& m = *impl_;
-  Scheduler& sched = *m.scheduler;
   const auto t_start = EngineClock::now();
-  sched.schedule(m.scheduled);
-  const SchedulerOutput& out = m.scheduled;
-  if (out.empty()) {  // nothing fits this instant; submit() rejects what could never fit
-    if (m.lockstep->forward_when_idle()) serve_peers();  // still this rank's turn in the group's step
-    m.flush_outputs();  // this turn's aborts must not wait for the pause
-    std::unique_lock lock(m.mu);
-    m.wake.wait_for(lock, std::chrono::milliseconds(1));
-    return;
-  }
+  m.scheduler->schedule(m.scheduled);
+  if (m.scheduled.empty()) return pause_empty_step();  // nothing fits this instant
   std::span<float> logits;
   const auto t_forward = EngineClock::now();
+  if (!forward_scheduled(logits)) return;
+  const double forward_s = std::chrono::duration<double>(EngineClock::now() - t_forward).count();
+  std::uint64_t prompt_tokens = 0;
+  std::size_t prefill_only = 0;
+  collect_sample_jobs(prompt_tokens, prefill_only);
+  sample_rows(m.jobs, logits, static_cast<std::size_t>(model_.config().vocab_size), m.sampled, m.failed);
+  m.scheduler->update(m.scheduled, m.sampled);
+  {
+    // Counted before any callback runs: a client that has its last token must find it in the metrics.
+    std::lock_guard lock(m.stats_mu);
+    m.stats.prompt_tokens += prompt_tokens;
+    m.stats.generated_tokens += m.sampled.size() - m.failed.size() - prefill_only;
+    m.stats.steps += 1;
+    count_experts();
+  }
+  emit_step_outputs();
+  m.flush_outputs();  // inside the step's time: the hand-over to the consumer is the engine's work too
+  std::lock_guard lock(m.stats_mu);
+  m.stats.scheduler = m.scheduler->stats();
+  m.stats.forward_seconds += forward_s;
+  m.stats.step_seconds += std::chrono::duration<double>(EngineClock::now() - t_start).count();
+}
+
+// Nothing fits this instant (submit() rejects what could never fit): a group's step still needs this rank's
+// empty forward; then a short pause, this turn's aborts delivered first.
+void Engine::pause_empty_step() {
+  Impl& m = *impl_;
+  if (m.lockstep->forward_when_idle()) serve_peers();
+  m.flush_outputs();
+  std::unique_lock lock(m.mu);
+  m.wake.wait_for(lock, std::chrono::milliseconds(1));
+}
+
+// The scheduled chunks' forward pass; the logits of the rows that sample. False: the step could not run and
+// its requests failed (not the engine).
+bool Engine::forward_scheduled(std::span<float>& logits) {
+  Impl& m = *impl_;
   try {
-    out.to_forward_batch(m.batch);
+    m.scheduled.to_forward_batch(m.batch);
     logits = m.runner->forward_view(m.batch);
+    return true;
   } catch (const CommunicatorError&) {
     throw;  // the group is broken: the loop fails everything
   } catch (const std::exception& e) {
-    // A step that cannot run fails the requests in it, not the engine. Under expert parallelism the
-    // runner rejects a bad batch before its first exchange, so an empty step keeps the group in line.
-    for (const ScheduledChunk& c : out.chunks) fail(c.id, e.what());
+    // Under expert parallelism the runner rejects a bad batch before its first exchange, so an empty step
+    // keeps the group in line.
+    for (const ScheduledChunk& c : m.scheduled.chunks) fail(c.id, e.what());
     if (m.lockstep->forward_when_idle()) m.runner->forward(ForwardBatch{});
-    return;
+    return false;
   }
-  const double forward_s = std::chrono::duration<double>(EngineClock::now() - t_forward).count();
-  const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);
-  std::vector<TokenId>& sampled = m.sampled;
-  std::vector<std::pair<SeqId, std::string>>& failed = m.failed;  // rows that could not be sampled
-  std::vector<SampleJob>& jobs = m.jobs;
-  sampled.clear();
-  failed.clear();
-  jobs.clear();
-  std::uint64_t prompt_tokens = 0;
-  std::size_t row = 0, prefill_only = 0;
-  for (const ScheduledChunk& c : out.chunks) {
+}
+
+// One sampling job per chunk that samples (a prefill_only request's row gets none: its K/V is the product);
+// admission's figures (cached tokens, queue time) on a request's first chunk; the prompt tokens computed.
+void Engine::collect_sample_jobs(std::uint64_t& prompt_tokens, std::size_t& prefill_only) {
+  Impl& m = *impl_;
+  m.sampled.clear();
+  m.failed.clear();
+  m.jobs.clear();
+  std::size_t row = 0;
+  for (const ScheduledChunk& c : m.scheduled.chunks) {
     Active& a = m.active.at(c.id);
     if (!a.admitted) {
       a.admitted = true;
       a.cached_tokens = c.start_pos;
       a.queue_time_s = std::chrono::duration<double>(EngineClock::now() - a.submitted).count();
     }
-    const Sequence* seq = sched.get(c.id);
+    const Sequence* seq = m.scheduler->get(c.id);
     const auto end = c.start_pos + static_cast<std::int32_t>(c.tokens.size());
     prompt_tokens += static_cast<std::uint64_t>(std::max(0, std::min(end, seq->num_prompt_tokens) - c.start_pos));
     if (!c.sample) continue;
-    if (a.request.prefill_only) {  // no token: the prompt's K/V is the product
+    if (a.request.prefill_only) {
       ++row;
       ++prefill_only;
-      sampled.push_back(0);
+    } else {
+      m.jobs.push_back({&a, seq, c.id, row++, m.sampled.size()});
+    }
+    m.sampled.push_back(0);
+  }
+}
+
+// After the scheduler's update: the rows that could not be sampled fail, every other sampling chunk's token
+// goes through its stop checks to its callback, a prefill_only request hands its pinned blocks over.
+void Engine::emit_step_outputs() {
+  Impl& m = *impl_;
+  for (const auto& [id, why] : m.failed) fail(id, why);
+  std::size_t i = 0;
+  for (const ScheduledChunk& c : m.scheduled.chunks) {
+    if (!c.sample) continue;
+    const TokenId token = m.sampled[i++];
+    auto it = m.active.find(c.id);
+    if (it == m.active.end()) continue;  // failed above
+    if (it->second.request.prefill_only) {
+      finish_prefill_only(c.id, *m.scheduler->get(c.id));
       continue;
     }
-    jobs.push_back({&a, seq, c.id, row++, sampled.size()});
-    sampled.push_back(0);
-  }
-  sample_rows(jobs, logits, vocab, sampled, failed);
-  sched.update(out, sampled);
-  {
-    // Counted before any callback runs: a client that has its last token must find it in the metrics.
-    std::lock_guard lock(m.stats_mu);
-    m.stats.prompt_tokens += prompt_tokens;
-    m.stats.generated_tokens += sampled.size() - failed.size() - prefill_only;
-    m.stats.steps += 1;
-    count_experts();
-  }
-  for (const auto& [id, why] : failed) fail(id, why);
-  std::size_t i = 0;
-  for (const ScheduledChunk& c : out.chunks) {
-    if (!c.sample) continue;
-    const TokenId token = sampled[i++];
-    if (auto it = m.active.find(c.id); it != m.active.end() && it->second.request.prefill_only) {
-      finish_prefill_only(c.id, *sched.get(c.id));
-    } else if (it != m.active.end()) {
-      try {
-        emit_token(c.id, token);
-      } catch (const std::exception& e) {
-        fail(c.id, e.what());
-      }
+    try {
+      emit_token(c.id, token);
+    } catch (const std::exception& e) {
+      fail(c.id, e.what());
     }
   }
-  m.flush_outputs();  // inside the step's time: the hand-over to the consumer is the engine's work too
-  std::lock_guard lock(m.stats_mu);
-  m.stats.scheduler = sched.stats();
-  m.stats.forward_seconds += forward_s;
-  m.stats.step_seconds += std::chrono::duration<double>(EngineClock::now() - t_start).count();
 }
 
 // No work on this rank while others step: an empty forward, so that the MoE layers' exchanges line up (this

@@ -197,6 +197,10 @@ class Engine {
   void shut_down();
   void admit(Submission& s);
   void step();  // step.cpp: schedule -> forward -> sample -> update -> outputs
+  void pause_empty_step();
+  bool forward_scheduled(std::span<float>& logits);
+  void collect_sample_jobs(std::uint64_t& prompt_tokens, std::size_t& prefill_only);
+  void emit_step_outputs();
   void serve_peers();
   TokenId sample_row(Active& a, const Sequence& seq, std::span<float> row, SamplerScratch& scratch) const;
   struct SampleJob {
