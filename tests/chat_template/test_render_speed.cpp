@@ -32,6 +32,15 @@ void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+// The nothrow forms too (std::stable_sort's buffer uses them): every unaligned allocation of the binary must
+// come from these malloc-based ones, or a sanitizer's own new would meet this free.
+void* operator new(std::size_t bytes, const std::nothrow_t&) noexcept {
+  allocated_bytes += bytes;
+  return std::malloc(bytes == 0 ? 1 : bytes);
+}
+void* operator new[](std::size_t bytes, const std::nothrow_t& tag) noexcept { return ::operator new(bytes, tag); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 TEST_CASE("render cost of Qwen3's template with tools (reported)") {
   const std::filesystem::path dir =
