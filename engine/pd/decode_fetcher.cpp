@@ -42,7 +42,7 @@ bool parse_peer_url(std::string_view url, std::string& host, std::uint16_t& port
 }
 
 awaitable<FetchResult> DecodeFetcher::fetch(std::span<const TokenId> prompt, std::string prefill_url,
-                                            http::ResponseWriter& client) {
+                                            http::ResponseWriter& client, std::string cache_salt) {
   FetchResult result;
   const auto bs = static_cast<std::size_t>(layout_.block_size);
   const std::size_t wanted = prompt.empty() ? 0 : (prompt.size() - 1) / bs;
@@ -50,7 +50,9 @@ awaitable<FetchResult> DecodeFetcher::fetch(std::span<const TokenId> prompt, std
   if (wanted == 0) co_return result;  // shorter than a block + 1 token: nothing to ship
   Plan plan;
   plan.tokens.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(wanted * bs));
-  plan.hashes = block_hashes(layout_.root, plan.tokens, bs);
+  plan.root = cache_salt.empty() ? layout_.root : block_hash_root(layout_.model_name, cache_salt);
+  plan.cache_salt = std::move(cache_salt);
+  plan.hashes = block_hashes(plan.root, plan.tokens, bs);
   // Pin the leading blocks D holds, so they cannot be evicted before the request is admitted.
   // (Lambdas are named before a co_await: GCC 12 destroys a temporary in a co_await expression twice.)
   auto pin_held = [tokens = plan.tokens, hashes = plan.hashes, bs](Scheduler& s, Backend&) {
@@ -216,6 +218,7 @@ Hello DecodeFetcher::make_hello(const Plan& plan) const {
   hello.tokens = plan.tokens;
   hello.held.assign(plan.hashes.begin(), plan.hashes.begin() + plan.held);
   hello.lease_ms = static_cast<std::uint32_t>(config_.lease.count());
+  hello.cache_salt = plan.cache_salt;
   hello.transports = offered_transports();
   return hello;
 }

@@ -48,7 +48,7 @@ class DecodeFetcher {
       : engine_(engine), layout_(std::move(layout)), config_(config), metrics_(metrics) {}
 
   boost::asio::awaitable<FetchResult> fetch(std::span<const TokenId> prompt, std::string prefill_url,
-                                            http::ResponseWriter& client);
+                                            http::ResponseWriter& client, std::string cache_salt = {});
   // The ucx transport: pulls go over UCP endpoints of `worker`, pooled per P, when config.transports
   // lists ucx and P picks it; a failed UCX connect pulls over tcp instead. Call once, before fetching.
   void enable_ucx(std::shared_ptr<UcxWorker> worker);
@@ -58,6 +58,8 @@ class DecodeFetcher {
   struct Plan {
     std::vector<TokenId> tokens;    // the wanted blocks' tokens
     std::vector<BlockHash> hashes;  // D's own hashes of them
+    BlockHash root = 0;             // their chain's root: the model's, or the request's salted one (Contract 1)
+    std::string cache_salt;
     std::uint32_t held = 0;
     PinId pin = 0;
     std::string host;

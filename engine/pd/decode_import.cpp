@@ -48,7 +48,7 @@ std::shared_ptr<http::AsyncQueue<std::uint32_t>> DecodeFetcher::start_enter(boos
                                                                              const Landing& landing, std::uint32_t at,
                                                                              std::uint32_t n) {
   const auto bs = static_cast<std::size_t>(layout_.block_size);
-  const BlockHash root = layout_.root;
+  const BlockHash root = plan.root;
   const auto first = landing.blocks.begin() + (at - plan.held);
   // Between steps on the engine thread: each verified landing block becomes a prefix-cache entry (KV
   // events report it) held by the request's pin; one computed here meanwhile is kept instead. The landing
@@ -77,7 +77,7 @@ std::shared_ptr<http::AsyncQueue<std::uint32_t>> DecodeFetcher::start_enter(boos
 std::shared_ptr<http::AsyncQueue<std::uint32_t>> DecodeFetcher::start_import(boost::asio::any_io_executor ex, const Plan& plan,
                                                                               std::shared_ptr<ReceivedPull> pull) {
   const auto bs = static_cast<std::size_t>(layout_.block_size);
-  const BlockHash root = layout_.root;
+  const BlockHash root = plan.root;
   const std::size_t stride = block_frame_bytes(layout_.block_bytes());
   // Between steps on the engine thread: each block is entered in the prefix cache and its bytes written
   // from the receive buffer in the same task, so no step sees a half-written block. Runs of consecutive

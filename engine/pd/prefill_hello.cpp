@@ -41,7 +41,8 @@ awaitable<void> PrefillService::handle_prefill(const http::Request& req, http::R
     co_return;
   }
   const auto bs = static_cast<std::size_t>(layout_.block_size);
-  const std::vector<BlockHash> hashes = block_hashes(layout_.root, hello.tokens, bs);
+  const BlockHash root = hello.cache_salt.empty() ? layout_.root : block_hash_root(layout_.model_name, hello.cache_salt);
+  const std::vector<BlockHash> hashes = block_hashes(root, hello.tokens, bs);
   std::optional<http::Response> refused = check_hello(hello, hashes);
   if (refused) {
     co_await w.send(std::move(*refused));
@@ -54,7 +55,7 @@ awaitable<void> PrefillService::handle_prefill(const http::Request& req, http::R
   RequestId rid = 0;
   if (!all_cached) {
     std::string why;
-    rid = submit_prefill(hello.tokens, queue, why);
+    rid = submit_prefill(hello.tokens, hello.cache_salt, queue, why);
     if (!why.empty()) {
       co_await w.send(http::json_error(400, why, "invalid_request_error", {}, "prefill_failed"));
       co_return;
@@ -78,6 +79,8 @@ std::optional<http::Response> PrefillService::check_hello(const Hello& hello, co
     if (hello.layout == layout_) problem = "compatibility hashes differ";
   } else if (pick_transport(hello.transports, offered_transports()).empty()) {
     status = 409, code = "no_common_transport", problem = "no common transport (this replica offers " + offered_list() + ")";
+  } else if (hello.cache_salt.size() > 256) {
+    problem = "cache_salt longer than 256 bytes";
   } else if (hello.tokens.empty() || hello.tokens.size() % bs != 0) {
     problem = "tokens must be whole blocks of " + std::to_string(bs);
   } else if (hello.held.size() >= hashes.size() || !std::equal(hello.held.begin(), hello.held.end(), hashes.begin())) {
@@ -106,10 +109,11 @@ awaitable<std::pair<PinId, bool>> PrefillService::pin_cached(const std::vector<T
   co_return co_await on_engine_thread(engine_, std::move(pin));
 }
 
-RequestId PrefillService::submit_prefill(std::vector<TokenId> tokens, std::shared_ptr<Outputs> queue,
-                                         std::string& refused) {
+RequestId PrefillService::submit_prefill(std::vector<TokenId> tokens, std::string cache_salt,
+                                         std::shared_ptr<Outputs> queue, std::string& refused) {
   GenerationRequest g;
   g.prompt = std::move(tokens);
+  g.cache_salt = std::move(cache_salt);
   g.prefill_only = true;
   g.max_tokens = 1;
   g.ignore_eos = true;

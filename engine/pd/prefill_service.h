@@ -100,7 +100,8 @@ class PrefillService {
   // Starts the prefill_only request over the wanted blocks, its outputs into `queue`; 0 with `refused`
   // set when the engine refuses it.
   using Outputs = http::AsyncQueue<RequestOutput>;
-  RequestId submit_prefill(std::vector<TokenId> tokens, std::shared_ptr<Outputs> queue, std::string& refused);
+  RequestId submit_prefill(std::vector<TokenId> tokens, std::string cache_salt, std::shared_ptr<Outputs> queue,
+                           std::string& refused);
   Accept make_accept(const Hello& hello, const std::vector<BlockHash>& hashes, std::size_t first) const;
   // Opens the transfer's lease on the stream pin `hold` (and the prefill while it runs); returns its id.
   std::uint64_t open_lease(const Accept& a, std::shared_ptr<EnginePin> hold, std::vector<TokenId> tokens,

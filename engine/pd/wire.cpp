@@ -127,6 +127,7 @@ std::string payload_of(const Hello& h) {
   w.list(h.tokens);
   w.list(h.held);
   w.num(h.lease_ms);
+  if (!h.cache_salt.empty()) w.str(h.cache_salt);  // optional trailer: unsalted hellos stay byte-identical
   return std::move(w.bytes());
 }
 
@@ -163,6 +164,7 @@ Frame parse(FrameType type, std::string_view payload) {
       h.tokens = r.list<TokenId>();
       h.held = r.list<BlockHash>();
       h.lease_ms = r.num<std::uint32_t>();
+      if (!r.at_end()) h.cache_salt = r.str();
       out = std::move(h);
       break;
     }

@@ -42,6 +42,9 @@ struct Hello {
   std::vector<TokenId> tokens;     // whole blocks only
   std::vector<BlockHash> held;     // hashes of the first held.size() blocks, which D has
   std::uint32_t lease_ms = 0;      // 0: P's default
+  // The request's cache_salt (Contract 1): P computes and serves the blocks under the salted root, as D
+  // hashes them. Encoded after lease_ms only when not empty (additive: an unsalted hello is unchanged).
+  std::string cache_salt;
 };
 
 struct Accept {

@@ -125,7 +125,7 @@ awaitable<void> Replica::completions(const http::Request& req, http::ResponseWri
   std::vector<std::vector<TokenId>> prompts;  // x-kvfleet-prefill-from: fetch their KV first (Contract 3)
   for (const auto& ch : job.choices)
     if (prompts.empty() || prompts.back() != ch.request.prompt) prompts.push_back(ch.request.prompt);
-  const auto fetched = co_await pd_prefetch(req, prompts, w);  // holds the fetched blocks until the job ends
+  const auto fetched = co_await pd_prefetch(req, prompts, r.params.cache_salt, w);  // holds them until the job ends
   if (w.client_gone()) co_return;
   co_await run_job(job, w);
 }
@@ -149,7 +149,7 @@ awaitable<void> Replica::chat(const http::Request& req, http::ResponseWriter& w)
     job.choices.push_back(std::move(ch));
   }
   const std::vector<std::vector<TokenId>> prompts{ids};
-  const auto fetched = co_await pd_prefetch(req, prompts, w);  // x-kvfleet-prefill-from (Contract 3)
+  const auto fetched = co_await pd_prefetch(req, prompts, r.params.cache_salt, w);  // x-kvfleet-prefill-from (Contract 3)
   if (w.client_gone()) co_return;
   co_await run_job(job, w);
 }

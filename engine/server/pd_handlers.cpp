@@ -123,12 +123,12 @@ void Replica::add_pd_routes(http::HttpRouter& r) {
 
 awaitable<std::vector<pd::FetchResult>> Replica::pd_prefetch(const http::Request& req,
                                                              const std::vector<std::vector<TokenId>>& prompts,
-                                                             http::ResponseWriter& w) {
+                                                             const std::string& cache_salt, http::ResponseWriter& w) {
   std::vector<pd::FetchResult> out;
   const std::string* from = req.headers.find("x-kvfleet-prefill-from");
   if (!from || from->empty() || !pd_fetch_) co_return out;
   for (const auto& prompt : prompts) {
-    out.push_back(co_await pd_fetch_->fetch(prompt, *from, w));
+    out.push_back(co_await pd_fetch_->fetch(prompt, *from, w, cache_salt));
     const pd::FetchResult& r = out.back();
     if (!r.fallback.empty())
       std::fprintf(stderr, "kvfleet-replica: KV transfer from %s fell back to local prefill (%s): %s\n", from->c_str(),

@@ -74,6 +74,7 @@ class Replica {
   Awaitable kv_state(const http::Request& req, http::ResponseWriter& w);
   boost::asio::awaitable<std::vector<pd::FetchResult>> pd_prefetch(const http::Request& req,
                                                                    const std::vector<std::vector<TokenId>>& prompts,
+                                                                   const std::string& cache_salt,
                                                                    http::ResponseWriter& w);
 
   Awaitable run_job(Job& job, http::ResponseWriter& w);

@@ -76,6 +76,33 @@ TEST_CASE("pd mode answers token for token like mixed mode: greedy, seeded, shar
   check_no_leak(d.port());
 }
 
+TEST_CASE("a salted request's blocks move under its salted root and never reach the unsalted namespace") {
+  ReplicaProcess p(with_transport({"--role", "prefill"}));
+  ReplicaProcess d(with_transport({"--role", "decode"})), m(with_transport({"--role", "mixed"}));
+  const std::vector<int> ids = prompt_ids(11, 48);  // two blocks wanted (the last token is D's own)
+  const auto cached_tokens = [](const http::Response& r) {
+    REQUIRE_MESSAGE(r.status == 200, r.body);
+    return json::parse(r.body).at("usage").at("prompt_tokens_details").at("cached_tokens").to_number<int>();
+  };
+  json::object salted = json::parse(completion_body(ids, 5)).as_object();
+  salted["cache_salt"] = "tenant-a";
+  const std::string body = json::serialize(salted);
+  const http::Response through_pd = post(d.port(), "/v1/completions", body, p.base_url());
+  CHECK(answer_of(through_pd) == answer_of(post(m.port(), "/v1/completions", body)));
+  CHECK(metric_value(d.port(), "kvfleet_pd_transfers_total") == 1);
+  CHECK(cached_tokens(through_pd) == 32);  // D's salted request found the shipped blocks under its own root
+  // Neither side holds them for an unsalted request (nor for another tenant's).
+  const std::string plain = completion_body(ids, 5);
+  CHECK(cached_tokens(post(d.port(), "/v1/completions", plain)) == 0);
+  CHECK(cached_tokens(post(p.port(), "/v1/completions", plain)) == 0);
+  salted["cache_salt"] = "tenant-b";
+  CHECK(cached_tokens(post(d.port(), "/v1/completions", json::serialize(salted))) == 0);
+  // P computed them as tenant-a's: a tenant-a request there finds them.
+  CHECK(cached_tokens(post(p.port(), "/v1/completions", body)) >= 32);
+  check_no_leak(p.port());
+  check_no_leak(d.port());
+}
+
 TEST_CASE("faults mid-transfer: corrupted frame, stalled P, P dying, expired lease, client hang-up") {
   ReplicaProcess p(with_transport({"--role", "prefill", "--pd-lease-ms", "1000"}));
   ReplicaProcess d1(with_transport({"--role", "decode", "--pd-io-timeout-ms", "500"}));

@@ -54,6 +54,12 @@ TEST_CASE("every frame type round-trips") {
   CHECK(hb.held == h.held);
   CHECK(hb.lease_ms == 1234);
   CHECK(hb.transports == std::vector<std::string>{"tcp"});
+  CHECK(hb.cache_salt.empty());
+  Hello salted = h;
+  salted.cache_salt = "tenant-a";
+  const std::string salted_bytes = encode(salted);
+  CHECK(std::get<Hello>(decode_one(salted_bytes)).cache_salt == "tenant-a");
+  CHECK(salted_bytes.size() == encode(h).size() + 4 + 8);  // the salt is a trailer; unsalted hellos are unchanged
 
   Accept a;
   a.layout = layout();
