@@ -61,7 +61,8 @@ json::object to_json(const GenerationRequest& r) {
           {"logprobs", r.logprobs},
           {"logit_bias", std::move(bias)},
           {"cache_salt", r.cache_salt},
-          {"prefill_only", r.prefill_only}};
+          {"prefill_only", r.prefill_only},
+          {"resumed", ids(r.resumed_outputs)}};
 }
 
 GenerationRequest request_from_json(const json::object& o) {
@@ -86,6 +87,7 @@ GenerationRequest request_from_json(const json::object& o) {
                               from_bits(b.as_array().at(1)));
   r.cache_salt = str(o, "cache_salt");
   r.prefill_only = at(o, "prefill_only").as_bool();
+  r.resumed_outputs = ids_of(at(o, "resumed"));
   return r;
 }
 
@@ -100,6 +102,7 @@ json::object to_json(const RequestOutput& o) {
   j["np"] = o.num_prompt_tokens;
   j["nc"] = o.num_cached_tokens;
   j["qt"] = o.queue_time_s;
+  if (!o.resumed_text.empty()) j["resumed_text"] = o.resumed_text;
   if (!o.logprobs.empty()) {
     json::array lps;
     for (const auto& lp : o.logprobs) {
@@ -129,6 +132,7 @@ RequestOutput output_from_json(const json::object& j) {
   o.num_prompt_tokens = num<std::int32_t>(j, "np");
   o.num_cached_tokens = num<std::int32_t>(j, "nc");
   o.queue_time_s = num<double>(j, "qt");
+  if (j.contains("resumed_text")) o.resumed_text = str(j, "resumed_text");
   if (const auto* lps = j.if_contains("lps")) {
     for (const auto& v : lps->as_array()) {
       const auto& lp = v.as_object();

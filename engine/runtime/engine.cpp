@@ -3,6 +3,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "engine/runtime/engine_impl.h"
 
@@ -68,7 +69,15 @@ RequestId Engine::submit(GenerationRequest r, OutputCallback on_output) {
     if (t < 0 || t >= vocab)
       throw std::invalid_argument("prompt token id " + std::to_string(t) + " is outside the vocabulary (size " +
                                   std::to_string(vocab) + ")");
-  const auto prompt_len = static_cast<std::int64_t>(r.prompt.size());
+  for (TokenId t : r.resumed_outputs)
+    if (t < 0 || t >= vocab)
+      throw std::invalid_argument("resumed output token id " + std::to_string(t) + " is outside the vocabulary (size " +
+                                  std::to_string(vocab) + ")");
+  if (std::cmp_greater_equal(r.resumed_outputs.size(), r.max_tokens))
+    throw std::invalid_argument("the resumed outputs (" + std::to_string(r.resumed_outputs.size()) +
+                                " tokens) leave nothing of max_tokens (" + std::to_string(r.max_tokens) + ")");
+  // A resumed request's outputs so far take context as the prompt does.
+  const auto prompt_len = static_cast<std::int64_t>(r.prompt.size() + r.resumed_outputs.size());
   if (prompt_len + 1 > max_model_len_)
     throw std::invalid_argument("the prompt has " + std::to_string(prompt_len) + " tokens; this model's context is " +
                                 std::to_string(max_model_len_) + " tokens");

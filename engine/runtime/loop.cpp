@@ -140,6 +140,8 @@ void Engine::admit(Submission& s) {
     // capacity as a context limit too.
     rules.max_model_len = std::min<std::int64_t>(max_model_len_, std::int64_t{config_.num_blocks} * config_.block_size);
     a.stops = StopChecker(std::move(rules), m.tokenizer, a.request.detokenize, a.request.skip_special_tokens);
+    a.resumed_text = a.stops.prime(a.request.resumed_outputs, a.num_prompt_tokens);
+    p.outputs = std::move(a.request.resumed_outputs);
     m.scheduler->add(std::move(p));
     m.active.emplace(s.id, std::move(a));
   } catch (const std::exception& e) {

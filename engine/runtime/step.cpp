@@ -53,6 +53,8 @@ void emit_final(Engine::Active& a, FinishReason reason, std::string stop_string,
   out.num_cached_tokens = a.cached_tokens;
   out.error = std::move(error);
   out.queue_time_s = a.queue_time_s;
+  out.resumed_text = std::move(a.resumed_text);
+  a.resumed_text.clear();
   deliver(a, out);
 }
 
@@ -283,6 +285,8 @@ void Engine::emit_token(SeqId id, TokenId token) {
   o.error.clear();
   o.queue_time_s = a.queue_time_s;
   o.pin = 0;
+  o.resumed_text = std::move(a.resumed_text);  // the first output's; empty (moved from) after it
+  a.resumed_text.clear();
   if (a.request.logprobs >= 0) {
     o.logprobs.resize(1);
     o.logprobs[0].logprob = a.pending_lp.logprob;

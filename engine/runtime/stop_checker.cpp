@@ -33,6 +33,19 @@ std::string StopChecker::release(bool all) {
   held_.erase(0, end);
   return out;
 }
+std::string StopChecker::prime(const std::vector<TokenId>& outputs, std::int64_t num_prompt) {
+  std::string text;
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const auto n = static_cast<std::int32_t>(i + 1);
+    StopResult r = check(outputs[i], n, num_prompt + n);
+    if (r.reason != FinishReason::none)
+      throw std::invalid_argument("the resumed output would have ended at its token " + std::to_string(n) + " (" +
+                                  to_string(r.reason) + ")");
+    text += r.text;
+  }
+  return text;
+}
+
 StopChecker::StopChecker() = default;
 StopChecker::StopChecker(StopChecker&&) noexcept = default;
 StopChecker& StopChecker::operator=(StopChecker&&) noexcept = default;

@@ -51,6 +51,10 @@ class StopChecker {
   // Everything still held back at the end of the request (the decoder's incomplete bytes, a possible stop
   // string's beginning), or nothing after a stop string matched. Empty when it does not decode.
   std::string flush();
+  // A resumed request: reads outputs generated elsewhere (`num_prompt` tokens of prompt before them) as
+  // check() would have, and returns the text they released. Throws std::invalid_argument when they
+  // would already have ended the request.
+  std::string prime(const std::vector<TokenId>& outputs, std::int64_t num_prompt);
 
  private:
   std::string release(bool all);

@@ -27,7 +27,9 @@ std::string why_never_schedulable(std::int64_t prompt_len, const SchedulerConfig
 SeqId Scheduler::add(SequenceParams params) {
   const auto n = static_cast<std::int32_t>(params.prompt.size());
   if (n == 0) throw std::invalid_argument("Scheduler::add: empty prompt");
-  if (std::string why = why_never_schedulable(n, config_, kv_.pool().num_blocks(), kv_.block_size()); !why.empty())
+  // A resumed sequence computes its outputs so far with the prompt (as after a preemption).
+  const auto total = n + static_cast<std::int32_t>(params.outputs.size());
+  if (std::string why = why_never_schedulable(total, config_, kv_.pool().num_blocks(), kv_.block_size()); !why.empty())
     throw std::invalid_argument(std::move(why));
   if (params.id != 0 && seqs_.count(params.id) != 0)
     throw std::invalid_argument("Scheduler::add: sequence id " + std::to_string(params.id) + " is in use");
@@ -37,6 +39,7 @@ SeqId Scheduler::add(SequenceParams params) {
   seq->priority = params.priority;
   seq->hash_root = params.hash_root;
   seq->tokens = std::move(params.prompt);
+  seq->tokens.insert(seq->tokens.end(), params.outputs.begin(), params.outputs.end());
   seq->num_prompt_tokens = n;
   Sequence* raw = seq.get();
   seqs_.emplace(raw->id, std::move(seq));

@@ -85,6 +85,7 @@ GenerationRequest Replica::make_request(const std::vector<TokenId>& prompt, cons
   r.logprobs = p.logprobs ? *p.logprobs : -1;
   r.logit_bias = p.logit_bias;
   r.cache_salt = p.cache_salt;
+  if (p.resume) r.resumed_outputs = p.resume->output_token_ids;
   return r;
 }
 
@@ -94,6 +95,7 @@ void Replica::check_params(const GenerateParams& p) const {
     throw bad_request("data_parallel_rank " + std::to_string(*p.dp_rank) + " is out of range [0, " + std::to_string(ranks) +
                           ")", "data_parallel_rank");
   check_token_ids(p.stop_token_ids, "stop_token_ids");
+  if (p.resume) check_token_ids(p.resume->output_token_ids, "kvfleet_resume.output_token_ids");
   std::vector<TokenId> biased;
   for (const auto& [id, bias] : p.logit_bias) biased.push_back(id);
   check_token_ids(biased, "logit_bias");
@@ -102,12 +104,14 @@ void Replica::check_params(const GenerateParams& p) const {
 awaitable<void> Replica::completions(const http::Request& req, http::ResponseWriter& w) {
   CompletionRequest r = parse_completion_request(parse_json_body(req.body));
   apply_dp_rank_header(req.headers.find("x-data-parallel-rank"), r.params);
+  apply_token_ids_header(req.headers.find("x-kvfleet-token-ids"), r.params);
   check_model(r.model);
   check_params(r.params);
   Job job;
   job.reservation = admit(static_cast<std::int64_t>(r.prompts.size()) * r.params.n, "n");
   job.id = random_id("cmpl-");
   job.created = created_;
+  continue_stream(job, r.params);
   job.params = r.params;
   for (std::size_t p = 0; p < r.prompts.size(); ++p) {
     const auto& prompt = r.prompts[p];
@@ -133,6 +137,7 @@ awaitable<void> Replica::completions(const http::Request& req, http::ResponseWri
 awaitable<void> Replica::chat(const http::Request& req, http::ResponseWriter& w) {
   ChatRequest r = parse_chat_request(parse_json_body(req.body));
   apply_dp_rank_header(req.headers.find("x-data-parallel-rank"), r.params);
+  apply_token_ids_header(req.headers.find("x-kvfleet-token-ids"), r.params);
   check_model(r.model);
   check_params(r.params);
   if (!chat_template_) throw bad_request("this model has no chat template (tokenizer_config.json)", "messages");
@@ -142,6 +147,7 @@ awaitable<void> Replica::chat(const http::Request& req, http::ResponseWriter& w)
   job.chat = true;
   job.id = random_id("chatcmpl-");
   job.created = created_;
+  continue_stream(job, r.params);
   job.params = r.params;
   for (int c = 0; c < r.params.n; ++c) {
     Job::Choice ch;
@@ -152,6 +158,13 @@ awaitable<void> Replica::chat(const http::Request& req, http::ResponseWriter& w)
   const auto fetched = co_await pd_prefetch(req, prompts, r.params.cache_salt, w);  // x-kvfleet-prefill-from (Contract 3)
   if (w.client_gone()) co_return;
   co_await run_job(job, w);
+}
+
+// kvfleet_resume: the stream goes on under the id and created its client already has.
+void Replica::continue_stream(Job& job, const GenerateParams& p) {
+  if (!p.resume) return;
+  if (p.resume->id) job.id = *p.resume->id;
+  if (p.resume->created) job.created = *p.resume->created;
 }
 
 namespace {
@@ -205,8 +218,14 @@ std::string Replica::take_output(Job& job, std::size_t i, const RequestOutput& o
 
 awaitable<void> Replica::run_job(Job& job, http::ResponseWriter& w) {
   job.inbox = std::make_shared<OutputInbox>(co_await boost::asio::this_coro::executor);
-  for (auto& ch : job.choices)
+  for (auto& ch : job.choices) {
     ch.stream = std::make_unique<ChoiceStream>();
+    if (job.params.resume) {  // the client has the stream's first chunk (role, echo) from the first replica
+      ch.stream->resume(job.params.resume->output_token_ids, job.params.logprobs.has_value());
+      ch.role_sent = true;
+      ch.echo.clear();
+    }
+  }
   // On every way out, an exception included: unhook the disconnect callback (it refers to this frame and
   // to `job`) and abort what still runs, so that nothing outlives the request.
   struct Hook {
@@ -300,8 +319,10 @@ awaitable<void> Replica::stream_job(Job& job, http::ResponseWriter& w) {
       c["text"] = ch.echo + piece;
       ch.echo.clear();
     }
-    return json::object{{"id", job.id}, {"object", object}, {"created", job.created}, {"model", name_},
-                        {"choices", json::array{std::move(c)}}};
+    json::object out{{"id", job.id}, {"object", object}, {"created", job.created}, {"model", name_},
+                     {"choices", json::array{std::move(c)}}};
+    if (job.params.stream_token_ids) out["kvfleet_token_ids"] = ch.stream->take_token_ids();  // last (Contract 4)
+    return out;
   };
   // Every way this loop ends leaves `tail` to send: an error event when something failed, the usage
   // chunk when asked for, and always [DONE].

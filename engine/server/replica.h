@@ -82,6 +82,7 @@ class Replica {
   // One engine output into its choice (metrics, reservation); returns the text that may be sent now.
   std::string take_output(Job& job, std::size_t choice, const RequestOutput& out);
   void check_params(const GenerateParams& p) const;
+  void continue_stream(Job& job, const GenerateParams& p);
   void check_model(const std::string& requested) const;
 
   // Sequences admitted and not finished, counted when a request is admitted (not when the engine next

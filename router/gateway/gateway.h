@@ -36,6 +36,7 @@
 #include "router/gateway/discovery.h"
 #include "router/gateway/pd_routing.h"
 #include "router/gateway/router_config.h"
+#include "router/gateway/stream_splice.h"
 #include "router/gateway/upstream_pool.h"
 #include "router/policy.h"
 #include "router/replica_cache_index.h"
@@ -119,6 +120,13 @@ struct TryResult {
   std::optional<http::Response> overloaded;  // a 503/429 answer that was retried rather than passed on
 };
 
+// A stream that may fail over mid-way (failover.cpp): what reached the client so far.
+struct SpliceState {
+  StreamSplice splice;
+  bool begun = false;  // the client's stream (status, headers) is open
+  int resumes = 0;     // resume requests sent
+};
+
 // One request's routing input.
 struct RoutePlan {
   std::vector<BlockHash> hashes;
@@ -200,15 +208,29 @@ class Gateway {
   awaitable<void> proxy(const http::Request& req, http::ResponseWriter& w);
   awaitable<bool> admit(http::ResponseWriter& w);
   void release_slot();
-  enum class Outcome { done, retry };
+  // broke: the client's stream is open and the replica's broke mid-way, resumable (`splice`).
+  enum class Outcome { done, retry, broke };
   awaitable<Outcome> forward(ReplicaLink& link, const http::Request& req, http::ResponseWriter& w, bool last_try,
-                             TryResult& result);
+                             TryResult& result, SpliceState* splice = nullptr);
   // Sends `upstream` and reads the answer's head on a pooled connection, or a new one; a pooled
   // connection that turns out stale is replaced by a new one once. Throws on failure; sets `connected`.
   awaitable<http::ResponseHead> exchange(ReplicaLink& link, const http::Request& upstream,
                                          std::unique_ptr<http::HttpClient>& client, bool& connected);
   awaitable<Verdict> relay_stream(http::HttpClient& client, const http::ResponseHead& head, ReplicaLink& link,
                                   http::ResponseWriter& w, double started);
+
+  // failover.cpp
+  // A streamed chat or completions request with one choice: the kind a broken stream can resume.
+  static bool failover_eligible(std::string_view path, const boost::json::object& body);
+  // Relays the stream into the client's (opening it first), through the splice; stalls count as breaks.
+  // True: the replica broke mid-way and the stream can resume elsewhere (nothing more was written);
+  // false: it ended (cleanly, the client left, or with an error event).
+  awaitable<bool> relay_spliced(http::HttpClient& client, const http::ResponseHead& head, ReplicaLink& link,
+                                http::ResponseWriter& w, double started, SpliceState& s, TryResult& result);
+  // Resumes a broken stream on other replicas (up to failover_max_attempts); ends it with an error event
+  // and [DONE] when none can.
+  awaitable<void> fail_over(const http::Request& req, const boost::json::object& body, RoutePlan& plan,
+                            std::vector<ReplicaId>& tried, http::ResponseWriter& w, SpliceState& s);
 
   // replica_links.cpp
   void start_loops(const std::shared_ptr<ReplicaLink>& link);

@@ -11,6 +11,7 @@
 #include "kvfleet/http/json_error.h"
 #include "kvfleet/http/sse.h"
 #include "router/gateway/gateway.h"
+#include "router/gateway/relay_util.h"
 
 namespace kvfleet::router {
 namespace json = boost::json;
@@ -18,43 +19,10 @@ namespace asio = boost::asio;
 
 namespace {
 
-double seconds_now() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
-
-const std::vector<double>& latency_buckets() {
-  static const std::vector<double> b{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
-  return b;
-}
-
 // Request headers worth passing upstream (the rest are hop-by-hop or set by the client). The client's
 // Authorization is its key to the router, not to the replica: passed on only with forward_authorization.
 constexpr std::string_view kForwarded[] = {"content-type", "accept", "x-request-id", "x-kvfleet-prefill-from",
                                            "x-data-parallel-rank"};
-
-// A write to the client that took this long means the client, not the replica, sets the pace: if the
-// replica's stream then breaks (its own write deadline ran out), the replica is not blamed.
-constexpr auto kClientStall = std::chrono::seconds(1);
-
-// Only the router names a prefill replica and a data-parallel rank (vLLM's X-data-parallel-rank header,
-// which kvfleet replicas read too): the client's headers are dropped, the routing decision's set.
-const http::Request& with_routing_headers(const http::Request& req, const RoutePlan& plan, http::Request& copy) {
-  if (plan.prefill_from.empty() && plan.dp_rank < 0 && !req.headers.find("x-kvfleet-prefill-from") &&
-      !req.headers.find("x-data-parallel-rank"))
-    return req;
-  copy = req;
-  copy.headers.erase("x-kvfleet-prefill-from");
-  copy.headers.erase("x-data-parallel-rank");
-  if (!plan.prefill_from.empty()) copy.headers.set("x-kvfleet-prefill-from", plan.prefill_from);
-  if (plan.dp_rank >= 0) copy.headers.set("x-data-parallel-rank", std::to_string(plan.dp_rank));
-  return copy;
-}
-
-// The replica's own word on the rank that ran the request (an expert-parallel replica's answer).
-void relay_rank_header(const http::ResponseHead& head, http::Headers& out) {
-  if (const std::string* rank = head.headers.find("x-kvfleet-dp-rank")) out.set("x-kvfleet-dp-rank", *rank);
-}
 
 awaitable<void> sleep_for(std::chrono::milliseconds d) {
   asio::steady_timer timer(co_await asio::this_coro::executor);
@@ -135,6 +103,8 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
   } admitted{*this};
 
   RoutePlan plan = this->plan(req.path(), body.as_object(), req);
+  std::optional<SpliceState> splice;  // a stream that may fail over mid-way (failover.cpp)
+  if (config_.failover && failover_eligible(req.path(), body.as_object())) splice.emplace();
   std::vector<ReplicaId> tried;
   std::minstd_rand jitter(static_cast<unsigned>(now_tick()));
   TryResult result;
@@ -155,7 +125,7 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
     result.verdict = Verdict::unknown;
     try {
       const http::Request& sent = with_routing_headers(req, plan, routed_request);
-      outcome = co_await forward(*link, sent, w, attempt + 1 == config_.max_attempts, result);
+      outcome = co_await forward(*link, sent, w, attempt + 1 == config_.max_attempts, result, splice ? &*splice : nullptr);
     } catch (...) {
       error = std::current_exception();
     }
@@ -163,6 +133,10 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
     if (error) std::rethrow_exception(error);
     if (outcome == Outcome::done) co_return;
     tried.push_back(link->slot);
+    if (outcome == Outcome::broke) {  // the client's stream is open: it goes on elsewhere, or ends there
+      co_await fail_over(req, body.as_object(), plan, tried, w, *splice);
+      co_return;
+    }
   }
   if (w.client_gone()) co_return;
   if (result.overloaded) {  // every replica tried was overloaded: its answer, not a generic one
@@ -178,7 +152,7 @@ namespace {
 
 // The client request as the replica gets it (only the kForwarded headers, and the Authorization
 // the configuration asks for).
-http::Request upstream_request(const http::Request& req, const RouterConfig& config) {
+http::Request upstream_request(const http::Request& req, const RouterConfig& config, bool token_ids) {
   http::Request upstream;
   upstream.method = req.method;
   upstream.target = req.target;
@@ -191,6 +165,7 @@ http::Request upstream_request(const http::Request& req, const RouterConfig& con
   } else if (!config.replica_api_key.empty()) {
     upstream.headers.set("authorization", "Bearer " + config.replica_api_key);
   }
+  if (token_ids) upstream.headers.set("x-kvfleet-token-ids", "true");  // for mid-stream failover (Contract 4)
   return upstream;
 }
 
@@ -262,7 +237,7 @@ awaitable<http::ResponseHead> Gateway::exchange(ReplicaLink& link, const http::R
 // 429) is kept in `result` for when no other replica can take the request, or passed on when
 // `last_try`.
 awaitable<Gateway::Outcome> Gateway::forward(ReplicaLink& link, const http::Request& req, http::ResponseWriter& w,
-                                             bool last_try, TryResult& result) {
+                                             bool last_try, TryResult& result, SpliceState* splice) {
   std::unique_ptr<http::HttpClient> client;
   // Closing the upstream connection aborts the request on the replica (and frees its blocks); a
   // connection closed that way never goes back to the pool.
@@ -274,7 +249,7 @@ awaitable<Gateway::Outcome> Gateway::forward(ReplicaLink& link, const http::Requ
     ~UnhookUpstreamCloser() { w.on_disconnect([] {}); }
   } unhook_closer{w};
 
-  const http::Request upstream = upstream_request(req, config_);
+  const http::Request upstream = upstream_request(req, config_, splice != nullptr);
   const double started = seconds_now();
   bool connected = false;
   bool failed = false;
@@ -292,7 +267,18 @@ awaitable<Gateway::Outcome> Gateway::forward(ReplicaLink& link, const http::Requ
   }
   const bool retry_overload = (head.status == 503 || head.status == 429) && !last_try;
   const std::string* type = head.headers.find("content-type");
-  if (!retry_overload && (head.chunked || (type && type->find("text/event-stream") != std::string::npos))) {
+  const bool streamed = head.chunked || (type && type->find("text/event-stream") != std::string::npos);
+  if (splice && splice->begun && (head.status != 200 || !streamed)) {  // a resume refused: try another
+    client->close();
+    result.verdict = verdict_of(head.status == 200 ? 502 : head.status);
+    co_return Outcome::retry;
+  }
+  if (!retry_overload && streamed && splice && head.status == 200) {
+    const bool broke = co_await relay_spliced(*client, head, link, w, started, *splice, result);
+    if (result.verdict == Verdict::success) link.pool.give_back(std::move(client));
+    co_return broke ? Outcome::broke : Outcome::done;
+  }
+  if (!retry_overload && streamed) {
     result.verdict = co_await relay_stream(*client, head, link, w, started);
     if (result.verdict == Verdict::success) {
       result.verdict = verdict_of(head.status);

@@ -164,6 +164,9 @@ void apply_router_yaml(const std::string& text, const std::string& source, Route
     else if (key == "retry_backoff_ms") c.retry_backoff = ms();
     else if (key == "connect_timeout_ms") c.connect_timeout = ms();
     else if (key == "upstream_timeout_ms") c.upstream_timeout = ms();
+    else if (key == "failover") c.failover = scalar<bool>(v, source, key);
+    else if (key == "failover_max_attempts") c.failover_max_attempts = positive<int>(v, source, key);
+    else if (key == "stream_stall_timeout_ms") c.stream_stall_timeout = ms();
     else if (key == "client_write_timeout_ms") c.client_write_timeout = ms();
     else if (key == "kv_events_timeout_ms") c.kv_events_timeout = ms();
     else if (key == "admin_api_key") c.admin_api_key = scalar<std::string>(v, source, key);
@@ -224,6 +227,12 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
   flags.add_option("--health-timeout-ms", health_timeout_ms, "Deadline of one health check")->check(CLI::PositiveNumber);
   flags.add_option("--max-attempts", c.max_attempts, "Tries per request (retries before any response byte)")
       ->check(CLI::PositiveNumber);
+  flags.add_option("--failover", c.failover, "Resume a stream that breaks mid-way on another replica (true/false)");
+  flags.add_option("--failover-max-attempts", c.failover_max_attempts, "Resumes per broken stream")
+      ->check(CLI::PositiveNumber);
+  std::int64_t stall_ms = c.stream_stall_timeout.count();
+  flags.add_option("--stream-stall-timeout-ms", stall_ms, "A stream silent this long counts as broken")
+      ->check(CLI::PositiveNumber);
   flags.add_option("--max-concurrency", c.max_concurrency, "Requests forwarded at once")->check(CLI::PositiveNumber);
   flags.add_option("--max-queue", c.max_queue, "Requests waiting beyond that (then 429)");
   flags.add_option("--drain-timeout-ms", drain_ms, "On SIGTERM, how long running requests may take to finish");
@@ -270,6 +279,7 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
   c.drain_timeout = milliseconds(drain_ms);
   c.kv_events_timeout = milliseconds(kv_timeout_ms);
   c.pending_ttl = milliseconds(pending_ms);
+  c.stream_stall_timeout = milliseconds(stall_ms);
   c.discovery.interval = milliseconds(discovery_ms);
   const std::string where = config_file.empty() ? "flags" : config_file;
   for (std::size_t i = 0; i < knob_values.size(); ++i)

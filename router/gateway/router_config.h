@@ -45,6 +45,12 @@ struct RouterConfig {
   milliseconds retry_backoff{20};        // doubled per retry, with jitter up to the same again
   milliseconds connect_timeout{1'000};   // per try
   milliseconds upstream_timeout{300'000};  // each upstream read/write (first token included)
+  // Mid-stream failover (docs/router.md): a streamed request (one choice) whose replica dies, or sends
+  // nothing for stream_stall_timeout once its stream has begun, is resumed exactly on another replica,
+  // at most failover_max_attempts times. Off: such a stream ends with an error event.
+  bool failover = true;
+  int failover_max_attempts = 2;
+  milliseconds stream_stall_timeout{10'000};
   // Each write to the client. Kept apart from upstream_timeout: a client that reads slowly is cut off
   // on its own deadline, and a replica stream that breaks while the client stalls is not the
   // replica's fault (its circuit breaker does not count it).

@@ -203,9 +203,9 @@ double aborted_requests(const ReplicaProcess& r) {
   return std::regex_search(text, m, line) ? std::stod(m[1]) : -1.0;
 }
 
-TEST_CASE("a replica killed mid-stream: the stream ends with an error event and the router keeps serving") {
+TEST_CASE("failover off: a replica killed mid-stream ends the stream with an error event; the router keeps serving") {
   ReplicaProcess a(kReplicaFlags), b(kReplicaFlags);
-  RouterProcess router({&a, &b});
+  RouterProcess router({&a, &b}, {"--failover", "false"});
   // A client that hangs up mid-stream: the router closes the upstream connection, the replica aborts.
   const StreamResult left = stream_completion(router.port(), completion_body("Tell me a long story", 3000, true),
                                               [](const std::string&) { return false; });

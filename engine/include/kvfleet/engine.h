@@ -74,6 +74,12 @@ struct GenerationRequest {
   // blocks are pinned (RequestOutput::pin) until run_kv_task unpins them. The one output is final, with
   // no tokens and FinishReason::length.
   bool prefill_only = false;
+  // Resumption (a stream moved from another replica): output tokens already generated and delivered
+  // elsewhere. The request continues after them as if it had produced them itself: they count towards
+  // max_tokens and the context, penalties see them as output, a seeded sampler's next draw is the one at
+  // their count, and the stop checker has read their text (a stop string that spans the splice is still
+  // found). The first output carries the text they released (RequestOutput::resumed_text).
+  std::vector<TokenId> resumed_outputs;
 };
 
 using RequestId = std::uint64_t;
@@ -102,6 +108,9 @@ struct RequestOutput {
   };
   std::vector<Logprobs> logprobs;
   std::uint64_t pin = 0;  // prefill_only: the KvCacheManager pin holding the prompt's full blocks
+  // The first output of a request with resumed_outputs: the text those outputs released (what the
+  // replica that generated them showed), so that offsets into the whole text stay right. Empty otherwise.
+  std::string resumed_text;
 };
 
 using OutputCallback = std::function<void(const RequestOutput&)>;

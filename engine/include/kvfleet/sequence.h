@@ -29,6 +29,7 @@ const char* to_string(FinishReason reason);
 struct SequenceParams {
   SeqId id = 0;  // 0: the scheduler numbers it; else the caller's id (the engine's request id), unique
   std::vector<TokenId> prompt;
+  std::vector<TokenId> outputs;   // a resumed request's outputs so far (GenerationRequest::resumed_outputs)
   std::int32_t priority = 0;      // lower runs first when the scheduler uses priorities
   BlockHash hash_root = 0;        // block_hash_root(model, cache salt) of a salted request; 0: the cache's
 };

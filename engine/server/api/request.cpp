@@ -3,6 +3,7 @@
 #include <boost/json.hpp>
 #include <charconv>
 #include <cmath>
+#include <utility>
 
 #include "engine/server/api/fields.h"
 
@@ -89,7 +90,37 @@ void parse_stream(const Fields& f, GenerateParams& p) {
   }
 }
 
+// kvfleet_resume: {"output_token_ids": [...], "id": "...", "created": N}, for one streamed choice.
+void parse_resume(const Fields& f, GenerateParams& p) {
+  const json::object* resume = f.object("kvfleet_resume");
+  if (!resume) return;
+  const Fields r(*resume, "kvfleet_resume.");
+  const json::array* ids = r.array("output_token_ids");
+  if (!ids) throw bad_request("'kvfleet_resume.output_token_ids' is required", "kvfleet_resume.output_token_ids");
+  GenerateParams::Resume out;
+  out.output_token_ids = token_list(*ids, "kvfleet_resume.output_token_ids");
+  out.id = r.string("id");
+  if (out.id && (out.id->empty() || out.id->size() > 128))
+    throw bad_request("'kvfleet_resume.id' must be 1 to 128 characters", "kvfleet_resume.id");
+  out.created = r.integer("created", 0, INT64_MAX);
+  for (const auto& [key, value] : *resume)
+    if (key != "output_token_ids" && key != "id" && key != "created")
+      throw bad_request("'kvfleet_resume." + std::string(key) + "' is not a known field", "kvfleet_resume." + std::string(key));
+  if (!p.stream) throw bad_request("'kvfleet_resume' needs 'stream': true", "kvfleet_resume");
+  if (p.n != 1) throw bad_request("'kvfleet_resume' needs 'n': 1", "kvfleet_resume");
+  if (p.max_tokens && std::cmp_greater_equal(out.output_token_ids.size(), *p.max_tokens))
+    throw bad_request("'kvfleet_resume.output_token_ids' holds max_tokens tokens or more", "kvfleet_resume.output_token_ids");
+  p.resume = std::move(out);
+}
+
 }  // namespace
+
+void apply_token_ids_header(const std::string* header, GenerateParams& p) {
+  if (!header) return;
+  if (*header != "true" && *header != "false")
+    throw bad_request("the X-Kvfleet-Token-Ids header must be true or false", "X-Kvfleet-Token-Ids");
+  p.stream_token_ids = *header == "true";
+}
 
 GenerateParams parse_generate_params(const json::object& body, bool chat) {
   const Fields f(body);
@@ -134,6 +165,7 @@ GenerateParams parse_generate_params(const json::object& body, bool chat) {
     p.cache_salt = std::move(*salt);
   }
   if (auto v = f.integer("data_parallel_rank", 0, INT32_MAX)) p.dp_rank = static_cast<std::int32_t>(*v);
+  parse_resume(f, p);
   if (const json::object* format = f.object("response_format")) {
     const auto type = Fields(*format, "response_format.").string("type");
     if (type != "text") throw bad_request("'response_format' of type other than 'text' is not supported", "response_format");
@@ -185,6 +217,7 @@ CompletionRequest parse_completion_request(const json::value& body) {
   r.echo = f.boolean("echo").value_or(false);
   if (f.find("suffix")) throw bad_request("'suffix' is not supported", "suffix");
   r.params = parse_generate_params(body.as_object(), false);
+  if (r.params.resume && r.prompts.size() != 1) throw bad_request("'kvfleet_resume' needs one prompt", "kvfleet_resume");
   return r;
 }
 

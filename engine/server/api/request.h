@@ -63,6 +63,16 @@ struct GenerateParams {
   // The data-parallel rank to run on (an expert-parallel replica): the body's `data_parallel_rank`
   // (SGLang) or the `X-data-parallel-rank` header (vLLM; apply_dp_rank_header). Range checked by the replica.
   std::optional<std::int32_t> dp_rank;
+  // kvfleet's resumption extension (docs/architecture.md, Contract 4): a stream moved here from another
+  // replica after `output_token_ids` were streamed from it. The client already has the stream's first
+  // chunk (role, echo): the continuation carries neither, and keeps the stream's id and created.
+  struct Resume {
+    std::vector<TokenId> output_token_ids;
+    std::optional<std::string> id;
+    std::optional<std::int64_t> created;
+  };
+  std::optional<Resume> resume;        // the body's `kvfleet_resume`
+  bool stream_token_ids = false;       // the X-Kvfleet-Token-Ids header: chunks carry `kvfleet_token_ids`
 };
 
 struct CompletionRequest {
@@ -103,6 +113,9 @@ GenerateParams parse_generate_params(const boost::json::object& body, bool chat)
 // The `X-data-parallel-rank` header's value (nullptr: none) into p.dp_rank; it wins over the body's
 // field (a router names the rank it chose for the cache it follows). 400 unless a non-negative integer.
 void apply_dp_rank_header(const std::string* header, GenerateParams& p);
+// The `X-Kvfleet-Token-Ids` header (nullptr: none): "true" makes a stream's chunks carry their token ids.
+// 400 unless "true" or "false".
+void apply_token_ids_header(const std::string* header, GenerateParams& p);
 // Parses JSON text, or throws ApiError 400 naming the problem.
 boost::json::value parse_json_body(std::string_view body);
 

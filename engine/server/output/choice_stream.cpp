@@ -10,12 +10,26 @@ const std::string& ChoiceStream::push(const RequestOutput& o) {
   num_cached_tokens_ = o.num_cached_tokens;
   tokens_.insert(tokens_.end(), o.new_tokens.begin(), o.new_tokens.end());
   logprobs_.insert(logprobs_.end(), o.logprobs.begin(), o.logprobs.end());
+  sent_ += o.resumed_text;  // shown by the replica that generated the resumed tokens
   sent_ += o.text;  // decoded once, on the engine thread, a stop string's possible beginning held back there
   if (o.finished) {
     finish_reason_ = o.finish_reason == FinishReason::stop ? "stop" : o.finish_reason == FinishReason::length ? "length" : "abort";
     error_ = o.error;
   }
   return o.text;
+}
+
+void ChoiceStream::resume(const std::vector<TokenId>& tokens, bool logprobs) {
+  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  if (logprobs) logprobs_.resize(logprobs_.size() + tokens.size());
+  ids_taken_ = tokens_.size();
+}
+
+json::array ChoiceStream::take_token_ids() {
+  json::array ids;
+  ids.reserve(tokens_.size() - ids_taken_);
+  for (; ids_taken_ < tokens_.size(); ++ids_taken_) ids.emplace_back(tokens_[ids_taken_]);
+  return ids;
 }
 
 json::value completion_logprobs(const Tokenizer& tok, const std::vector<TokenId>& tokens,

@@ -18,6 +18,12 @@ class ChoiceStream {
   // Takes one engine output (its text decoded by the engine: GenerationRequest::detokenize); returns the
   // text that may be sent now: the output's text.
   const std::string& push(const RequestOutput& output);
+  // Resumption: the output tokens another replica streamed, this choice's own from now on (usage counts
+  // them; with `logprobs`, each gets an empty entry: they were reported there). Their text comes with the
+  // first output (RequestOutput::resumed_text). Before the first push.
+  void resume(const std::vector<TokenId>& tokens, bool logprobs);
+  // The token ids that no call has returned yet (a chunk's kvfleet_token_ids); resumed ones never.
+  boost::json::array take_token_ids();
 
   bool finished() const { return finish_reason_.has_value(); }
   // "stop" | "length" | "abort"; empty until finished.
@@ -32,6 +38,7 @@ class ChoiceStream {
  private:
   std::string sent_;  // the text so far
   std::vector<TokenId> tokens_;
+  std::size_t ids_taken_ = 0;
   std::vector<RequestOutput::Logprobs> logprobs_;
   std::optional<std::string> finish_reason_;
   std::string error_;
