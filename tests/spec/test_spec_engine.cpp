@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "kvfleet/communicator.h"
 #include "kvfleet/make_model.h"
 #include "kvfleet/model_runner.h"
 #include "kvfleet/tokenizer.h"
@@ -316,4 +317,65 @@ TEST_CASE("speculation: sampled tokens follow the model's distribution (a draft 
   off.speculative = {};
   const auto plain = test::run_requests(model, requests, off, false, nullptr);
   for (const auto& [i, r] : plain) CHECK(got.at(i).tokens == r.tokens);
+}
+
+TEST_CASE("speculation: logprobs are the target model's, one entry per token, as without it") {
+  test::TempDir dir;
+  const Model model = make(dir, "llama");
+  std::vector<GenerationRequest> requests = test::equivalence_requests(kVocab);
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    requests[i].max_tokens = 12;
+    requests[i].logprobs = static_cast<std::int32_t>(i % 3);
+    if (i % 5 == 0) requests[i].penalties.repetition = 1.3f;  // penalties over the drafts before each row
+    if (i % 5 == 1) requests[i].penalties.frequency = 0.5f;
+  }
+  struct Run {
+    std::vector<TokenId> tokens;
+    std::vector<float> logprobs;
+    std::vector<std::vector<TokenId>> top;
+  };
+  auto generate = [&](const EngineConfig& c, EngineStats* stats) {
+    Engine engine(model, c);
+    std::mutex mu;
+    std::vector<Run> runs(requests.size());
+    for (std::size_t i = 0; i < requests.size(); ++i)
+      engine.submit(requests[i], [&mu, &runs, i](const RequestOutput& o) {
+        std::lock_guard lock(mu);
+        CHECK(o.logprobs.size() == o.new_tokens.size());
+        runs[i].tokens.insert(runs[i].tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+        for (const auto& lp : o.logprobs) {
+          runs[i].logprobs.push_back(lp.logprob);
+          runs[i].top.emplace_back();
+          for (const TokenLogprob& t : lp.top) runs[i].top.back().push_back(t.id);
+        }
+      });
+    engine.wait_idle();
+    if (stats) *stats = engine.stats();
+    return runs;
+  };
+  const auto plain = generate(test::engine_config(64, 256, true), nullptr);
+  std::map<std::size_t, test::Collected> ref;
+  for (std::size_t i = 0; i < plain.size(); ++i) ref[i].tokens = plain[i].tokens;
+  EngineConfig c = test::engine_config(64, 256, true);
+  c.speculative = ngram(4, 1, 3);
+  c.propose_for_test = oracle(ref);
+  EngineStats stats;
+  const auto got = generate(c, &stats);
+  CHECK(stats.spec.num_accepted_tokens > 0);
+  for (std::size_t i = 0; i < plain.size(); ++i) {
+    CAPTURE(i);
+    CHECK(got[i].tokens == plain[i].tokens);
+    CHECK(got[i].logprobs == plain[i].logprobs);
+    CHECK(got[i].top == plain[i].top);
+  }
+}
+
+TEST_CASE("speculation: refused with expert parallelism") {
+  test::TempDir dir;
+  const Model model = make(dir, "qwen2_moe");
+  auto comms = make_in_process_group(2);
+  EngineConfig c = test::engine_config(64, 256, true);
+  c.speculative = ngram(2, 1, 2);
+  c.ep = comms[0].get();
+  CHECK_THROWS_WITH_AS(Engine(model, c), doctest::Contains("not supported with expert parallelism"), std::invalid_argument);
 }
