@@ -1,8 +1,8 @@
 // Per-sequence switch-off: a sequence whose drafts keep being rejected stops proposing for a while, so that
 // verification rows that never pay stop costing forward time. Acceptance is an exponential moving average of
 // (accepted / proposed) per verified step (weight kWeight). When it falls under kMinRate the sequence skips
-// the next `backoff` decode steps (16, doubling on each further failure up to 256, back to 16 after a step
-// above the rate), then tries again with the average reset to kResetRate.
+// the next `backoff` decode steps (16, doubling on each further failure up to 256, back to 16 once the average
+// climbs to kResetRate again), then tries again with the average reset to kResetRate.
 #pragma once
 
 #include <algorithm>
@@ -28,7 +28,7 @@ class AcceptanceTracker {
       skip_ = backoff_;
       backoff_ = std::min(backoff_ * 2, kMaxBackoff);
       rate_ = kResetRate;
-    } else {
+    } else if (rate_ >= kResetRate) {  // doing well again: the next failure waits the first backoff only
       backoff_ = kFirstBackoff;
     }
   }

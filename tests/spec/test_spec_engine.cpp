@@ -379,3 +379,35 @@ TEST_CASE("speculation: refused with expert parallelism") {
   c.ep = comms[0].get();
   CHECK_THROWS_WITH_AS(Engine(model, c), doctest::Contains("not supported with expert parallelism"), std::invalid_argument);
 }
+
+TEST_CASE("speculation switches itself off: per step above disable_by_batch_size, per sequence after rejections") {
+  test::TempDir dir;
+  const Model model = make(dir, "llama");
+  std::vector<GenerationRequest> requests = test::equivalence_requests(kVocab);
+  for (auto& r : requests) r.max_tokens = 20;
+  const auto plain = test::run_requests(model, requests, test::engine_config(128, 256, true), false, nullptr);
+  // A step with at least one running sequence never speculates at disable_by_batch_size 1.
+  EngineConfig c = test::engine_config(128, 256, true);
+  c.speculative = ngram(4, 1, 3);
+  c.speculative.disable_by_batch_size = 1;
+  c.propose_for_test = oracle(plain);
+  EngineStats stats;
+  auto got = test::run_requests(model, requests, c, false, &stats);
+  CHECK(stats.spec.num_drafts == 0);
+  for (const auto& [i, r] : plain) CHECK(got.at(i).tokens == r.tokens);
+  // Always wrong drafts: the sequence stops proposing after two rejected steps, for 16 steps, then 32, ...
+  GenerationRequest one = requests[0];
+  one.max_tokens = 200;
+  const auto ref = test::run_requests(model, {one}, test::engine_config(128, 256, true), false, nullptr);
+  EngineConfig wrong = test::engine_config(128, 256, true);
+  wrong.speculative = ngram(4, 1, 3);
+  wrong.propose_for_test = [&](const Sequence& seq, std::int32_t k, std::vector<TokenId>& out) {
+    const auto p = static_cast<std::size_t>(seq.num_output_tokens());
+    for (std::int32_t j = 0; j < k; ++j) out.push_back((ref.at(0).tokens.at(p + static_cast<std::size_t>(j)) + 1) % kVocab);
+  };
+  got = test::run_requests(model, {one}, wrong, false, &stats);
+  CHECK(got.at(0).tokens == ref.at(0).tokens);
+  CHECK(stats.spec.num_accepted_tokens == 0);
+  CHECK(stats.spec.num_drafts >= 2);
+  CHECK(stats.spec.num_drafts <= 12);  // 2 + 2 + 2 + 2 + 2 within 2 + 16 + 2 + 32 + 2 + 64 + 2 + 128 steps
+}

@@ -18,7 +18,7 @@
 namespace kvfleet {
 
 struct SpeculativeConfig {
-  static constexpr std::int32_t kDefaultDisableByBatchSize = 8;
+  static constexpr std::int32_t kDefaultDisableByBatchSize = 4;
   static constexpr std::int32_t kMaxSpeculativeTokens = 16;
 
   std::string method;  // empty: speculation off
