@@ -10,11 +10,17 @@
 //             drafts come from the output itself.
 //   sampled   temperature 1 (a seed per request): text with no exact repetition to look up; speculation
 //             must switch itself off (acceptance tracking) and cost almost nothing.
-// Each (workload, batch) is run off, on, off, on (--rounds pairs) and the best of each is kept; every request
+// Each (workload, batch) is run off, on, off, on (--rounds pairs) on two warm engines and the best of each is
+// kept, by wall time (tok/s) and by the process's CPU time (cpu ratio: steadier where other processes share
+// the cores); every request
 // generates --tokens tokens (ignore_eos). The on/off outputs of the greedy workloads are checked equal.
 //
 //   build/bin/bench_speculative [--model DIR] [--tokens 160] [--k 4] [--min-n 2] [--max-n 4]
-//                               [--batches 1,2,4,8,16] [--threads 1] [--rounds 2]
+//                               [--batches 1,2,4,8,16] [--threads 1] [--rounds 2] [--disable-by-batch-size N]
+// --disable-by-batch-size: the per-step switch-off (default: none, so that the sweep measures speculation at
+// every batch; pass 4, the engine's default, to see a served configuration).
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -35,12 +41,14 @@ namespace {
 struct Options {
   std::string model = std::string(KVFLEET_SOURCE_DIR) + "/models/kvfleet-default";
   std::int32_t tokens = 160, k = 4, min_n = 2, max_n = 4, rounds = 2;
+  std::int32_t disable_by_batch_size = 1 << 20;  // default: speculate at every batch (the sweep)
   unsigned threads = 1;
   std::vector<int> batches{1, 2, 4, 8, 16};
 };
 
 struct Result {
   double tokens_per_s = 0.0;
+  double tokens_per_cpu_s = 0.0;  // per second of the process's CPU time: steadier on a shared machine
   std::vector<std::vector<TokenId>> outputs;
   SpecDecodeStats spec;
   double ms_per_step = 0.0;
@@ -59,9 +67,15 @@ EngineConfig engine_config(const Options& o, bool spec) {
     c.speculative.num_speculative_tokens = o.k;
     c.speculative.prompt_lookup_min = o.min_n;
     c.speculative.prompt_lookup_max = o.max_n;
-    c.speculative.disable_by_batch_size = 1 << 20;  // measured here at every batch: no per-step switch-off
+    c.speculative.disable_by_batch_size = o.disable_by_batch_size;
   }
   return c;
+}
+
+double cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 // Runs the requests on a warm engine (its weights packed by an earlier request); counts from this run only.
@@ -71,6 +85,7 @@ Result run(Engine& engine, const std::vector<GenerationRequest>& requests) {
   r.outputs.resize(requests.size());
   const EngineStats before = engine.stats();
   const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = cpu_seconds();
   for (std::size_t i = 0; i < requests.size(); ++i)
     engine.submit(requests[i], [&mu, &r, i](const RequestOutput& o) {
       std::lock_guard lock(mu);
@@ -81,6 +96,7 @@ Result run(Engine& engine, const std::vector<GenerationRequest>& requests) {
   std::size_t n = 0;
   for (const auto& out : r.outputs) n += out.size();
   r.tokens_per_s = static_cast<double>(n) / s;
+  r.tokens_per_cpu_s = static_cast<double>(n) / (cpu_seconds() - cpu0);
   const EngineStats st = engine.stats();
   r.spec.num_drafts = st.spec.num_drafts - before.spec.num_drafts;
   r.spec.num_draft_tokens = st.spec.num_draft_tokens - before.spec.num_draft_tokens;
@@ -141,6 +157,7 @@ int main(int argc, char** argv) {
     else if (a == "--rounds") o.rounds = std::stoi(v);
     else if (a == "--threads") o.threads = static_cast<unsigned>(std::stoi(v));
     else if (a == "--batches") o.batches = parse_list(v);
+    else if (a == "--disable-by-batch-size") o.disable_by_batch_size = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -157,10 +174,10 @@ int main(int argc, char** argv) {
   copy_prompt.insert(copy_prompt.end(), continuation.begin(), continuation.end());
   const std::map<std::string, std::vector<TokenId>> prompts{
       {"copy", copy_prompt}, {"loop", tok.encode(loop_text)}, {"sampled", tok.encode("The LORD is my shepherd; I shall")}};
-  std::printf("model %s, %d tokens per request, ngram k=%d n=%d..%d, %u CPU thread(s)\n", o.model.c_str(), o.tokens,
-              o.k, o.min_n, o.max_n, o.threads);
-  std::printf("%-8s %6s %12s %12s %7s %10s %9s %14s %16s\n", "workload", "batch", "off tok/s", "on tok/s", "ratio",
-              "accepted", "identical", "ms/step off/on", "steps off/on/spec");
+  std::printf("model %s, %d tokens per request, ngram k=%d n=%d..%d, disable_by_batch_size %d, %u CPU thread(s)\n",
+              o.model.c_str(), o.tokens, o.k, o.min_n, o.max_n, o.disable_by_batch_size, o.threads);
+  std::printf("%-8s %6s %12s %12s %7s %9s %10s %9s %14s %16s\n", "workload", "batch", "off tok/s", "on tok/s", "ratio",
+              "cpu ratio", "accepted", "identical", "ms/step off/on", "steps off/on/spec");
   for (const char* name : {"copy", "loop", "sampled"}) {
     for (const int batch : o.batches) {
       if (batch > 1 && std::string(name) == "sampled") continue;
@@ -169,17 +186,21 @@ int main(int argc, char** argv) {
       run(engine_off, {requests[0]});  // warm-up: the CPU backend packs its weights on the first forward
       run(engine_on, {requests[0]});
       Result best_off, best_on;
+      double best_off_cpu = 0.0, best_on_cpu = 0.0;
       for (int r = 0; r < o.rounds; ++r) {
         Result off = run(engine_off, requests);
         Result on = run(engine_on, requests);
+        best_off_cpu = std::max(best_off_cpu, off.tokens_per_cpu_s);
+        best_on_cpu = std::max(best_on_cpu, on.tokens_per_cpu_s);
         if (off.tokens_per_s > best_off.tokens_per_s) best_off = std::move(off);
         if (on.tokens_per_s > best_on.tokens_per_s) best_on = std::move(on);
       }
       const double rate = best_on.spec.num_draft_tokens
                               ? static_cast<double>(best_on.spec.num_accepted_tokens) / best_on.spec.num_draft_tokens
                               : 0.0;
-      std::printf("%-8s %6d %12.1f %12.1f %6.2fx %9.0f%% %9s %7.2f/%.2f %8llu/%llu/%llu\n", name, batch,
-                  best_off.tokens_per_s, best_on.tokens_per_s, best_on.tokens_per_s / best_off.tokens_per_s, 100.0 * rate,
+      std::printf("%-8s %6d %12.1f %12.1f %6.2fx %8.2fx %9.0f%% %9s %7.2f/%.2f %8llu/%llu/%llu\n", name, batch,
+                  best_off.tokens_per_s, best_on.tokens_per_s, best_on.tokens_per_s / best_off.tokens_per_s,
+                  best_on_cpu / best_off_cpu, 100.0 * rate,
                   best_on.outputs == best_off.outputs ? "yes" : "NO", best_off.ms_per_step, best_on.ms_per_step,
                   static_cast<unsigned long long>(best_off.steps), static_cast<unsigned long long>(best_on.steps),
                   static_cast<unsigned long long>(best_on.spec.num_drafts));
