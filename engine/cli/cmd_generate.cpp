@@ -3,6 +3,7 @@
 //   --prompts FILE.jsonl  many prompts, one JSON object a line: {"id", "prompt_ids": [...]} or {"id", "prompt"}
 //                         with optional max_tokens, temperature, top_k, top_p, min_p, seed, stop; prints one
 //                         line per prompt (in completion order): {"id", "output_ids", "text", "finish_reason"}
+//   --speculative-config JSON  speculative decoding (kvfleet/speculative.h)
 //   --ep-size N          MoE models: N expert-parallel ranks (engines in lockstep), prompts spread by prefix
 //   --ep-rank R --ep-master HOST:PORT  with --ep-size N: this process is rank R of N processes over Gloo; every
 //                        rank reads the same prompts, runs the ones that hash to it and prints their lines
@@ -31,6 +32,7 @@ struct Args {
   bool ignore_eos = false;
   SamplingParams sampling;
   EngineConfig engine;
+  std::string speculative_json;
   bool no_prefix_cache = false;
   int ep_size = 1;
   EpProcessOptions ep;
@@ -183,12 +185,15 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--block-size", a->engine.block_size, "Tokens per KV block")->check(CLI::PositiveNumber);
   cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable automatic prefix caching");
   add_backend_options(*cmd, a->engine.backend);
+  cmd->add_option("--speculative-config", a->speculative_json,
+                  "Speculative decoding, vLLM's JSON: {\"method\":\"ngram\",\"num_speculative_tokens\":K,...}");
   cmd->add_option("--ep-size", a->ep_size, "MoE: expert-parallel ranks in process, prompts spread by prefix")
       ->check(CLI::PositiveNumber);
   add_ep_process_options(*cmd, a->ep);
   cmd->callback([a] {
     if (a->ids.empty() && a->prompts.empty()) throw std::invalid_argument("give --ids or --prompts");
     a->sampling.validate();
+    if (!a->speculative_json.empty()) a->engine.speculative = parse_speculative_config(a->speculative_json);
     run(*a);
   });
 }

@@ -109,6 +109,14 @@ void KvCacheManager::commit(Sequence& seq) {
   seq.num_cached_blocks = full;
 }
 
+void KvCacheManager::trim(Sequence& seq) {
+  const auto keep = static_cast<std::size_t>(blocks_for(seq.num_tokens()));
+  while (seq.block_table.size() > keep) {
+    pool_.release(seq.block_table.back(), cache_.is_cached(seq.block_table.back()));
+    seq.block_table.pop_back();
+  }
+}
+
 void KvCacheManager::free(Sequence& seq) {
   for (auto it = seq.block_table.rbegin(); it != seq.block_table.rend(); ++it) {
     pool_.release(*it, cache_.is_cached(*it));

@@ -27,6 +27,9 @@ std::string check_sequence(const Sequence& seq, const PrefixCache& cache, std::i
   const std::string who = "sequence " + std::to_string(seq.id) + ": ";
   const auto table = static_cast<std::int32_t>(seq.block_table.size());
   if (table * block_size < seq.num_computed_tokens) return who + "computed tokens beyond its block table";
+  // Between steps no block lies wholly past the known tokens (a rejected draft's block is freed).
+  if (static_cast<std::int64_t>(table - 1) * block_size >= std::max<std::int64_t>(seq.num_tokens(), 1) && table > 0)
+    return who + "holds a block past its tokens";
   if (seq.num_cached_blocks > table) return who + "more cached blocks than blocks";
   const auto bs = static_cast<std::size_t>(block_size);
   for (std::int32_t i = 0; i < seq.num_cached_blocks; ++i) {

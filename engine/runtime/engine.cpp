@@ -36,6 +36,7 @@ Engine::Engine(const Model& model, const EngineConfig& config)
   impl_->scheduler = std::make_unique<Scheduler>(config.scheduler, kv);
   kv_events_ = impl_->scheduler->kv().events();
   impl_->lockstep = make_lockstep(config_.ep, impl_->mu, impl_->wake);
+  set_up_speculation();
   thread_ = std::thread([this] { loop(); });
 }
 

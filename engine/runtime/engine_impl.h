@@ -16,6 +16,8 @@
 
 #include "engine/runtime/lockstep.h"
 #include "engine/runtime/stop_checker.h"
+#include "engine/spec/acceptance.h"
+#include "engine/spec/proposer.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kvfleet/engine.h"
 #include "kvfleet/model_runner.h"
@@ -51,6 +53,21 @@ struct Engine::Active {
   PenaltyState penalty_state;  // counts of prompt and output tokens, when penalties are on
   RequestOutput out;           // emit_token's output, reused token after token (no allocation per token)
   bool* delivered = nullptr;   // Impl::delivered: set by every delivery, so that the loop turn ends with outputs_done
+  spec::AcceptanceTracker spec;  // speculative decoding: whether this request still proposes
+};
+
+// One speculating chunk of a step (spec_step.cpp): its first logits row, and what verification kept: the
+// tokens (accepted drafts + the target's token, cut after a stop), their text and logprobs, the stop.
+struct SpecJob {
+  Engine::Active* active = nullptr;
+  const Sequence* seq = nullptr;
+  SeqId id = 0;
+  std::size_t row = 0;
+  std::vector<TokenId> tokens;
+  std::string text, stop_string;
+  FinishReason reason = FinishReason::none;
+  std::vector<RequestOutput::Logprobs> logprobs;
+  bool failed = false;
 };
 
 // Callbacks run on the engine thread; one that throws must not take the engine (or other requests) down.
@@ -98,6 +115,15 @@ struct Engine::Impl {
   std::vector<std::pair<SeqId, std::string>> failed;
   std::vector<SampleJob> jobs;
   std::vector<std::string> errors;
+  // Speculative decoding (spec_step.cpp): the proposer, whether this step may propose, its speculating chunks,
+  // the tokens and counts handed to Scheduler::update, a scratch sequence verification samples against.
+  std::unique_ptr<spec::Proposer> proposer;
+  bool spec_step = false;
+  std::vector<SpecJob> spec_jobs;
+  std::vector<TokenId> step_tokens;
+  std::vector<std::int32_t> step_counts;
+  Sequence spec_seq;
+  std::uint64_t spec_extra_tokens = 0;  // tokens beyond one per sampling chunk this step
 
   // Wakes the engine thread after a change to the inbox, and the other ranks of a group, whose vote this
   // engine's thread may be waiting for.

@@ -143,6 +143,7 @@ void Engine::sample_rows(std::vector<SampleJob>& jobs, std::span<float> logits, 
 void Engine::step() {
   Impl& m = *impl_;
   const auto t_start = EngineClock::now();
+  begin_spec_step();
   m.scheduler->schedule(m.scheduled);
   if (m.scheduled.empty()) return pause_empty_step();  // nothing fits this instant
   std::span<float> logits;
@@ -153,12 +154,17 @@ void Engine::step() {
   std::size_t prefill_only = 0;
   collect_sample_jobs(prompt_tokens, prefill_only);
   sample_rows(m.jobs, logits, static_cast<std::size_t>(model_.config().vocab_size), m.sampled, m.failed);
-  m.scheduler->update(m.scheduled, m.sampled);
+  if (m.spec_jobs.empty()) {
+    m.scheduler->update(m.scheduled, m.sampled);
+  } else {
+    verify_drafts(logits, static_cast<std::size_t>(model_.config().vocab_size));
+    update_with_drafts();
+  }
   {
     // Counted before any callback runs: a client that has its last token must find it in the metrics.
     std::lock_guard lock(m.stats_mu);
     m.stats.prompt_tokens += prompt_tokens;
-    m.stats.generated_tokens += m.sampled.size() - m.failed.size() - prefill_only;
+    m.stats.generated_tokens += m.sampled.size() - m.failed.size() - prefill_only + m.spec_extra_tokens;
     m.stats.steps += 1;
     count_experts();
   }
@@ -206,6 +212,8 @@ void Engine::collect_sample_jobs(std::uint64_t& prompt_tokens, std::size_t& pref
   m.sampled.clear();
   m.failed.clear();
   m.jobs.clear();
+  m.spec_jobs.clear();
+  m.spec_extra_tokens = 0;
   std::size_t row = 0;
   for (const ScheduledChunk& c : m.scheduled.chunks) {
     Active& a = m.active.at(c.id);
@@ -218,7 +226,14 @@ void Engine::collect_sample_jobs(std::uint64_t& prompt_tokens, std::size_t& pref
     const auto end = c.start_pos + static_cast<std::int32_t>(c.tokens.size());
     prompt_tokens += static_cast<std::uint64_t>(std::max(0, std::min(end, seq->num_prompt_tokens) - c.start_pos));
     if (!c.sample) continue;
-    if (a.request.prefill_only) {
+    if (c.num_drafts > 0) {  // speculating: rows row .. row + num_drafts, verified in verify_drafts
+      SpecJob& job = m.spec_jobs.emplace_back();
+      job.active = &a;
+      job.seq = seq;
+      job.id = c.id;
+      job.row = row;
+      row += 1 + static_cast<std::size_t>(c.num_drafts);
+    } else if (a.request.prefill_only) {
       ++row;
       ++prefill_only;
     } else {
@@ -233,12 +248,17 @@ void Engine::collect_sample_jobs(std::uint64_t& prompt_tokens, std::size_t& pref
 void Engine::emit_step_outputs() {
   Impl& m = *impl_;
   for (const auto& [id, why] : m.failed) fail(id, why);
-  std::size_t i = 0;
+  std::size_t i = 0, speculated = 0;
   for (const ScheduledChunk& c : m.scheduled.chunks) {
     if (!c.sample) continue;
     const TokenId token = m.sampled[i++];
     auto it = m.active.find(c.id);
+    if (c.num_drafts > 0) ++speculated;
     if (it == m.active.end()) continue;  // failed above
+    if (c.num_drafts > 0) {
+      emit_speculated(c, speculated - 1);
+      continue;
+    }
     if (it->second.request.prefill_only) {
       finish_prefill_only(c.id, *m.scheduler->get(c.id));
       continue;

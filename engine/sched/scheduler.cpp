@@ -74,14 +74,7 @@ void Scheduler::schedule(SchedulerOutput& out) {
   out.chunks.reserve(running_.size() + 8);
   std::int32_t budget = config_.max_num_batched_tokens;
 
-  // Decodes first, one token each. They never outnumber the budget, whatever max_num_seqs is: a sequence
-  // becomes a decode only in a step that scheduled its last prompt chunk (at least one token of that step's
-  // budget) or its previous decode, so every decode of a step had a token of the previous step's budget.
-  // Indexes, not iterators: preemption marks sequences but leaves running_ in place until below.
-  for (std::size_t i = 0; i < running_.size() && budget > 0; ++i) {
-    Sequence* seq = running_[i];
-    if (seq->status == SeqStatus::running && seq->num_uncomputed_tokens() == 1) schedule_running(seq, 1, budget, out);
-  }
+  schedule_decodes(budget, out);
   for (std::size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence* seq = running_[i];
     std::int32_t n = seq->num_uncomputed_tokens();
@@ -101,10 +94,46 @@ void Scheduler::schedule(SchedulerOutput& out) {
 
   for (ScheduledChunk& c : out.chunks) {
     const Sequence& seq = *c.seq_;
-    c.tokens = std::span<const TokenId>(seq.tokens).subspan(static_cast<std::size_t>(c.start_pos), c.tokens.size());
+    c.tokens = c.num_drafts > 0 ? std::span<const TokenId>(seq.verify_tokens)
+                                : std::span<const TokenId>(seq.tokens).subspan(static_cast<std::size_t>(c.start_pos),
+                                                                               c.tokens.size());
     c.block_table = seq.block_table;
     out.num_batched_tokens += static_cast<std::int32_t>(c.tokens.size());
   }
+}
+
+// Decodes first, one token each. They never outnumber the budget, whatever max_num_seqs is: a sequence
+// becomes a decode only in a step that scheduled its last prompt chunk (at least one token of that step's
+// budget) or its previous decode, so every decode of a step had a token of the previous step's budget.
+// Drafts take only what is left of the budget after one token per decode (`spare`), so no decode waits.
+// Indexes, not iterators: preemption marks sequences but leaves running_ in place until below.
+void Scheduler::schedule_decodes(std::int32_t& budget, SchedulerOutput& out) {
+  auto is_decode = [](const Sequence* s) { return s->status == SeqStatus::running && s->num_uncomputed_tokens() == 1; };
+  std::int32_t spare = 0;
+  if (draft_source_) spare = budget - static_cast<std::int32_t>(std::count_if(running_.begin(), running_.end(), is_decode));
+  for (std::size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence* seq = running_[i];
+    if (!is_decode(seq)) continue;
+    if (spare > 0 && schedule_with_drafts(seq, spare, budget, out)) continue;
+    schedule_running(seq, 1, budget, out);
+  }
+}
+
+// A decode with the draft source's drafts, when it proposes some and their blocks are free (no eviction of a
+// running sequence for a guess). False: schedule it plainly.
+bool Scheduler::schedule_with_drafts(Sequence* seq, std::int32_t& spare, std::int32_t& budget, SchedulerOutput& out) {
+  drafts_.clear();
+  draft_source_(*seq, spare, drafts_);
+  const auto d = std::min(static_cast<std::int32_t>(drafts_.size()), spare);
+  if (d <= 0 || !kv_.allocate(*seq, 1 + d)) return false;
+  seq->verify_tokens.assign(1, seq->tokens.back());
+  seq->verify_tokens.insert(seq->verify_tokens.end(), drafts_.begin(), drafts_.begin() + d);
+  push_chunk(seq, 1 + d, budget, out);
+  ScheduledChunk& c = out.chunks.back();
+  c.sample = true;
+  c.num_drafts = d;
+  spare -= d;
+  return true;
 }
 
 // Records the chunk's position and size; schedule() points the spans at the sequence at the end,
@@ -174,21 +203,40 @@ void Scheduler::admit_waiting(std::int32_t& budget, SchedulerOutput& out) {
 }
 
 void Scheduler::update(const SchedulerOutput& out, std::span<const TokenId> sampled) {
+  update(out, sampled, {});
+}
+
+void Scheduler::update(const SchedulerOutput& out, std::span<const TokenId> sampled,
+                       std::span<const std::int32_t> counts) {
   if (out.step != step_ || applied_step_ == step_) {
     throw std::logic_error("Scheduler::update: not the latest schedule() output, or applied already");
   }
-  if (sampled.size() != out.num_samples()) {
-    throw std::invalid_argument("Scheduler::update: one sampled token per sampling chunk");
+  const std::size_t samples = out.num_samples();
+  if (counts.empty() ? sampled.size() != samples : counts.size() != samples) {
+    throw std::invalid_argument("Scheduler::update: one count (or one sampled token) per sampling chunk");
   }
+  std::size_t total = 0, i = 0;
+  for (const ScheduledChunk& c : out.chunks) {
+    if (!c.sample || counts.empty()) continue;
+    const std::int32_t n = counts[i++];
+    if (n < 1 || n > 1 + c.num_drafts) throw std::invalid_argument("Scheduler::update: a count outside [1, drafts + 1]");
+    total += static_cast<std::size_t>(n);
+  }
+  if (!counts.empty() && total != sampled.size()) throw std::invalid_argument("Scheduler::update: counts do not sum to the tokens");
   applied_step_ = step_;
   std::size_t k = 0;
+  i = 0;
   for (const ScheduledChunk& c : out.chunks) {
     Sequence* seq = c.seq_;
-    const TokenId token = c.sample ? sampled[k++] : 0;
+    const std::size_t n = !c.sample ? 0 : counts.empty() ? 1 : static_cast<std::size_t>(counts[i++]);
+    const std::span<const TokenId> tokens = sampled.subspan(k, n);
+    k += n;
     if (seq->status != SeqStatus::running) continue;  // finished or aborted while in flight
-    seq->num_computed_tokens += static_cast<std::int32_t>(c.tokens.size());
+    // A speculating chunk computed the last token and the drafts; only the accepted ones count.
+    seq->num_computed_tokens += c.num_drafts > 0 ? static_cast<std::int32_t>(n) : static_cast<std::int32_t>(c.tokens.size());
+    seq->tokens.insert(seq->tokens.end(), tokens.begin(), tokens.end());
     kv_.commit(*seq);
-    if (c.sample) seq->tokens.push_back(token);
+    if (c.num_drafts > 0) kv_.trim(*seq);
   }
 }
 
@@ -229,8 +277,8 @@ void SchedulerOutput::to_forward_batch(ForwardBatch& batch) const {
   batch.chunks.clear();
   batch.chunks.reserve(chunks.size());
   for (const ScheduledChunk& c : chunks) {
-    batch.chunks.push_back(
-        SeqChunk{c.tokens, c.start_pos, c.block_table, c.sample ? SeqChunk::Logits::last : SeqChunk::Logits::none});
+    const auto logits = c.num_drafts > 0 ? SeqChunk::Logits::all : c.sample ? SeqChunk::Logits::last : SeqChunk::Logits::none;
+    batch.chunks.push_back(SeqChunk{c.tokens, c.start_pos, c.block_table, logits});
   }
 }
 

@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <boost/json.hpp>
+
 #include <CLI/CLI.hpp>
 #include <set>
 #include <stdexcept>
@@ -21,6 +23,8 @@ void check_role(const std::string& role, const std::string& where) {
 }
 
 void check_ep(const ReplicaConfig& c) {
+  if (c.ep_size > 1 && c.engine.speculative.enabled())
+    throw std::invalid_argument("speculative_config: speculative decoding is not supported with --ep-size > 1");
   if (c.ep_processes() && c.ep_master.empty()) throw std::invalid_argument("--ep-rank needs --ep-master HOST:PORT");
   if (!c.ep_processes() && !c.ep_master.empty()) throw std::invalid_argument("--ep-master needs --ep-rank");
   if (c.ep_processes() && c.ep_rank >= c.ep_size)
@@ -38,6 +42,28 @@ std::vector<std::string> transports_of(const std::string& list, const std::strin
   } catch (const std::invalid_argument& e) {
     if (key.empty()) throw std::invalid_argument(where + ": " + e.what());
     bad(where, key, e.what());
+  }
+  return {};
+}
+
+// speculative_config: vLLM's JSON as a string, or the same keys as a YAML mapping.
+SpeculativeConfig speculative_of(const YAML::Node& v, const std::string& source) {
+  try {
+    if (v.IsScalar()) return parse_speculative_config(v.as<std::string>());
+    if (!v.IsMap()) bad(source, "speculative_config", "must be a JSON string or a mapping");
+    std::string json = "{";
+    for (const auto& kv : v) {
+      const std::string key = kv.first.as<std::string>(), value = kv.second.as<std::string>();
+      if (json.size() > 1) json += ",";
+      const bool number = !value.empty() && value.find_first_not_of("-0123456789") == std::string::npos;
+      json += boost::json::serialize(boost::json::value(key)) + ":" +
+              (number ? value : boost::json::serialize(boost::json::value(value)));
+    }
+    return parse_speculative_config(json + "}");
+  } catch (const YAML::Exception& e) {
+    bad(source, "speculative_config", e.what());
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(source + ": " + e.what());
   }
   return {};
 }
@@ -74,6 +100,7 @@ void apply_replica_yaml(const std::string& text, const std::string& source, Repl
     else if (key == "enable_chunked_prefill") c.engine.scheduler.enable_chunked_prefill = scalar<bool>(v, source, key);
     else if (key == "enable_prefix_caching") c.engine.enable_prefix_caching = scalar<bool>(v, source, key);
     else if (key == "max_model_len") c.engine.max_model_len = scalar<std::int64_t>(v, source, key);
+    else if (key == "speculative_config") c.engine.speculative = speculative_of(v, source);
     else if (key == "max_body_bytes") c.max_body_bytes = scalar<std::size_t>(v, source, key);
     else if (key == "max_header_bytes") c.max_header_bytes = scalar<std::size_t>(v, source, key);
     else if (key == "read_timeout_ms") c.read_timeout = ms();
@@ -145,6 +172,10 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   flags.add_option("--enable-chunked-prefill", c.engine.scheduler.enable_chunked_prefill, "true or false");
   flags.add_option("--enable-prefix-caching", c.engine.enable_prefix_caching, "true or false");
   flags.add_option("--max-model-len", c.engine.max_model_len, "Context length (0: the model's)");
+  std::string speculative;
+  flags.add_option("--speculative-config", speculative,
+                   "Speculative decoding, vLLM's JSON: {\"method\":\"ngram\",\"num_speculative_tokens\":K,"
+                   "\"prompt_lookup_max\":N,\"prompt_lookup_min\":M}");
   flags.add_option("--max-body-bytes", c.max_body_bytes, "Largest request body (413 beyond)");
   flags.add_option("--max-header-bytes", c.max_header_bytes, "Largest request head (431 beyond)");
   std::int64_t read_ms = c.read_timeout.count(), drain_ms = c.drain_timeout.count();
@@ -180,6 +211,13 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
     return c;
   } catch (const CLI::ParseError& e) {
     throw std::invalid_argument(std::string(e.what()));
+  }
+  if (!speculative.empty()) {
+    try {
+      c.engine.speculative = parse_speculative_config(speculative);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("--speculative-config: ") + e.what());
+    }
   }
   c.read_timeout = std::chrono::milliseconds(read_ms);
   c.drain_timeout = std::chrono::milliseconds(drain_ms);

@@ -55,6 +55,10 @@ std::string ReplicaMetrics::render(const EngineStats& s) {
     advance(*generation_tokens_, s.generated_tokens, last_.generated_tokens);
     for (int i = 1; i < 4; ++i) advance(*finished_[i], s.finished[static_cast<std::size_t>(i)], last_.finished[static_cast<std::size_t>(i)]);
     update_moe(s.moe);
+    if (!s.spec.method.empty() && s.spec.num_draft_tokens > 0)
+      registry_.gauge("kvfleet_spec_decode_acceptance_ratio", "Accepted draft tokens / draft tokens verified, by method",
+                      {{"method", s.spec.method}})
+          .Set(static_cast<double>(s.spec.num_accepted_tokens) / static_cast<double>(s.spec.num_draft_tokens));
     update_steps(s);
     vllm_.update(s);
     last_ = s;

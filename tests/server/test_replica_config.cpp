@@ -56,3 +56,34 @@ TEST_CASE("API keys and special_tokens_in_content: YAML keys and flags") {
   CHECK(example.api_key.empty());
   CHECK(example.special_tokens_in_content);
 }
+
+TEST_CASE("speculative_config: the flag, the YAML key as JSON or as a mapping, errors naming the key") {
+  ReplicaConfig c = parse({"--model", "m", "--speculative-config",
+                           R"({"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":3,"prompt_lookup_min":2})"});
+  CHECK(c.engine.speculative.method == "ngram");
+  CHECK(c.engine.speculative.num_speculative_tokens == 4);
+  CHECK(c.engine.speculative.prompt_lookup_max == 3);
+  CHECK(c.engine.speculative.prompt_lookup_min == 2);
+  CHECK(!parse({"--model", "m"}).engine.speculative.enabled());
+  ReplicaConfig y;
+  apply_replica_yaml("speculative_config: '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'\n", "r.yaml", y);
+  CHECK(y.engine.speculative.num_speculative_tokens == 3);
+  CHECK(y.engine.speculative.prompt_lookup_min == 5);
+  ReplicaConfig m;
+  apply_replica_yaml("speculative_config:\n  method: ngram\n  num_speculative_tokens: 2\n  prompt_lookup_min: 1\n"
+                     "  disable_by_batch_size: 4\n", "r.yaml", m);
+  CHECK(m.engine.speculative.num_speculative_tokens == 2);
+  CHECK(m.engine.speculative.prompt_lookup_min == 1);
+  CHECK(m.engine.speculative.prompt_lookup_max == 1);
+  CHECK(m.engine.speculative.disable_by_batch_size == 4);
+  CHECK_THROWS_WITH(parse({"--model", "m", "--speculative-config", R"({"method":"ngram","num_speculative_tokens":0})"}),
+                    doctest::Contains("--speculative-config: speculative_config: num_speculative_tokens must be"));
+  CHECK_THROWS_WITH(parse({"--model", "m", "--speculative-config", R"({"method":"suffix","num_speculative_tokens":2})"}),
+                    doctest::Contains("method \"suffix\" is not implemented"));
+  CHECK_THROWS_WITH(apply_replica_yaml("speculative_config:\n  method: ngram\n  num_speculative_tokens: 2\n  k: 1\n", "r.yaml", m),
+                    doctest::Contains("r.yaml: speculative_config: k is not a key"));
+  CHECK_THROWS_WITH(apply_replica_yaml("speculative_config: [1, 2]\n", "r.yaml", m), doctest::Contains("speculative_config"));
+  CHECK_THROWS_WITH(parse({"--model", "m", "--ep-size", "2", "--speculative-config",
+                           R"({"method":"ngram","num_speculative_tokens":2})"}),
+                    doctest::Contains("not supported with --ep-size > 1"));
+}

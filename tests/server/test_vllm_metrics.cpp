@@ -109,3 +109,35 @@ TEST_CASE("vLLM names: the endpoint picker's metrics carry the replica's load, w
   CHECK(after.vllm_usage == 0);
   check_same(after);
 }
+
+TEST_CASE("vLLM names: speculative decoding's counters, and kvfleet's acceptance ratio per method") {
+  test::ReplicaProcess plain;
+  CHECK(plain.get("/metrics").body.find("spec_decode") == std::string::npos);  // off: none shown
+  test::ReplicaProcess replica({"--speculative-config", R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":1,"prompt_lookup_max":2})"});
+  // A prompt that repeats itself: prompt lookup finds drafts from the first decode step on.
+  std::string prompt;
+  for (int i = 0; i < 12; ++i) prompt += "one two three four ";
+  const auto r = replica.post("/v1/completions", R"({"prompt":")" + prompt + R"(","max_tokens":40,"ignore_eos":true})");
+  REQUIRE(r.status == 200);
+  const std::string text = replica.get("/metrics").body;
+  const std::string labels = R"({engine="0",model_name="tiny-qwen"})";
+  const double drafts = sample(text, "vllm:spec_decode_num_drafts_total" + labels);
+  const double draft_tokens = sample(text, "vllm:spec_decode_num_draft_tokens_total" + labels);
+  const double accepted = sample(text, "vllm:spec_decode_num_accepted_tokens_total" + labels);
+  CHECK(text.find("# TYPE vllm:spec_decode_num_drafts_total counter") != std::string::npos);
+  CHECK(drafts > 0);
+  CHECK(draft_tokens >= drafts);
+  CHECK(draft_tokens <= 3 * drafts);
+  CHECK(accepted >= 0);
+  CHECK(accepted <= draft_tokens);
+  double per_pos = 0.0;
+  for (int p = 0; p < 3; ++p) {
+    const double v = sample(text, R"(vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="tiny-qwen",position=")" +
+                                      std::to_string(p) + "\"}");
+    CHECK(v >= 0);
+    per_pos += v;
+  }
+  CHECK(per_pos == accepted);
+  const double ratio = sample(text, R"(kvfleet_spec_decode_acceptance_ratio{method="ngram"})");
+  CHECK(ratio == doctest::Approx(accepted / draft_tokens));
+}

@@ -28,6 +28,7 @@
 #include "kvfleet/model.h"
 #include "kvfleet/sampler.h"
 #include "kvfleet/scheduler.h"
+#include "kvfleet/speculative.h"
 
 namespace kvfleet {
 
@@ -46,6 +47,11 @@ struct EngineConfig {
   // lockstep (a rank without work runs an empty step). Each rank has its own requests, scheduler and KV
   // cache; destroying any rank's engine stops the whole group's loops. Null: a plain engine.
   Communicator* ep = nullptr;
+  // Speculative decoding (kvfleet/speculative.h, engine/spec/): off unless `speculative.method` is set.
+  SpeculativeConfig speculative;
+  // Tests only, with `speculative` set: proposes a sequence's drafts instead of the configured method (at most
+  // k; any tokens, right or wrong).
+  std::function<void(const Sequence& seq, std::int32_t k, std::vector<TokenId>& out)> propose_for_test;
   // Tests only: runs on a sampling thread whenever share `share` of a step's sampling claims rows [begin, end),
   // before it samples them (a step samples in shares from 16 rows on). Empty: nothing runs.
   std::function<void(std::int64_t share, std::int64_t begin, std::int64_t end)> on_rows_claimed;
@@ -127,6 +133,14 @@ struct MoeLoadStats {
                 std::int64_t held = 0);
 };
 
+// Speculative decoding's counts (vLLM's spec_decode metrics): verified drafts, their tokens, the accepted ones,
+// and accepted tokens by position in the draft ([0]: first drafts accepted).
+struct SpecDecodeStats {
+  std::string method;  // empty: speculation off
+  std::uint64_t num_drafts = 0, num_draft_tokens = 0, num_accepted_tokens = 0;
+  std::vector<std::uint64_t> accepted_per_pos;
+};
+
 struct EngineStats {
   SchedulerStats scheduler;
   std::uint64_t prompt_tokens = 0;      // prompt tokens computed (prefix-cache hits excluded)
@@ -137,6 +151,7 @@ struct EngineStats {
   double step_seconds = 0.0, forward_seconds = 0.0;
   std::array<std::uint64_t, 4> finished{};  // by FinishReason (none unused)
   MoeLoadStats moe;  // empty expert_tokens for a dense model
+  SpecDecodeStats spec;
 };
 
 class Engine {
@@ -221,6 +236,13 @@ class Engine {
   void sample_rows(std::vector<SampleJob>& jobs, std::span<float> logits, std::size_t vocab,
                    std::vector<TokenId>& sampled, std::vector<std::pair<SeqId, std::string>>& failed);
   void emit_token(SeqId seq, TokenId token);
+  // spec_step.cpp: speculative decoding's part of a step (engine/spec/proposer.h).
+  void set_up_speculation();
+  void begin_spec_step();
+  void propose_drafts(const Sequence& seq, std::int32_t max_drafts, std::vector<TokenId>& out);
+  void verify_drafts(std::span<float> logits, std::size_t vocab);
+  void update_with_drafts();
+  void emit_speculated(const ScheduledChunk& c, std::size_t job);
   void count_experts();
   void fail(SeqId seq, const std::string& error);
   void fail_all(const std::string& error);

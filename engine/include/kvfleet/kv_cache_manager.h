@@ -79,6 +79,9 @@ class KvCacheManager {
   void commit(Sequence& seq);
   // Releases seq's blocks, last block first, and empties its table.
   void free(Sequence& seq);
+  // Releases the blocks wholly past seq's known tokens, last first (speculative decoding: the blocks that
+  // only rejected drafts reached). They hold no committed block: commit() takes computed tokens only.
+  void trim(Sequence& seq);
 
   // Pins (Contract 3, engine/pd; kv_pins.cpp): references held outside any sequence, so that the blocks
   // can neither be freed nor overwritten: a prefill replica's blocks while a decode replica fetches them, a

@@ -5,6 +5,7 @@
 //   runner.forward(out.to_forward_batch());     // K/V written through the block tables
 //   tokens = sampler(...);                      // one token per chunk with `sample` set, in order
 //   scheduler.update(out, tokens);              // advance, commit full blocks, append tokens
+//   (speculating chunks: update(out, tokens, counts), 1 to num_drafts + 1 tokens for such a chunk)
 //   for each sequence that hit a stop: scheduler.finish(id, reason);
 // add() and abort() come between steps (requests arrive through the engine's queue).
 //
@@ -15,6 +16,10 @@
 //   3. if nothing was preempted this step: waiting sequences, in order of (priority when
 //      use_priority, then arrival), each first matched against the prefix cache; the first one
 //      that does not fit (blocks, budget, or the seq limit) stops admission (no overtaking).
+// Speculative decoding (engine/spec/proposer.h): with a draft source set, a decode may carry drafts: its last
+// token + d drafts form one chunk of d + 1 tokens whose every row is sampled. Drafts only use budget left
+// after one token per decode, and a sequence whose blocks for the drafts are not free decodes plainly:
+// speculation never preempts anyone.
 // When a running sequence cannot get its blocks, the running sequence with the largest
 // (priority, arrival) is preempted by recompute (possibly itself): blocks freed, back into the
 // waiting queue at its (priority, arrival) place, which under FCFS is the front.
@@ -24,6 +29,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -52,6 +58,10 @@ struct ScheduledChunk {
   std::span<const TokenId> tokens;       // positions [start_pos, start_pos + tokens.size())
   std::span<const BlockId> block_table;  // the sequence's whole table
   bool sample = false;                   // reaches the end of the known tokens: logits, one token
+  // Speculation: tokens = the last known token + num_drafts drafts (Sequence::verify_tokens); every row's
+  // logits are wanted and update() takes 1 to num_drafts + 1 tokens for the chunk.
+  std::int32_t num_drafts = 0;
+  std::span<const TokenId> drafts() const { return tokens.subspan(tokens.empty() ? 0 : 1); }
 
   // The sequence itself (outputs so far for penalties and stop checks), read-only.
   const Sequence& sequence() const { return *seq_; }
@@ -104,6 +114,16 @@ class Scheduler {
   // `sampled` holds one token per chunk with `sample` set, in chunk order. Sequences finished or
   // aborted since `out` was made are skipped.
   void update(const SchedulerOutput& out, std::span<const TokenId> sampled);
+  // Same with `counts[i]` tokens for the i-th sampling chunk (1 for a plain one, 1 to num_drafts + 1 for a
+  // speculating one: the accepted drafts, then the target's token), back to back in `sampled`. A speculating
+  // sequence advances by counts[i] computed tokens; blocks wholly past its tokens are freed (the rejected
+  // drafts' K/V leaves no trace: only full blocks of computed tokens are ever committed).
+  void update(const SchedulerOutput& out, std::span<const TokenId> sampled, std::span<const std::int32_t> counts);
+
+  // Where decodes get their drafts: called during schedule() for each running decode, with the most drafts
+  // the step's budget leaves it; writes up to that many into `out` (cleared), none to decode plainly.
+  using DraftSource = std::function<void(const Sequence& seq, std::int32_t max_drafts, std::vector<TokenId>& out)>;
+  void set_draft_source(DraftSource source) { draft_source_ = std::move(source); }
   // Ends a sequence in any state and frees its blocks; false when the id is unknown or already
   // finished. abort(id) is finish(id, FinishReason::aborted).
   bool finish(SeqId id, FinishReason reason);
@@ -129,6 +149,8 @@ class Scheduler {
   void preempt(Sequence* victim, std::int32_t& budget, SchedulerOutput& out);
   Sequence* pick_victim() const;
   static void push_chunk(Sequence* seq, std::int32_t num_tokens, std::int32_t& budget, SchedulerOutput& out);
+  void schedule_decodes(std::int32_t& budget, SchedulerOutput& out);
+  bool schedule_with_drafts(Sequence* seq, std::int32_t& spare, std::int32_t& budget, SchedulerOutput& out);
 
   const SchedulerConfig config_;
   KvCacheManager kv_;
@@ -142,6 +164,8 @@ class Scheduler {
   std::uint64_t step_ = 0;
   std::uint64_t applied_step_ = 0;  // the last step update() applied: each output applies once
   std::uint64_t num_preemptions_ = 0;
+  DraftSource draft_source_;
+  std::vector<TokenId> drafts_;  // the draft source's answer, reused
 };
 
 }  // namespace kvfleet

@@ -54,6 +54,10 @@ struct Sequence {
   std::vector<BlockHash> block_hashes;
   std::int32_t num_cached_blocks = 0;
 
+  // Speculative decoding (engine/spec): during a step that verifies drafts, the last token followed by the
+  // drafts, the chunk the scheduler hands out. Not part of `tokens` until accepted.
+  std::vector<TokenId> verify_tokens;
+
   std::int32_t num_tokens() const { return static_cast<std::int32_t>(tokens.size()); }
   std::int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
   std::span<const TokenId> prompt() const { return std::span(tokens).first(num_prompt_tokens); }

@@ -1,0 +1,211 @@
+// Speculative decoding (ngram, prompt lookup) against speculation off, in one run: tokens/s at batch 1 on
+// three workloads, and the ratio on/off at larger batches (how disable_by_batch_size's default was chosen).
+//
+// Workloads, all on one model (default: the trained models/kvfleet-default, whose tokenizer gives real text):
+//   copy      the prompt holds the text the answer repeats: S + O + S, where O is the model's own greedy
+//             continuation of S (computed first); greedy, so the answer after the second S is mostly O again.
+//             The input-grounded case (an edit that copies most of a file), built so that a small model
+//             really copies.
+//   loop      a prompt whose greedy continuation falls into repeating its own line (small models do): the
+//             drafts come from the output itself.
+//   sampled   temperature 1 (a seed per request): text with no exact repetition to look up; speculation
+//             must switch itself off (acceptance tracking) and cost almost nothing.
+// Each (workload, batch) is run off, on, off, on (--rounds pairs) on two warm engines and the best of each is
+// kept, by wall time (tok/s) and by the process's CPU time (cpu ratio: steadier where other processes share
+// the cores); every request
+// generates --tokens tokens (ignore_eos). The on/off outputs of the greedy workloads are checked equal.
+//
+//   build/bin/bench_speculative [--model DIR] [--tokens 160] [--k 4] [--min-n 2] [--max-n 4]
+//                               [--batches 1,2,4,8,16] [--threads 1] [--rounds 2] [--disable-by-batch-size N]
+// --disable-by-batch-size: the per-step switch-off (default: none, so that the sweep measures speculation at
+// every batch; pass 4, the engine's default, to see a served configuration).
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kvfleet/engine.h"
+#include "kvfleet/tokenizer.h"
+
+using namespace kvfleet;
+
+namespace {
+
+struct Options {
+  std::string model = std::string(KVFLEET_SOURCE_DIR) + "/models/kvfleet-default";
+  std::int32_t tokens = 160, k = 4, min_n = 2, max_n = 4, rounds = 2;
+  std::int32_t disable_by_batch_size = 1 << 20;  // default: speculate at every batch (the sweep)
+  unsigned threads = 1;
+  std::vector<int> batches{1, 2, 4, 8, 16};
+};
+
+struct Result {
+  double tokens_per_s = 0.0;
+  double tokens_per_cpu_s = 0.0;  // per second of the process's CPU time: steadier on a shared machine
+  std::vector<std::vector<TokenId>> outputs;
+  SpecDecodeStats spec;
+  double ms_per_step = 0.0;
+  std::uint64_t steps = 0;
+};
+
+EngineConfig engine_config(const Options& o, bool spec) {
+  EngineConfig c;
+  c.num_blocks = 2048;
+  c.block_size = 16;
+  c.scheduler.max_num_seqs = 64;
+  c.backend.kind = "cpu";
+  c.backend.threads = o.threads;
+  if (spec) {
+    c.speculative.method = "ngram";
+    c.speculative.num_speculative_tokens = o.k;
+    c.speculative.prompt_lookup_min = o.min_n;
+    c.speculative.prompt_lookup_max = o.max_n;
+    c.speculative.disable_by_batch_size = o.disable_by_batch_size;
+  }
+  return c;
+}
+
+double cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// Runs the requests on a warm engine (its weights packed by an earlier request); counts from this run only.
+Result run(Engine& engine, const std::vector<GenerationRequest>& requests) {
+  std::mutex mu;
+  Result r;
+  r.outputs.resize(requests.size());
+  const EngineStats before = engine.stats();
+  const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = cpu_seconds();
+  for (std::size_t i = 0; i < requests.size(); ++i)
+    engine.submit(requests[i], [&mu, &r, i](const RequestOutput& o) {
+      std::lock_guard lock(mu);
+      r.outputs[i].insert(r.outputs[i].end(), o.new_tokens.begin(), o.new_tokens.end());
+    });
+  engine.wait_idle();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::size_t n = 0;
+  for (const auto& out : r.outputs) n += out.size();
+  r.tokens_per_s = static_cast<double>(n) / s;
+  r.tokens_per_cpu_s = static_cast<double>(n) / (cpu_seconds() - cpu0);
+  const EngineStats st = engine.stats();
+  r.spec.num_drafts = st.spec.num_drafts - before.spec.num_drafts;
+  r.spec.num_draft_tokens = st.spec.num_draft_tokens - before.spec.num_draft_tokens;
+  r.steps = st.steps - before.steps;
+  r.spec.num_accepted_tokens = st.spec.num_accepted_tokens - before.spec.num_accepted_tokens;
+  r.ms_per_step = 1e3 * (st.step_seconds - before.step_seconds) / static_cast<double>(std::max<std::uint64_t>(st.steps - before.steps, 1));
+  return r;
+}
+
+Result run(const Model& model, const EngineConfig& c, const std::vector<GenerationRequest>& requests) {
+  Engine engine(model, c);
+  return run(engine, requests);
+}
+
+std::vector<TokenId> greedy(const Model& model, const Options& o, const std::vector<TokenId>& prompt, std::int32_t n) {
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.max_tokens = n;
+  r.ignore_eos = true;
+  r.sampling.temperature = 0.0f;
+  return run(model, engine_config(o, false), {r}).outputs[0];
+}
+
+std::vector<GenerationRequest> workload(const std::string& name, const std::vector<TokenId>& prompt, int batch,
+                                        const Options& o) {
+  std::vector<GenerationRequest> out;
+  for (int i = 0; i < batch; ++i) {
+    GenerationRequest r;
+    r.prompt = prompt;
+    r.prompt.insert(r.prompt.begin(), static_cast<TokenId>(100 + i));  // no prefix-cache sharing across the batch
+    r.max_tokens = o.tokens;
+    r.ignore_eos = true;
+    r.sampling.temperature = name == "sampled" ? 1.0f : 0.0f;
+    r.sampling.seed = static_cast<std::uint64_t>(i) + 1;
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> v;
+  std::stringstream in(s);
+  for (std::string x; std::getline(in, x, ',');) v.push_back(std::stoi(x));
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i], v = argv[i + 1];
+    if (a == "--model") o.model = v;
+    else if (a == "--tokens") o.tokens = std::stoi(v);
+    else if (a == "--k") o.k = std::stoi(v);
+    else if (a == "--min-n") o.min_n = std::stoi(v);
+    else if (a == "--max-n") o.max_n = std::stoi(v);
+    else if (a == "--rounds") o.rounds = std::stoi(v);
+    else if (a == "--threads") o.threads = static_cast<unsigned>(std::stoi(v));
+    else if (a == "--batches") o.batches = parse_list(v);
+    else if (a == "--disable-by-batch-size") o.disable_by_batch_size = std::stoi(v);
+    else {
+      std::fprintf(stderr, "unknown option %s\n", a.c_str());
+      return 2;
+    }
+  }
+  const Model model = Model::load(o.model);
+  const Tokenizer tok = Tokenizer::load(o.model);
+  std::string loop_text;
+  for (int i = 0; i < 3; ++i) loop_text += "And God said, Let there be light: and there was light.\n";
+  // copy: the seed and the model's own greedy continuation of it (2 x --tokens), whose greedy continuation in
+  // turn goes on repeating text the prompt holds.
+  std::vector<TokenId> copy_prompt = tok.encode(loop_text);
+  const std::vector<TokenId> continuation = greedy(model, o, copy_prompt, 2 * o.tokens);
+  copy_prompt.insert(copy_prompt.end(), continuation.begin(), continuation.end());
+  const std::map<std::string, std::vector<TokenId>> prompts{
+      {"copy", copy_prompt}, {"loop", tok.encode(loop_text)}, {"sampled", tok.encode("The LORD is my shepherd; I shall")}};
+  std::printf("model %s, %d tokens per request, ngram k=%d n=%d..%d, disable_by_batch_size %d, %u CPU thread(s)\n",
+              o.model.c_str(), o.tokens, o.k, o.min_n, o.max_n, o.disable_by_batch_size, o.threads);
+  std::printf("%-8s %6s %12s %12s %7s %9s %10s %9s %14s %16s\n", "workload", "batch", "off tok/s", "on tok/s", "ratio",
+              "cpu ratio", "accepted", "identical", "ms/step off/on", "steps off/on/spec");
+  for (const char* name : {"copy", "loop", "sampled"}) {
+    for (const int batch : o.batches) {
+      if (batch > 1 && std::string(name) == "sampled") continue;
+      const auto requests = workload(name, prompts.at(name), batch, o);
+      Engine engine_off(model, engine_config(o, false)), engine_on(model, engine_config(o, true));
+      run(engine_off, {requests[0]});  // warm-up: the CPU backend packs its weights on the first forward
+      run(engine_on, {requests[0]});
+      Result best_off, best_on;
+      double best_off_cpu = 0.0, best_on_cpu = 0.0;
+      for (int r = 0; r < o.rounds; ++r) {
+        Result off = run(engine_off, requests);
+        Result on = run(engine_on, requests);
+        best_off_cpu = std::max(best_off_cpu, off.tokens_per_cpu_s);
+        best_on_cpu = std::max(best_on_cpu, on.tokens_per_cpu_s);
+        if (off.tokens_per_s > best_off.tokens_per_s) best_off = std::move(off);
+        if (on.tokens_per_s > best_on.tokens_per_s) best_on = std::move(on);
+      }
+      const double rate = best_on.spec.num_draft_tokens
+                              ? static_cast<double>(best_on.spec.num_accepted_tokens) / best_on.spec.num_draft_tokens
+                              : 0.0;
+      std::printf("%-8s %6d %12.1f %12.1f %6.2fx %8.2fx %9.0f%% %9s %7.2f/%.2f %8llu/%llu/%llu\n", name, batch,
+                  best_off.tokens_per_s, best_on.tokens_per_s, best_on.tokens_per_s / best_off.tokens_per_s,
+                  best_on_cpu / best_off_cpu, 100.0 * rate,
+                  best_on.outputs == best_off.outputs ? "yes" : "NO", best_off.ms_per_step, best_on.ms_per_step,
+                  static_cast<unsigned long long>(best_off.steps), static_cast<unsigned long long>(best_on.steps),
+                  static_cast<unsigned long long>(best_on.spec.num_drafts));
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
