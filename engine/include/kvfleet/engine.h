@@ -28,6 +28,7 @@
 #include "kvfleet/model.h"
 #include "kvfleet/sampler.h"
 #include "kvfleet/scheduler.h"
+#include "kvfleet/token_constraint.h"
 
 namespace kvfleet {
 
@@ -74,6 +75,11 @@ struct GenerationRequest {
   // blocks are pinned (RequestOutput::pin) until run_kv_task unpins them. The one output is final, with
   // no tokens and FinishReason::length.
   bool prefill_only = false;
+  // Constrained decoding (structured outputs): every sampled token is one the grammar allows; the grammar's
+  // end finishes the request with FinishReason::stop, max_tokens before it with length. Each request owns a
+  // matcher made from it (n choices: n requests, n matchers). Null: unconstrained. Its vocab_size must not
+  // exceed the model's. Masks are computed on a worker thread while the step's forward runs.
+  std::shared_ptr<const TokenGrammar> grammar;
 };
 
 using RequestId = std::uint64_t;
@@ -198,6 +204,7 @@ class Engine {
   void admit(Submission& s);
   void step();  // step.cpp: schedule -> forward -> sample -> update -> outputs
   void pause_empty_step();
+  void start_masks();
   bool forward_scheduled(std::span<float>& logits);
   void collect_sample_jobs(std::uint64_t& prompt_tokens, std::size_t& prefill_only);
   void emit_step_outputs();
