@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/server/api/structured_output.h"
 #include "kvfleet/block_hash.h"
 #include "kvfleet/sampler.h"
 
@@ -63,6 +64,8 @@ struct GenerateParams {
   // The data-parallel rank to run on (an expert-parallel replica): the body's `data_parallel_rank`
   // (SGLang) or the `X-data-parallel-rank` header (vLLM; apply_dp_rank_header). Range checked by the replica.
   std::optional<std::int32_t> dp_rank;
+  // response_format / structured_outputs / guided_*: the one constraint on the output, if any.
+  std::optional<StructuredOutput> structured;
 };
 
 struct CompletionRequest {
