@@ -282,6 +282,7 @@ EpGroup::~EpGroup() {
 }
 
 int EpGroup::size() const { return static_cast<int>(ranks_.size()); }
+bool EpGroup::rank_in_process(int r) const { return ranks_.at(static_cast<std::size_t>(r))->in_process(); }
 Engine& EpGroup::rank(int r) { return *engines_.at(static_cast<std::size_t>(r)); }
 void EpGroup::set_tokenizer(const Tokenizer* tokenizer) {
   for (auto& e : engines_) e->set_tokenizer(tokenizer);
@@ -298,6 +299,10 @@ int EpGroup::pick(std::span<const TokenId> prompt, const std::string& cache_salt
 EpGroup::Submitted EpGroup::submit(GenerationRequest request, OutputCallback on_output, int dp_rank) {
   if (dp_rank >= size()) throw std::out_of_range("data_parallel_rank " + std::to_string(dp_rank) + " is out of range [0, " +
                                                  std::to_string(size()) + ")");
+  if (request.grammar && dp_rank >= 0 && !rank_in_process(dp_rank))
+    throw std::invalid_argument("data_parallel_rank " + std::to_string(dp_rank) +
+                                " runs in another process, where constrained decoding (structured outputs) is not "
+                                "available: only the ranks in rank 0's process run it");
   auto chain = std::make_shared<std::vector<BlockHash>>(state_->chain_of(request.prompt, request.cache_salt));
   Submitted s;
   auto entry = std::make_shared<Inflight>();
@@ -307,6 +312,7 @@ EpGroup::Submitted EpGroup::submit(GenerationRequest request, OutputCallback on_
     if (!state_->failed.empty()) throw std::runtime_error(state_->failed);
     s.rank = state_->pick(*chain, State::tie_break_of(request.prompt));
     if (dp_rank >= 0) s.rank = dp_rank;  // a router that follows the ranks' caches named the rank
+    else if (request.grammar && !ranks_[static_cast<std::size_t>(s.rank)]->in_process()) s.rank = 0;
     state_->load[static_cast<std::size_t>(s.rank)] += 1;
     for (BlockHash h : *chain) state_->inflight[static_cast<std::size_t>(s.rank)][h] += 1;
     key = state_->next_request++;

@@ -33,6 +33,8 @@ void RemoteRank::on_ring(std::function<void()> handler) {
 }
 
 RequestId RemoteRank::submit(GenerationRequest request, OutputCallback on_output) {
+  if (request.grammar)  // a compiled grammar does not travel over the channel (EpGroup::submit avoids this)
+    throw std::invalid_argument("constrained decoding runs only on the expert-parallel ranks in rank 0's process");
   RequestId id = 0;
   std::future<Ack> ack;
   {

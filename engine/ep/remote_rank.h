@@ -33,6 +33,7 @@ class RemoteRank final : public EpRank, public TicketLink {
   void on_failure(std::function<void(const std::string&)> handler) override;
   void kv_state(std::function<void(boost::json::object)> done) override;  // a `query` over the channel
   void stats_now(std::function<void(EngineStats)> done) override;         // the same
+  bool in_process() const override { return false; }
   // Lockstep without polling (ep/paced_comm.h): rank 0 sends a vote ticket before each of its votes;
   // `handler` runs (reader thread) when this rank rings, i.e. has news for the group.
   void send_vote() override { channel_->send(Message{{"t", "vote"}}); }

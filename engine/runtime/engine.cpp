@@ -90,10 +90,18 @@ RequestId Engine::submit(GenerationRequest r, OutputCallback on_output) {
       throw std::invalid_argument("logit_bias: token id " + std::to_string(t) + " is outside the vocabulary or its bias is not finite");
   if (!r.stop.empty() && !impl_->tokenizer) throw std::invalid_argument("stop strings need a tokenizer");
   if (r.detokenize && !impl_->tokenizer) throw std::invalid_argument("detokenize needs a tokenizer");
+  std::unique_ptr<TokenMatcher> matcher;
+  if (r.grammar && !r.prefill_only) {  // a prefill_only request samples nothing: nothing to constrain
+    if (r.grammar->vocab_size() > static_cast<std::size_t>(vocab))
+      throw std::invalid_argument("the grammar's vocabulary (" + std::to_string(r.grammar->vocab_size()) +
+                                  " tokens) is larger than the model's (" + std::to_string(vocab) + ")");
+    matcher = r.grammar->make_matcher();  // here, on the caller's thread: never a cost to the engine's steps
+    if (!matcher) throw std::invalid_argument("the grammar made no matcher");
+  }
   const RequestId id = impl_->next_id++;
   {
     std::lock_guard lock(impl_->mu);
-    impl_->submissions.push_back({id, EngineClock::now(), std::move(r), std::move(on_output)});
+    impl_->submissions.push_back({id, EngineClock::now(), std::move(r), std::move(on_output), std::move(matcher)});
   }
   impl_->notify();
   return id;

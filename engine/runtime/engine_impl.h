@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/runtime/lockstep.h"
+#include "engine/runtime/mask_worker.h"
 #include "engine/runtime/stop_checker.h"
 #include "engine/spec/acceptance.h"
 #include "engine/spec/proposer.h"
@@ -31,6 +32,7 @@ struct Engine::Submission {
   EngineClock::time_point at;
   GenerationRequest request;
   OutputCallback callback;
+  std::unique_ptr<TokenMatcher> matcher;  // made from request.grammar by submit(), off the engine thread
 };
 
 // A request while the engine thread owns it.
@@ -51,6 +53,13 @@ struct Engine::Active {
   double pending_log_z = 0.0;
   std::vector<std::pair<TokenId, float>> raw_logits;
   PenaltyState penalty_state;  // counts of prompt and output tokens, when penalties are on
+  // Constrained decoding: the request's matcher (null: unconstrained), the tokens it accepted (always the
+  // sequence's output count: a token is accepted once, when it is emitted, never again by a recompute), and
+  // the allowed-token mask of the token being sampled (MaskWorker fills it while the forward runs).
+  std::unique_ptr<TokenMatcher> matcher;
+  std::int32_t accepted = 0;
+  std::vector<std::uint32_t> mask;
+  std::string mask_error;
   RequestOutput out;           // emit_token's output, reused token after token (no allocation per token)
   bool* delivered = nullptr;   // Impl::delivered: set by every delivery, so that the loop turn ends with outputs_done
   spec::AcceptanceTracker spec;  // speculative decoding: whether this request still proposes
@@ -124,6 +133,9 @@ struct Engine::Impl {
   std::vector<std::int32_t> step_counts;
   Sequence spec_seq;
   std::uint64_t spec_extra_tokens = 0;  // tokens beyond one per sampling chunk this step
+  // The step's constrained rows, whose masks the worker fills while the forward runs.
+  std::vector<MaskJob> mask_jobs;
+  MaskWorker masks;
 
   // Wakes the engine thread after a change to the inbox, and the other ranks of a group, whose vote this
   // engine's thread may be waiting for.

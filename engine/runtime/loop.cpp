@@ -124,6 +124,8 @@ void Engine::admit(Submission& s) {
   a.callback = std::move(s.callback);
   a.submitted = s.at;
   a.delivered = &m.delivered;
+  a.matcher = std::move(s.matcher);
+  if (a.matcher) a.mask.resize(bitmask_words(a.request.grammar->vocab_size()));
   try {
     SequenceParams p;
     a.num_prompt_tokens = static_cast<std::int32_t>(a.request.prompt.size());

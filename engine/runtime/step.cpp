@@ -3,9 +3,11 @@
 #include <atomic>
 #include <bit>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <stdexcept>
+#include <string>
 
 #include "engine/runtime/engine_impl.h"
 #include "kvfleet/communicator.h"
@@ -63,10 +65,19 @@ TokenId Engine::sample_row(Active& a, const Sequence& seq, std::span<float> row,
   const Tokenizer* tok = impl_->tokenizer;
   mask_unshowable(row, tok ? std::min(vocab, tok->vocab_size()) : vocab);
   if (!all_finite_or_masked(row)) throw std::runtime_error("the model produced NaN or infinite logits");
+  // The grammar's mask first: logprobs are then those of the allowed tokens (vLLM's: the mask is applied to
+  // the model's logits before its sampler computes them), and -inf stays -inf through bias and penalties.
+  if (a.matcher) {
+    if (!a.mask_error.empty()) throw std::runtime_error(a.mask_error);
+    if (!apply_token_mask(row, a.mask))
+      throw std::runtime_error("constrained decoding: the grammar allows no token this model can produce here");
+  }
   const bool logprobs = a.request.logprobs >= 0;
   if (logprobs) {  // from the raw logits, before bias and penalties change them
     a.pending_log_z = log_normalizer(row);
     top_alternatives(row, a.request.logprobs, a.pending_log_z, scratch, a.pending_lp.top);
+    if (a.matcher)  // fewer allowed tokens than asked for: a token that cannot be sampled is no alternative
+      std::erase_if(a.pending_lp.top, [](const TokenLogprob& t) { return !std::isfinite(t.logprob); });
     a.raw_logits.clear();
   }
   for (const auto& [t, bias] : a.request.logit_bias) {
@@ -81,6 +92,9 @@ TokenId Engine::sample_row(Active& a, const Sequence& seq, std::span<float> row,
     a.penalty_state.apply(row, a.request.penalties);
   }
   const TokenId chosen = sample(row, a.request.sampling, static_cast<std::uint64_t>(seq.num_output_tokens()), scratch);
+  if (a.matcher && !bitmask_allows(a.mask, chosen))  // sample() never draws a -inf logit: this cannot happen
+    throw std::runtime_error("constrained decoding: the sampler chose token " + std::to_string(chosen) +
+                             ", which the grammar does not allow");
   if (logprobs) {
     float raw = row[static_cast<std::size_t>(chosen)];
     for (const auto& [t, l] : a.raw_logits)  // the first entry of an id holds its raw value
@@ -146,6 +160,7 @@ void Engine::step() {
   begin_spec_step();
   m.scheduler->schedule(m.scheduled);
   if (m.scheduled.empty()) return pause_empty_step();  // nothing fits this instant
+  start_masks();  // constrained rows: their masks are computed while the forward runs
   std::span<float> logits;
   const auto t_forward = EngineClock::now();
   if (!forward_scheduled(logits)) return;
@@ -190,19 +205,42 @@ void Engine::pause_empty_step() {
 // its requests failed (not the engine).
 bool Engine::forward_scheduled(std::span<float>& logits) {
   Impl& m = *impl_;
+  // Every way out waits for the mask worker first: it uses the matchers of requests that may fail here.
   try {
     m.scheduled.to_forward_batch(m.batch);
     logits = m.runner->forward_view(m.batch);
+    m.masks.wait();
     return true;
   } catch (const CommunicatorError&) {
+    m.masks.wait();
     throw;  // the group is broken: the loop fails everything
   } catch (const std::exception& e) {
+    m.masks.wait();
     // Under expert parallelism the runner rejects a bad batch before its first exchange, so an empty step
     // keeps the group in line.
     for (const ScheduledChunk& c : m.scheduled.chunks) fail(c.id, e.what());
     if (m.lockstep->forward_when_idle()) m.runner->forward(ForwardBatch{});
     return false;
   }
+}
+
+// The step's constrained rows (chunks that sample, of requests with a grammar): the mask worker fills their
+// masks from their matchers, which accepted every output token so far (emit_token, one step earlier).
+void Engine::start_masks() {
+  Impl& m = *impl_;
+  m.mask_jobs.clear();
+  for (const ScheduledChunk& c : m.scheduled.chunks) {
+    if (!c.sample) continue;
+    Active& a = m.active.at(c.id);
+    if (!a.matcher) continue;
+    a.mask_error.clear();
+    if (a.accepted != m.scheduler->get(c.id)->num_output_tokens()) {
+      a.mask_error = "constrained decoding: the grammar is out of step with the output";
+      continue;
+    }
+    m.mask_jobs.push_back({a.matcher.get(), &a.mask, &a.mask_error});
+  }
+  m.masks.start(m.mask_jobs);
 }
 
 // One sampling job per chunk that samples (a prefill_only request's row gets none: its K/V is the product);
@@ -291,7 +329,15 @@ void Engine::emit_token(SeqId id, TokenId token) {
   const Sequence* seq = m.scheduler->get(id);
   auto it = m.active.find(id);
   Active& a = it->second;
-  StopResult r = a.stops.check(token, seq->num_output_tokens(), seq->num_tokens());
+  bool grammar_ended = false;
+  if (a.matcher) {
+    if (!a.matcher->accept_token(token))
+      throw std::runtime_error("constrained decoding: the grammar refused token " + std::to_string(token) +
+                               ", which its mask allowed");
+    ++a.accepted;
+    grammar_ended = a.matcher->is_terminated();
+  }
+  StopResult r = a.stops.check(token, seq->num_output_tokens(), seq->num_tokens(), grammar_ended);
   RequestOutput& o = a.out;  // every field set again: its buffers are reused
   o.id = a.id;
   o.new_tokens.assign(1, token);

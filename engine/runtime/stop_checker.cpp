@@ -51,7 +51,7 @@ StopChecker::StopChecker(StopChecker&&) noexcept = default;
 StopChecker& StopChecker::operator=(StopChecker&&) noexcept = default;
 StopChecker::~StopChecker() = default;
 
-StopResult StopChecker::check(TokenId token, std::int32_t num_outputs, std::int64_t num_tokens) {
+StopResult StopChecker::check(TokenId token, std::int32_t num_outputs, std::int64_t num_tokens, bool grammar_ended) {
   auto has = [](const std::vector<TokenId>& v, TokenId t) { return std::find(v.begin(), v.end(), t) != v.end(); };
   StopResult r;
   // The token's text is decoded even when it ends the request (an eos or stop id, skipped or not by
@@ -76,7 +76,9 @@ StopResult StopChecker::check(TokenId token, std::int32_t num_outputs, std::int6
       return r;
     }
   }
-  if (num_outputs >= rules_.max_tokens || num_tokens >= rules_.max_model_len) r.reason = FinishReason::length;
+  // The grammar's end after the stop strings: a stop string inside its last piece still cuts the text.
+  if (grammar_ended) r.reason = FinishReason::stop;
+  else if (num_outputs >= rules_.max_tokens || num_tokens >= rules_.max_model_len) r.reason = FinishReason::length;
   r.text = release(r.reason != FinishReason::none);
   return r;
 }

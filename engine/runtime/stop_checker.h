@@ -46,8 +46,9 @@ class StopChecker {
   StopChecker& operator=(StopChecker&&) noexcept;
   ~StopChecker();
 
-  // Called with each sampled token; num_outputs and num_tokens count it already.
-  StopResult check(TokenId token, std::int32_t num_outputs, std::int64_t num_tokens);
+  // Called with each sampled token; num_outputs and num_tokens count it already. `grammar_ended`: the
+  // request's grammar terminated with this token, which then ends it as an end-of-sequence id does (stop).
+  StopResult check(TokenId token, std::int32_t num_outputs, std::int64_t num_tokens, bool grammar_ended = false);
   // Everything still held back at the end of the request (the decoder's incomplete bytes, a possible stop
   // string's beginning), or nothing after a stop string matched. Empty when it does not decode.
   std::string flush();

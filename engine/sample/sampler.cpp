@@ -91,6 +91,9 @@ TokenId sample_reference(std::span<const float> logits, const SamplingParams& p,
     cum += probs[i];
     if (target < cum) return ids[i];
   }
+  // The draw rounded onto the very end of the mass: the last kept id that has any. The ids after it weigh
+  // nothing (a -inf logit: masked by a grammar, unshowable) and must never be drawn.
+  while (keep > 1 && !(probs[keep - 1] > 0.0)) --keep;
   return ids[keep - 1];
 }
 
@@ -199,7 +202,9 @@ TokenId draw_from_head(std::span<const float> logits, float max_l, const Samplin
     cum += probs[i];
     if (target < cum) return ids[i];
   }
-  return tail ? -1 : ids[keep - 1];
+  if (tail) return -1;
+  while (keep > 1 && !(probs[keep - 1] > 0.0)) --keep;  // as the reference: never an id that weighs nothing
+  return ids[keep - 1];
 }
 
 bool temperature_only(const SamplingParams& p, std::size_t vocab) {

@@ -107,6 +107,7 @@ awaitable<void> Replica::completions(const http::Request& req, http::ResponseWri
   apply_token_ids_header(req.headers.find("x-kvfleet-token-ids"), r.params);
   check_model(r.model);
   check_params(r.params);
+  const auto grammar = co_await compile_constraint(r.params);
   Job job;
   job.reservation = admit(static_cast<std::int64_t>(r.prompts.size()) * r.params.n, "n");
   job.id = random_id("cmpl-");
@@ -121,6 +122,7 @@ awaitable<void> Replica::completions(const http::Request& req, http::ResponseWri
     for (int c = 0; c < r.params.n; ++c) {
       Job::Choice ch;
       ch.request = make_request(ids, r.params, c, false);
+      ch.request.grammar = grammar;
       ch.prompt = p;
       if (r.echo) ch.echo = prompt.text ? *prompt.text : tokenizer_.decode(ids);
       job.choices.push_back(std::move(ch));
@@ -141,6 +143,7 @@ awaitable<void> Replica::chat(const http::Request& req, http::ResponseWriter& w)
   check_model(r.model);
   check_params(r.params);
   if (!chat_template_) throw bad_request("this model has no chat template (tokenizer_config.json)", "messages");
+  const auto grammar = co_await compile_constraint(r.params);
   Job job;
   job.reservation = admit(r.params.n, "n");
   const std::vector<TokenId> ids = chat_prompt(r);
@@ -152,6 +155,7 @@ awaitable<void> Replica::chat(const http::Request& req, http::ResponseWriter& w)
   for (int c = 0; c < r.params.n; ++c) {
     Job::Choice ch;
     ch.request = make_request(ids, r.params, c, true);
+    ch.request.grammar = grammar;
     job.choices.push_back(std::move(ch));
   }
   const std::vector<std::vector<TokenId>> prompts{ids};

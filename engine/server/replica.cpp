@@ -58,6 +58,7 @@ Replica::Replica(ReplicaConfig config)
 
 Replica::~Replica() {
   if (server_) server_->stop(std::chrono::milliseconds(0));
+  if (compile_pool_) compile_pool_->join();  // a compile in flight hands its result to the io_context first
   // The engine's callbacks fill OutputInboxes bound to the server's io_context: end the engine (its last
   // callbacks run now) before the io_context goes away with the server. KV transfer first: it frees its
   // pins through the engine.

@@ -7,10 +7,13 @@
 #pragma once
 
 #include <atomic>
+#include <boost/asio/thread_pool.hpp>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <utility>
 
+#include "engine/server/api/structured_output.h"
 #include "engine/server/replica_config.h"
 #include "engine/server/replica_metrics.h"
 #include "kvfleet/chat_template.h"
@@ -42,6 +45,10 @@ class Replica {
 
   void start();
   std::uint16_t port() const;
+  // The grammar engine behind structured outputs (response_format, structured_outputs, guided_*): compiles a
+  // request's constraint into a grammar over this replica's vocabulary. Set it before start(). Without one,
+  // a constrained request is a 400 naming its field.
+  void set_grammar_compiler(GrammarCompiler compiler) { grammar_compiler_ = std::move(compiler); }
   const std::string& model_name() const { return name_; }
 
   // Refuses new work with 503, lets running requests finish within drain_timeout, then stops the server.
@@ -77,6 +84,9 @@ class Replica {
                                                                    const std::string& cache_salt,
                                                                    http::ResponseWriter& w);
 
+  // The request's structured output compiled into a grammar (null: none), on compile_pool_: a slow compile
+  // holds neither an HTTP thread nor the engine's steps (structured_handlers.cpp).
+  boost::asio::awaitable<std::shared_ptr<const TokenGrammar>> compile_constraint(const GenerateParams& p);
   Awaitable run_job(Job& job, http::ResponseWriter& w);
   Awaitable stream_job(Job& job, http::ResponseWriter& w);
   // One engine output into its choice (metrics, reservation); returns the text that may be sent now.
@@ -136,6 +146,9 @@ class Replica {
   std::atomic<int> in_flight_{0};
   std::atomic<std::int64_t> reserved_sequences_{0};
   std::int64_t created_ = 0;
+  GrammarCompiler grammar_compiler_;
+  std::unique_ptr<boost::asio::thread_pool> compile_pool_;  // made with the first constrained request
+  std::once_flag compile_pool_once_;
 };
 
 }  // namespace kvfleet::server

@@ -187,7 +187,15 @@ std::vector<Case> cases() {
       comp(R"("cache_salt":")" + std::string(257, 'k') + "\"", 400, "cache_salt"),
       comp(R"("response_format":{"type":"json_object"})", 400, "response_format"),
       comp(R"("response_format":"x")", 400, "response_format"),
-      comp(R"("response_format":{})", 400, "response_format"),
+      comp(R"("response_format":{})", 400, "response_format.type"),
+      // structured outputs: malformed, two at once, and (this replica has no grammar engine) well-formed ones
+      comp(R"("guided_json":"{x")", 400, "guided_json"),
+      comp(R"("structured_outputs":{"regex":"a","choice":["a"]})", 400, "structured_outputs.choice"),
+      comp(R"("guided_regex":"a","guided_choice":["a"])", 400, "guided_choice"),
+      comp(R"("structured_outputs":{"structural_tag":"x"})", 400, "structured_outputs.structural_tag"),
+      comp(R"("guided_choice":["a","b"])", 400, "guided_choice"),
+      chat(R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}})", 400,
+           "response_format"),
       // chat: messages
       chat_messages("null", "messages"),
       chat_messages("\"hi\"", "messages"),

@@ -29,6 +29,7 @@
 #include "kvfleet/sampler.h"
 #include "kvfleet/scheduler.h"
 #include "kvfleet/speculative.h"
+#include "kvfleet/token_constraint.h"
 
 namespace kvfleet {
 
@@ -86,6 +87,11 @@ struct GenerationRequest {
   // their count, and the stop checker has read their text (a stop string that spans the splice is still
   // found). The first output carries the text they released (RequestOutput::resumed_text).
   std::vector<TokenId> resumed_outputs;
+  // Constrained decoding (structured outputs): every sampled token is one the grammar allows; the grammar's
+  // end finishes the request with FinishReason::stop, max_tokens before it with length. Each request owns a
+  // matcher made from it (n choices: n requests, n matchers). Null: unconstrained. Its vocab_size must not
+  // exceed the model's. Masks are computed on a worker thread while the step's forward runs.
+  std::shared_ptr<const TokenGrammar> grammar;
 };
 
 using RequestId = std::uint64_t;
@@ -222,6 +228,7 @@ class Engine {
   void admit(Submission& s);
   void step();  // step.cpp: schedule -> forward -> sample -> update -> outputs
   void pause_empty_step();
+  void start_masks();
   bool forward_scheduled(std::span<float>& logits);
   void collect_sample_jobs(std::uint64_t& prompt_tokens, std::size_t& prefill_only);
   void emit_step_outputs();

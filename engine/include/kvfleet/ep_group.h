@@ -64,6 +64,9 @@ class EpRank {
   // The rank's EngineStats now: a local engine's at once, a remote rank's asked over its channel (a rank
   // that is gone answers with the figures it last sent). `done` runs once, on any thread.
   virtual void stats_now(std::function<void(EngineStats)> done) { done(stats()); }
+  // Whether the rank's engine runs in this process. A request with a grammar (GenerationRequest::grammar,
+  // a compiled object) cannot cross a process boundary: only such ranks run one.
+  virtual bool in_process() const { return true; }
 };
 
 class EpGroup {
@@ -80,6 +83,7 @@ class EpGroup {
   EpGroup& operator=(const EpGroup&) = delete;
 
   int size() const;
+  bool rank_in_process(int r) const;
   // An in-process rank's engine (rank 0 only when the ranks are processes; std::out_of_range otherwise).
   Engine& rank(int r);
   void set_tokenizer(const Tokenizer* tokenizer);
@@ -93,6 +97,8 @@ class EpGroup {
   // pick() + Engine::submit on that rank (the same exceptions); the rank counts the request as load and
   // its prompt as held until it finishes. `dp_rank` >= 0 (the request's data_parallel_rank hint, from
   // a router that follows the ranks' caches) is used instead of pick(); std::out_of_range when >= size().
+  // A constrained request (a grammar) runs on an in-process rank: pick()'s choice when it is one, else rank
+  // 0; std::invalid_argument when `dp_rank` names a rank in another process (rank_in_process).
   Submitted submit(GenerationRequest request, OutputCallback on_output, int dp_rank = -1);
   void abort(const Submitted& s);
   void abort_all(const std::string& error);

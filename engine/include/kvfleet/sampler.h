@@ -34,6 +34,12 @@ struct SamplingParams {
 // falls back to the reference. The row passes use AVX-512 where the CPU has it (engine/sample/scan.h).
 TokenId sample(std::span<const float> logits, const SamplingParams& params, std::uint64_t draw_index);
 
+// Constrained decoding: every id the bitmask (kvfleet/token_constraint.h's layout) does not allow gets the
+// logit -inf, ids past the mask's end included. Returns whether some allowed id kept a finite logit (false:
+// nothing can be sampled). -inf is a fixed point of logit_bias and the penalties, so masking before or after
+// them samples the same token; sample() never returns an id whose logit is -inf.
+bool apply_token_mask(std::span<float> logits, std::span<const std::uint32_t> mask);
+
 // Buffers sample() reuses from call to call (one per engine thread): no vocabulary-sized allocation per token.
 struct SamplerScratch {
   std::vector<TokenId> ids, swap;

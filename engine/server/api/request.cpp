@@ -166,10 +166,7 @@ GenerateParams parse_generate_params(const json::object& body, bool chat) {
   }
   if (auto v = f.integer("data_parallel_rank", 0, INT32_MAX)) p.dp_rank = static_cast<std::int32_t>(*v);
   parse_resume(f, p);
-  if (const json::object* format = f.object("response_format")) {
-    const auto type = Fields(*format, "response_format.").string("type");
-    if (type != "text") throw bad_request("'response_format' of type other than 'text' is not supported", "response_format");
-  }
+  p.structured = parse_structured_output(body);
   return p;
 }
 

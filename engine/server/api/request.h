@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/server/api/structured_output.h"
 #include "kvfleet/block_hash.h"
 #include "kvfleet/sampler.h"
 
@@ -73,6 +74,8 @@ struct GenerateParams {
   };
   std::optional<Resume> resume;        // the body's `kvfleet_resume`
   bool stream_token_ids = false;       // the X-Kvfleet-Token-Ids header: chunks carry `kvfleet_token_ids`
+  // response_format / structured_outputs / guided_*: the one constraint on the output, if any.
+  std::optional<StructuredOutput> structured;
 };
 
 struct CompletionRequest {
