@@ -31,11 +31,13 @@ bool template_renders_tools(const ChatTemplate& chat_template) {
 
 namespace {
 
-// tool_calls[].function.arguments given as JSON text -> that JSON (an object), as the templates expect.
+// tool_calls[].function.arguments given as JSON text -> that JSON (an object), as the templates expect;
+// the calling message's null content -> "" (as vLLM passes it: Qwen's template tests `'</think>' in content`).
 void arguments_as_objects(json::array& messages) {
   for (auto& m : messages) {
     json::value* calls = m.is_object() ? m.as_object().if_contains("tool_calls") : nullptr;
     if (!calls || !calls->is_array()) continue;
+    if (const json::value* c = m.as_object().if_contains("content"); !c || c->is_null()) m.as_object()["content"] = "";
     for (auto& call : calls->as_array()) {
       json::value* fn = call.is_object() ? call.as_object().if_contains("function") : nullptr;
       json::value* args = fn && fn->is_object() ? fn->as_object().if_contains("arguments") : nullptr;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "engine/server/api/fields.h"
+#include "engine/server/api/unimplemented_fields.h"
 
 namespace kvfleet::server {
 namespace json = boost::json;
@@ -183,7 +184,7 @@ CompletionRequest parse_completion_request(const json::value& body) {
   for (const auto& p : r.prompts)
     if (!p.text && p.ids.empty()) throw bad_request("'prompt' must not be empty", "prompt");
   r.echo = f.boolean("echo").value_or(false);
-  if (f.find("suffix")) throw bad_request("'suffix' is not supported", "suffix");
+  refuse_unimplemented_fields(body.as_object(), Endpoint::completions);
   r.params = parse_generate_params(body.as_object(), false);
   return r;
 }
