@@ -215,3 +215,14 @@ TEST_CASE("tool calls: a template without a tools section gets the parser's form
   test::ReplicaProcess replica({}, copy_default, "kvfleet-default");
   check_error(replica.post("/v1/chat/completions", body("," + tools + R"(,"tool_choice":"none")")), "tools");
 }
+
+TEST_CASE("tool calls: the official openai npm client, whole, streamed and multi-turn") {
+  test::ReplicaProcess replica({"--tool-call-parser", "hermes", "--enable-auto-tool-choice"}, test::make_tool_qwen,
+                               "tool-qwen");
+  const std::string npm = std::string(KVFLEET_SOURCE_DIR) + "/.deps/npm";
+  const auto r = test::run_command("KVFLEET_NPM=" + npm + " node " + KVFLEET_SOURCE_DIR +
+                                   "/tests/server/openai_tools_client.mjs " + replica.base_url() + " " +
+                                   std::to_string(test::call_token));
+  CHECK(r.status == 0);
+  CHECK(r.out == "ok\n");
+}
