@@ -11,6 +11,7 @@
 #include "engine/server/output/choice_stream.h"
 #include "engine/server/output/relay.h"
 #include "engine/server/replica.h"
+#include "kvfleet/chat_output.h"
 #include "kvfleet/http/json_error.h"
 
 namespace kvfleet::server {
@@ -21,8 +22,12 @@ using Clock = std::chrono::steady_clock;
 struct Replica::Job {
   bool chat = false;
   std::string id;
-  std::int64_t created = 0;
+  std::int64_t created = 0;  // the request's arrival (unix seconds)
   GenerateParams params;
+  // Chat answers taken apart (reasoning, tool calls); `parse` false: the text is the content.
+  bool parse = false;
+  tools::ChatOutputOptions output;
+  bool strip_final_special = false;  // special tokens kept for a parser: drop the stop token's text
   struct Choice {
     GenerationRequest request;
     std::unique_ptr<ChoiceStream> stream;
@@ -32,6 +37,8 @@ struct Replica::Job {
     std::size_t prompt = 0;  // which prompt it belongs to
     bool role_sent = false;
     Clock::time_point last_token;
+    std::unique_ptr<tools::ChatOutputStream> parser;  // streams of parsed chat answers
+    std::size_t logprobs_sent = 0;
   };
   std::vector<Choice> choices;
   Reservation reservation;  // one sequence per choice, released as each finishes
@@ -54,6 +61,10 @@ std::uint64_t random_seed() {
 }
 
 std::string sse(const json::value& v) { return "data: " + json::serialize(v) + "\n\n"; }
+
+std::int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 }  // namespace
 
@@ -102,6 +113,7 @@ void Replica::check_params(const GenerateParams& p) const {
 }
 
 awaitable<void> Replica::completions(const http::Request& req, http::ResponseWriter& w) {
+  const std::int64_t arrival = unix_now();
   CompletionRequest r = parse_completion_request(parse_json_body(req.body));
   apply_dp_rank_header(req.headers.find("x-data-parallel-rank"), r.params);
   apply_token_ids_header(req.headers.find("x-kvfleet-token-ids"), r.params);
@@ -111,7 +123,7 @@ awaitable<void> Replica::completions(const http::Request& req, http::ResponseWri
   Job job;
   job.reservation = admit(static_cast<std::int64_t>(r.prompts.size()) * r.params.n, "n");
   job.id = random_id("cmpl-");
-  job.created = created_;
+  job.created = arrival;
   continue_stream(job, r.params);
   job.params = r.params;
   for (std::size_t p = 0; p < r.prompts.size(); ++p) {
@@ -137,6 +149,7 @@ awaitable<void> Replica::completions(const http::Request& req, http::ResponseWri
 }
 
 awaitable<void> Replica::chat(const http::Request& req, http::ResponseWriter& w) {
+  const std::int64_t arrival = unix_now();
   ChatRequest r = parse_chat_request(parse_json_body(req.body));
   apply_dp_rank_header(req.headers.find("x-data-parallel-rank"), r.params);
   apply_token_ids_header(req.headers.find("x-kvfleet-token-ids"), r.params);
@@ -145,11 +158,22 @@ awaitable<void> Replica::chat(const http::Request& req, http::ResponseWriter& w)
   if (!chat_template_) throw bad_request("this model has no chat template (tokenizer_config.json)", "messages");
   const auto grammar = co_await compile_constraint(r.params);
   Job job;
+  job.output.reasoning = reasoning_parser_.get();
+  if (parses_tool_calls(r)) {
+    job.output.tools = tool_parser_.get();
+    job.output.parallel_tool_calls = r.parallel_tool_calls;
+    // Markers that are special tokens must survive decoding (vLLM's parsers ask the same).
+    if (tool_parser_->needs_special_tokens() && r.params.skip_special_tokens) {
+      r.params.skip_special_tokens = false;
+      job.strip_final_special = true;
+    }
+  }
+  job.parse = job.output.reasoning || job.output.tools;
   job.reservation = admit(r.params.n, "n");
   const std::vector<TokenId> ids = chat_prompt(r);
   job.chat = true;
   job.id = random_id("chatcmpl-");
-  job.created = created_;
+  job.created = arrival;
   continue_stream(job, r.params);
   job.params = r.params;
   for (int c = 0; c < r.params.n; ++c) {
@@ -183,6 +207,36 @@ json::value finish_value(const ChoiceStream& s) {
 std::string error_event(const std::string& message) {
   return sse(json::object{{"error", json::object{{"message", message}, {"type", "server_error"}, {"param", nullptr},
                                                  {"code", nullptr}}}});
+}
+
+// With special tokens kept for a parser, a finished answer ends in its stop token's text: its length.
+std::size_t special_tail(const Replica::Job& job, const ChoiceStream& s, const Tokenizer& tok) {
+  if (!job.strip_final_special || !s.finished() || s.finish_reason() != "stop" || s.tokens().empty()) return 0;
+  const TokenId last = s.tokens().back();
+  if (!tok.is_special(last)) return 0;
+  const std::string text = tok.decode(std::span(&last, 1));
+  return s.text().ends_with(text) ? text.size() : 0;
+}
+
+json::array tool_calls_json(const std::vector<tools::ToolCall>& calls) {
+  json::array out;
+  for (const auto& c : calls)
+    out.push_back(json::object{{"id", c.id}, {"type", "function"},
+                               {"function", json::object{{"name", c.name}, {"arguments", c.arguments}}}});
+  return out;
+}
+
+// One tool-call delta as the OpenAI API streams it: index, id, type and name first, then arguments.
+json::object tool_call_delta(const tools::ToolCallDelta& d) {
+  json::object fn{{"arguments", d.arguments}};
+  json::object call{{"index", d.index}};
+  if (d.id) {
+    call["id"] = *d.id;
+    call["type"] = "function";
+    fn["name"] = *d.name;
+  }
+  call["function"] = std::move(fn);
+  return call;
 }
 
 // Usage: each prompt counted once, every choice's tokens.
@@ -285,8 +339,21 @@ awaitable<void> Replica::run_job(Job& job, http::ResponseWriter& w) {
     if (job.params.logprobs)
       c["logprobs"] = job.chat ? chat_logprobs(tokenizer_, s.tokens(), s.logprobs())
                                : completion_logprobs(tokenizer_, s.tokens(), s.logprobs(), ch.echo.size());
-    if (job.chat) c["message"] = json::object{{"role", "assistant"}, {"content", s.text()}};
-    else c["text"] = ch.echo + s.text();
+    if (job.chat && job.parse) {
+      const std::string_view text = std::string_view(s.text()).substr(0, s.text().size() - special_tail(job, s, tokenizer_));
+      const tools::ChatOutputParts parts = tools::parse_chat_output(text, job.output);
+      json::object message{{"role", "assistant"}, {"content", parts.content ? json::value(*parts.content) : nullptr}};
+      if (parts.reasoning) message["reasoning_content"] = *parts.reasoning;
+      if (!parts.calls.empty()) {
+        message["tool_calls"] = tool_calls_json(parts.calls);
+        if (s.finish_reason() != "abort") c["finish_reason"] = "tool_calls";
+      }
+      c["message"] = std::move(message);
+    } else if (job.chat) {
+      c["message"] = json::object{{"role", "assistant"}, {"content", s.text()}};
+    } else {
+      c["text"] = ch.echo + s.text();
+    }
     choices.push_back(std::move(c));
   }
   http::Response response = http::json_response(
@@ -328,6 +395,46 @@ awaitable<void> Replica::stream_job(Job& job, http::ResponseWriter& w) {
     if (job.params.stream_token_ids) out["kvfleet_token_ids"] = ch.stream->take_token_ids();  // last (Contract 4)
     return out;
   };
+  // A parsed chat answer's pieces: the role first, then reasoning, content and tool-call deltas each in a
+  // chunk of its own, and a last chunk with the finish reason. Logprobs ride on the next chunk that goes.
+  auto parsed_chunks = [&](std::size_t i, std::string piece, bool finished) {
+    Job::Choice& ch = job.choices[i];
+    const ChoiceStream& s = *ch.stream;
+    if (!ch.parser) ch.parser = std::make_unique<tools::ChatOutputStream>(job.output);
+    if (finished) piece.resize(piece.size() - std::min(piece.size(), special_tail(job, s, tokenizer_)));
+    tools::ChatDelta d = ch.parser->push(piece);
+    if (finished) {
+      tools::ChatDelta rest = ch.parser->finish();
+      d.reasoning += rest.reasoning;
+      d.content += rest.content;
+      d.calls.insert(d.calls.end(), rest.calls.begin(), rest.calls.end());
+    }
+    std::string out;
+    auto emit = [&](json::object delta, json::value finish) {
+      json::object c{{"index", i}, {"finish_reason", std::move(finish)}, {"logprobs", nullptr}};
+      if (job.params.logprobs && ch.logprobs_sent < s.logprobs().size()) {
+        const auto from = static_cast<std::ptrdiff_t>(ch.logprobs_sent);
+        const std::vector<TokenId> toks(s.tokens().begin() + from, s.tokens().end());
+        const std::vector<RequestOutput::Logprobs> lps(s.logprobs().begin() + from, s.logprobs().end());
+        c["logprobs"] = chat_logprobs(tokenizer_, toks, lps);
+        ch.logprobs_sent = s.logprobs().size();
+      }
+      c["delta"] = std::move(delta);
+      out += sse(json::object{{"id", job.id}, {"object", object}, {"created", job.created}, {"model", name_},
+                              {"choices", json::array{std::move(c)}}});
+    };
+    if (!ch.role_sent) {
+      ch.role_sent = true;
+      emit(json::object{{"role", "assistant"}, {"content", ""}}, nullptr);
+    }
+    if (!d.reasoning.empty()) emit(json::object{{"reasoning_content", d.reasoning}}, nullptr);
+    if (!d.content.empty()) emit(json::object{{"content", d.content}}, nullptr);
+    for (const auto& call : d.calls) emit(json::object{{"tool_calls", json::array{tool_call_delta(call)}}}, nullptr);
+    if (finished)
+      emit(json::object{}, json::value(ch.parser->called() && s.finish_reason() != "abort" ? "tool_calls"
+                                                                                          : s.finish_reason()));
+    return out;
+  };
   // Every way this loop ends leaves `tail` to send: an error event when something failed, the usage
   // chunk when asked for, and always [DONE].
   std::string tail;
@@ -343,6 +450,7 @@ awaitable<void> Replica::stream_job(Job& job, http::ResponseWriter& w) {
         const std::string piece = take_output(job, i, out);
         if (out.finished) --remaining;
         if (out.finished && !ch.stream->error().empty()) lines += error_event(ch.stream->error());
+        else if (job.parse) lines += parsed_chunks(i, piece, out.finished);
         else if (!piece.empty() || out.finished || (job.chat && !ch.role_sent)) lines += sse(chunk(i, piece, lp_from));
       }
       if (lines.empty()) continue;

@@ -12,6 +12,7 @@
 #include "engine/server/api/request.h"
 #include "engine/server/output/relay.h"
 #include "kvfleet/chat_tokens.h"
+#include "kvfleet/chat_tools.h"
 #include "kvfleet/ep_group.h"
 #include "kvfleet/http/async_queue.h"
 #include "kvfleet/http/json_error.h"
@@ -30,6 +31,13 @@ Replica::Replica(ReplicaConfig config)
   chat_template_ = ChatTemplate::from_model_dir(config_.model, &why);
   if (!chat_template_)
     std::fprintf(stderr, "kvfleet-replica: no usable chat template (%s); /v1/chat/completions will answer 400\n", why.c_str());
+  if (chat_template_) template_renders_tools_ = tools::template_renders_tools(*chat_template_);
+  if (!config_.tool_call_parser.empty() && !(tool_parser_ = tools::make_tool_parser(config_.tool_call_parser)))
+    throw std::invalid_argument("unknown tool call parser '" + config_.tool_call_parser + "' (known: " +
+                                tools::tool_parser_names() + ")");
+  if (!config_.reasoning_parser.empty() && !(reasoning_parser_ = tools::make_reasoning_parser(config_.reasoning_parser)))
+    throw std::invalid_argument("unknown reasoning parser '" + config_.reasoning_parser + "' (known: " +
+                                tools::reasoning_parser_names() + ")");
   config_.engine.served_model_name = name_;
   // An expert-parallel group signals no step end (remote ranks' outputs come off channel threads): there each
   // output wakes its job at once.
@@ -218,8 +226,13 @@ std::vector<TokenId> Replica::chat_prompt(const ChatRequest& r) const {
   if (!chat_template_) throw bad_request("this model has no chat template (tokenizer_config.json)", "messages");
   ChatTemplateOptions opts;
   opts.add_generation_prompt = r.add_generation_prompt;
-  opts.tools = r.tools;
-  return tokenize_chat(*chat_template_, tokenizer_, r.messages, opts, config_.special_tokens_in_content);
+  json::array messages = r.messages;
+  try {
+    tools::prepare_chat_tools(messages, opts, r.tools, template_renders_tools_, tool_parser_.get());
+  } catch (const tools::ToolsNotRenderable& e) {
+    throw bad_request(e.what(), "tools");
+  }
+  return tokenize_chat(*chat_template_, tokenizer_, messages, opts, config_.special_tokens_in_content);
 }
 
 awaitable<void> Replica::models(const http::Request&, http::ResponseWriter& w) {

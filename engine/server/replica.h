@@ -17,6 +17,8 @@
 #include "engine/server/replica_config.h"
 #include "engine/server/replica_metrics.h"
 #include "kvfleet/chat_template.h"
+#include "kvfleet/reasoning_parser.h"
+#include "kvfleet/tool_parser.h"
 #include "kvfleet/engine.h"
 #include "kvfleet/ep_group.h"
 #include "kvfleet/http/server.h"
@@ -115,6 +117,8 @@ class Replica {
   Reservation admit(std::int64_t sequences, const char* param);
   GenerationRequest make_request(const std::vector<TokenId>& prompt, const GenerateParams& p, int choice, bool chat) const;
   std::vector<TokenId> chat_prompt(const ChatRequest& r) const;
+  // Whether the answer is parsed for tool calls (tool_choice and the flags); 400 for what is not served.
+  bool parses_tool_calls(const ChatRequest& r) const;
   void check_token_ids(const std::vector<TokenId>& ids, const char* param) const;
 
   // Who may call a route: anyone (probes, Prometheus), the API key, or the internal key.
@@ -130,6 +134,9 @@ class Replica {
   std::string name_;
   Tokenizer tokenizer_;
   std::optional<ChatTemplate> chat_template_;
+  bool template_renders_tools_ = false;  // the template has a tools section (kvfleet/chat_tools.h)
+  std::unique_ptr<tools::ToolParser> tool_parser_;            // --tool-call-parser (null: none)
+  std::unique_ptr<tools::ReasoningParser> reasoning_parser_;  // --reasoning-parser (null: none)
   // The engine's outputs to the jobs' inboxes; outlives the engine, whose callbacks and step-end hook use it.
   std::unique_ptr<OutputRelay> relay_;
   // engine_ is the replica's engine: own_engine_, or rank 0 of ep_ (--ep-size N > 1), where requests go to

@@ -10,6 +10,8 @@
 
 #include "engine/pd/transport.h"
 #include "kvfleet/files.h"
+#include "kvfleet/reasoning_parser.h"
+#include "kvfleet/tool_parser.h"
 #include "kvfleet/yaml_settings.h"
 
 namespace kvfleet::server {
@@ -70,6 +72,18 @@ SpeculativeConfig speculative_of(const YAML::Node& v, const std::string& source)
 
 }  // namespace
 
+// Names are checked where they are given; the flags' combination once all are in.
+void check_parsers(const ReplicaConfig& c, const std::string& where, bool combination) {
+  if (!c.tool_call_parser.empty() && !tools::make_tool_parser(c.tool_call_parser))
+    throw std::invalid_argument(where + ": unknown tool call parser '" + c.tool_call_parser + "' (known: " +
+                                tools::tool_parser_names() + ")");
+  if (!c.reasoning_parser.empty() && !tools::make_reasoning_parser(c.reasoning_parser))
+    throw std::invalid_argument(where + ": unknown reasoning parser '" + c.reasoning_parser + "' (known: " +
+                                tools::reasoning_parser_names() + ")");
+  if (combination && c.enable_auto_tool_choice && c.tool_call_parser.empty())
+    throw std::invalid_argument(where + ": --enable-auto-tool-choice needs --tool-call-parser");
+}
+
 void apply_replica_yaml(const std::string& text, const std::string& source, ReplicaConfig& c) {
   const YAML::Node root = settings::load_mapping(text, source);
   if (root.IsNull()) return;
@@ -111,6 +125,9 @@ void apply_replica_yaml(const std::string& text, const std::string& source, Repl
     else if (key == "api_key") c.api_key = scalar<std::string>(v, source, key);
     else if (key == "internal_api_key") c.internal_api_key = scalar<std::string>(v, source, key);
     else if (key == "special_tokens_in_content") c.special_tokens_in_content = scalar<bool>(v, source, key);
+    else if (key == "tool_call_parser") c.tool_call_parser = scalar<std::string>(v, source, key);
+    else if (key == "enable_auto_tool_choice") c.enable_auto_tool_choice = scalar<bool>(v, source, key);
+    else if (key == "reasoning_parser") c.reasoning_parser = scalar<std::string>(v, source, key);
     else if (key == "pd_lease_ms") c.pd.lease = ms();
     else if (key == "pd_connect_timeout_ms") c.pd.connect_timeout = ms();
     else if (key == "pd_io_timeout_ms") c.pd.io_timeout = ms();
@@ -121,6 +138,7 @@ void apply_replica_yaml(const std::string& text, const std::string& source, Repl
     else bad(source, key, "is not a known setting");
   }
   check_role(c.role, source);
+  check_parsers(c, source, false);
 }
 
 ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string* help) {
@@ -191,6 +209,12 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
                    "The only key /v1/kv_events and /internal/* accept (default: --api-key)");
   flags.add_flag("!--no-special-tokens-in-content", c.special_tokens_in_content,
                  "Tokenize message content without special-token matching (the template's own specials stay)");
+  flags.add_option("--tool-call-parser", c.tool_call_parser,
+                   "Parse chat answers' tool calls in this format: " + tools::tool_parser_names());
+  flags.add_flag("--enable-auto-tool-choice", c.enable_auto_tool_choice,
+                 "Serve tool_choice \"auto\" (the model decides whether to call a tool; needs --tool-call-parser)");
+  flags.add_option("--reasoning-parser", c.reasoning_parser,
+                   "Return <think> text as reasoning_content in this format: " + tools::reasoning_parser_names());
   std::int64_t lease_ms = c.pd.lease.count(), pd_connect_ms = c.pd.connect_timeout.count();
   std::int64_t pd_io_ms = c.pd.io_timeout.count(), pd_transfer_ms = c.pd.transfer_timeout.count();
   flags.add_option("--pd-lease-ms", lease_ms, "Prefill role: how long fetched-for blocks stay pinned without progress")
@@ -230,6 +254,7 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   c.ep_timeout = std::chrono::milliseconds(ep_timeout_ms);
   c.ep_join_timeout = std::chrono::milliseconds(ep_join_ms);
   check_ep(c);
+  check_parsers(c, "flags", true);
   if (c.model.empty()) throw std::invalid_argument("--model (or 'model' in the config file) is required");
   return c;
 }

@@ -35,6 +35,12 @@ struct ReplicaConfig {
   // false: special-token text inside message content is tokenized as plain text (only the chat
   // template's own special tokens are special). true: as vLLM does.
   bool special_tokens_in_content = true;
+  // Tool calling and reasoning (vLLM's flags): the format chat answers' tool calls are parsed in
+  // (kvfleet/tool_parser.h; empty: none), whether tool_choice "auto" is served (it needs a parser), and the
+  // format of reasoning (kvfleet/reasoning_parser.h; empty: none).
+  std::string tool_call_parser;
+  bool enable_auto_tool_choice = false;
+  std::string reasoning_parser;
   pd::PdConfig pd;                          // KV transfer between prefill and decode replicas (Contract 3)
   int ep_size = 1;  // MoE: expert-parallel ranks behind this endpoint (kvfleet/ep_group.h)
   // One rank per process (Gloo): this process is rank ep_rank (-1: all ranks in this process). Rank 0

@@ -1,5 +1,7 @@
 #include "router/gateway/gateway.h"
 
+#include "kvfleet/chat_tools.h"
+
 #include <algorithm>
 
 #include <boost/asio/co_spawn.hpp>
@@ -49,6 +51,10 @@ Gateway::Gateway(RouterConfig config, Discovery::Resolver resolver)
   chat_template_ = ChatTemplate::from_model_dir(config_.model, &why);
   if (!chat_template_)
     std::fprintf(stderr, "kvfleet-router: no usable chat template (%s); chat prompts route without hashes\n", why.c_str());
+  if (chat_template_) template_renders_tools_ = tools::template_renders_tools(*chat_template_);
+  if (!config_.tool_call_parser.empty() && !(tool_parser_ = tools::make_tool_parser(config_.tool_call_parser)))
+    throw std::invalid_argument("unknown tool call parser '" + config_.tool_call_parser + "' (known: " +
+                                tools::tool_parser_names() + ")");
   created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   http::HttpServerConfig hc;
   hc.host = config_.host;

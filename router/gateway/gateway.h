@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "kvfleet/chat_template.h"
+#include "kvfleet/tool_parser.h"
 #include "kvfleet/http/client.h"
 #include "kvfleet/http/metrics.h"
 #include "kvfleet/http/server.h"
@@ -267,6 +268,8 @@ class Gateway {
   std::string name_;
   Tokenizer tokenizer_;
   std::optional<ChatTemplate> chat_template_;
+  bool template_renders_tools_ = false;
+  std::unique_ptr<tools::ToolParser> tool_parser_;  // the replicas' --tool-call-parser (prompt side only)
   std::int64_t created_ = 0;
   http::MetricsRegistry metrics_;
   std::unique_ptr<http::HttpServer> server_;

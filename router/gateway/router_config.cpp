@@ -182,6 +182,7 @@ void apply_router_yaml(const std::string& text, const std::string& source, Route
     else if (key == "read_timeout_ms") c.read_timeout = ms();
     else if (key == "drain_timeout_ms") c.drain_timeout = ms();
     else if (key == "special_tokens_in_content") c.special_tokens_in_content = scalar<bool>(v, source, key);
+    else if (key == "tool_call_parser") c.tool_call_parser = scalar<std::string>(v, source, key);
     else if (key == "api_keys") {
       if (!v.IsSequence()) bad(source, key, "must be a list of strings");
       c.api_keys.clear();
@@ -246,6 +247,8 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
       ->check(CLI::PositiveNumber);
   flags.add_flag("!--no-special-tokens-in-content", c.special_tokens_in_content,
                  "Hash chat prompts as replicas run with --no-special-tokens-in-content do");
+  flags.add_option("--tool-call-parser", c.tool_call_parser,
+                   "The replicas' --tool-call-parser, so that chat prompts with tools hash as theirs do");
   std::int64_t pending_ms = c.pending_ttl.count(), discovery_ms = c.discovery.interval.count();
   flags.add_option("--pending-ttl-ms", pending_ms, "Exact mode: how long a routed prefix's pending mark waits for its event")
       ->check(CLI::PositiveNumber);

@@ -86,6 +86,9 @@ struct RouterConfig {
   bool forward_authorization = false;
   // Must match the replicas' special_tokens_in_content, so that chat prompts hash the same (Contract 1).
   bool special_tokens_in_content = true;
+  // Must match the replicas' --tool-call-parser: a chat template without a tools section gets that
+  // parser's tool instructions, in the replica and so in the router's hashes (kvfleet/chat_tools.h).
+  std::string tool_call_parser;
   // Replica discovery (router/gateway/discovery.h): `dns` is NAME:PORT, resolved every `interval` to
   // the set of replica addresses (a Kubernetes headless Service, Consul DNS, /etc/hosts); added
   // addresses are subscribed, vanished ones removed. `hosts_file`: resolve NAME from this file (hosts

@@ -5,6 +5,7 @@
 #include "kvfleet/block_hash.h"
 #include "kvfleet/chat_content.h"
 #include "kvfleet/chat_tokens.h"
+#include "kvfleet/chat_tools.h"
 #include "kvfleet/request_defaults.h"
 #include "router/gateway/gateway.h"
 
@@ -19,7 +20,7 @@ namespace {
 json::array normalize_messages(const json::array& messages) {
   json::array out;
   for (std::size_t i = 0; i < messages.size(); ++i) {
-    if (!messages[i].is_object()) return {};
+    if (!messages[i].is_object()) throw std::invalid_argument("a message is not an object");
     json::object msg = messages[i].as_object();
     if (json::value* c = msg.if_contains("content"); c && c->is_array())
       *c = join_content_parts(c->as_array(), "messages[" + std::to_string(i) + "].content");
@@ -40,17 +41,10 @@ RoutePlan Gateway::plan(std::string_view path, const json::object& body, const h
       if (chat_template_ && messages && messages->is_array()) {
         ChatTemplateOptions opts;
         if (const auto* g = body.if_contains("add_generation_prompt"); g && g->is_bool()) opts.add_generation_prompt = g->as_bool();
-        if (const auto* tools = body.if_contains("tools")) opts.tools = *tools;
-        const json::array& given = messages->as_array();
-        const bool parts = std::any_of(given.begin(), given.end(), [](const json::value& m) {
-          const json::value* c = m.is_object() ? m.as_object().if_contains("content") : nullptr;
-          return !m.is_object() || (c && c->is_array());
-        });
-        // Only content given as parts needs a rewritten copy (of every message's text).
-        json::array normalized;
-        if (parts) normalized = normalize_messages(given);
-        tokens = tokenize_chat(*chat_template_, tokenizer_, parts ? normalized : given, opts,
-                               config_.special_tokens_in_content);
+        // The replica's rendering: content parts joined, tools where the template (or the parser) puts them.
+        json::array normalized = normalize_messages(messages->as_array());
+        tools::prepare_chat_tools(normalized, opts, tools::request_tools(body), template_renders_tools_, tool_parser_.get());
+        tokens = tokenize_chat(*chat_template_, tokenizer_, normalized, opts, config_.special_tokens_in_content);
       }
     } else if (const auto* prompt = body.if_contains("prompt")) {
       // A list of prompts routes by its first one.

@@ -368,3 +368,41 @@ TEST_CASE("the router's probes: /readiness follows its replicas, /liveness the p
 }
 
 }  // namespace kvfleet::test
+
+namespace kvfleet::test {
+
+// The router renders tools as the replica does (kvfleet/chat_tools.h): the prompt's blocks it hashes are
+// the ones the replica caches, so a second request with the same tools is a cache hit on the same replica.
+TEST_CASE("chat with tools: the router's hashes match the replica's blocks, and tool fields pass through") {
+  ReplicaProcess a(kReplicaFlags), b(kReplicaFlags);
+  RouterProcess router({&a, &b});
+  REQUIRE(wait_until([&] { return router.replica(b.base_url()).at("mode") == "exact"; }, std::chrono::seconds(10)));
+  json::array tools;
+  for (int i = 0; i < 6; ++i)
+    tools.push_back(json::object{{"type", "function"},
+                                 {"function", json::object{{"name", "tool_" + std::to_string(i)},
+                                                           {"description", "Looks up fact number " + std::to_string(i)},
+                                                           {"parameters", json::parse(R"({"type":"object","properties":
+                                                              {"query":{"type":"string"}},"required":["query"]})")}}}});
+  auto body = [&](const std::string& user) {
+    return json::serialize(json::object{
+        {"model", "tiny-qwen"}, {"tools", tools}, {"tool_choice", "none"}, {"max_tokens", 2},
+        {"messages", json::array{json::object{{"role", "user"}, {"content", user}}}}});
+  };
+  const http::Response first = router.post("/v1/chat/completions", body("First question?"));
+  REQUIRE(first.status == 200);
+  const std::string home = served_by(first);
+  REQUIRE(wait_until([&] { return router.replica(home).at("events_applied").as_int64() > 0; }, std::chrono::seconds(10)));
+  const http::Response second = router.post("/v1/chat/completions", body("Second question?"));
+  REQUIRE(second.status == 200);
+  CHECK(served_by(second) == home);
+  CHECK(router.metric("kvfleet_router_decisions_total", "reason=\"cache_hit\"") == 1);
+  // The replica's answer to tool_choice auto without its flags comes back through the router unchanged.
+  const http::Response refused = router.post("/v1/chat/completions",
+                                             json::serialize(json::object{{"tools", tools}, {"messages", json::array{
+                                                 json::object{{"role", "user"}, {"content", "hi"}}}}}));
+  CHECK(refused.status == 400);
+  CHECK(refused.body.find("--enable-auto-tool-choice") != std::string::npos);
+}
+
+}  // namespace kvfleet::test

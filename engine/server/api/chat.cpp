@@ -4,6 +4,7 @@
 
 #include "engine/server/api/fields.h"
 #include "engine/server/api/request.h"
+#include "engine/server/api/unimplemented_fields.h"
 #include "kvfleet/chat_content.h"
 
 namespace kvfleet::server {
@@ -62,29 +63,78 @@ json::object parse_message(const json::value& m, std::size_t i) {
   return msg;
 }
 
-void check_tools(const Fields& f) {
-  const json::array* tools = f.array("tools");
-  for (std::size_t i = 0; tools && i < tools->size(); ++i) {
-    const std::string at = "tools[" + std::to_string(i) + "]";
-    if (!(*tools)[i].is_object()) throw bad_request("'" + at + "' must be an object", at);
-    const Fields tool((*tools)[i].as_object(), at + ".");
+void check_tools(const json::array& tools, const std::string& name) {
+  for (std::size_t i = 0; i < tools.size(); ++i) {
+    const std::string at = name + "[" + std::to_string(i) + "]";
+    if (!tools[i].is_object()) throw bad_request("'" + at + "' must be an object", at);
+    const Fields tool(tools[i].as_object(), at + ".");
     if (tool.string("type").value_or("function") != "function")
       throw bad_request("only tools of type 'function' are supported", at + ".type");
     const json::object* fn = tool.object("function");
     if (!fn) throw bad_request("'" + at + ".function' is required", at + ".function");
     const Fields function(*fn, at + ".function.");
-    const auto name = function.string("name");
-    if (!name || name->empty()) throw bad_request("'" + at + ".function.name' is required", at + ".function.name");
+    const auto fname = function.string("name");
+    if (!fname || fname->empty()) throw bad_request("'" + at + ".function.name' is required", at + ".function.name");
     function.string("description");
     function.object("parameters");
     function.boolean("strict");
   }
-  if (const json::value* choice = f.find("tool_choice")) {
-    if (choice->is_string() && (choice->as_string() == "none" || choice->as_string() == "auto")) return;
-    if (choice->is_string() || choice->is_object())
-      throw bad_request("'tool_choice' other than 'none' or 'auto' is not supported", "tool_choice");
-    throw bad_request("'tool_choice' must be 'none', 'auto' or an object", "tool_choice");
+}
+
+// tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name": ...}}; the legacy
+// function_call: "none" | "auto" | {"name": ...}.
+std::optional<ToolChoice> parse_tool_choice(const Fields& f) {
+  const char* key = f.find("tool_choice") ? "tool_choice" : f.find("function_call") ? "function_call" : nullptr;
+  if (!key) return std::nullopt;
+  const std::string param = key;
+  const json::value& choice = *f.find(key);
+  const bool legacy = param == "function_call";
+  if (choice.is_string()) {
+    const std::string mode(choice.as_string());
+    if (mode == "none" || mode == "auto" || (!legacy && mode == "required")) return ToolChoice{mode, {}};
+  } else if (choice.is_object()) {
+    const json::object* fn = &choice.as_object();
+    if (!legacy) {
+      const Fields c(choice.as_object(), param + ".");
+      if (c.string("type").value_or("function") != "function")
+        throw bad_request("'" + param + ".type' must be 'function'", param + ".type");
+      fn = c.object("function");
+      if (!fn) throw bad_request("'" + param + ".function' is required", param + ".function");
+    }
+    const std::string at = legacy ? param + "." : param + ".function.";
+    const auto name = Fields(*fn, at).string("name");
+    if (!name || name->empty()) throw bad_request("'" + at + "name' is required", at + "name");
+    return ToolChoice{"function", *name};
   }
+  throw bad_request(legacy ? "'function_call' must be 'none', 'auto' or {\"name\": ...}"
+                           : "'tool_choice' must be 'none', 'auto', 'required' or {\"type\": \"function\", "
+                             "\"function\": {\"name\": ...}}",
+                    param);
+}
+
+void parse_tools(const Fields& f, ChatRequest& r) {
+  if (f.find("tools") && f.find("functions"))
+    throw bad_request("give 'tools' or the legacy 'functions', not both", "functions");
+  if (f.find("tool_choice") && f.find("function_call"))
+    throw bad_request("give 'tool_choice' or the legacy 'function_call', not both", "function_call");
+  const char* key = f.find("functions") ? "functions" : "tools";
+  if (const json::array* list = f.array(key)) {
+    if (std::string_view(key) == "functions") {
+      json::array tools;
+      for (std::size_t i = 0; i < list->size(); ++i) {
+        const std::string at = "functions[" + std::to_string(i) + "]";
+        if (!(*list)[i].is_object()) throw bad_request("'" + at + "' must be an object", at);
+        tools.push_back(json::object{{"type", "function"}, {"function", (*list)[i]}});
+      }
+      check_tools(tools, "functions");  // (names tools[i].function.x as functions[i].function.x)
+      r.tools = std::move(tools);
+    } else {
+      check_tools(*list, "tools");
+      r.tools = *list;
+    }
+  }
+  r.tool_choice = parse_tool_choice(f);
+  r.parallel_tool_calls = f.boolean("parallel_tool_calls").value_or(true);
 }
 
 }  // namespace
@@ -98,10 +148,9 @@ ChatRequest parse_chat_request(const json::value& body) {
     throw bad_request("'messages' must be a non-empty list of messages", "messages");
   const json::array& list = messages->as_array();
   for (std::size_t i = 0; i < list.size(); ++i) r.messages.push_back(parse_message(list[i], i));
-  check_tools(f);
-  if (const json::value* tools = f.find("tools")) r.tools = *tools;
+  refuse_unimplemented_fields(body.as_object(), Endpoint::chat);
+  parse_tools(f, r);
   r.add_generation_prompt = f.boolean("add_generation_prompt").value_or(true);
-  f.boolean("parallel_tool_calls");
   r.params = parse_generate_params(body.as_object(), true);
   return r;
 }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "engine/server/api/fields.h"
+#include "engine/server/api/unimplemented_fields.h"
 
 namespace kvfleet::server {
 namespace json = boost::json;
@@ -212,7 +213,7 @@ CompletionRequest parse_completion_request(const json::value& body) {
   for (const auto& p : r.prompts)
     if (!p.text && p.ids.empty()) throw bad_request("'prompt' must not be empty", "prompt");
   r.echo = f.boolean("echo").value_or(false);
-  if (f.find("suffix")) throw bad_request("'suffix' is not supported", "suffix");
+  refuse_unimplemented_fields(body.as_object(), Endpoint::completions);
   r.params = parse_generate_params(body.as_object(), false);
   if (r.params.resume && r.prompts.size() != 1) throw bad_request("'kvfleet_resume' needs one prompt", "kvfleet_resume");
   return r;

@@ -90,10 +90,18 @@ struct CompletionRequest {
   GenerateParams params;
 };
 
+// tool_choice: "none", "auto", "required", or "function" with the function's name (named).
+struct ToolChoice {
+  std::string mode;
+  std::string function;
+};
+
 struct ChatRequest {
   std::string model;
   boost::json::array messages;  // validated: a known role, and content a string (parts joined) or null
-  boost::json::value tools;
+  boost::json::value tools;     // validated tools, or the legacy `functions` as tools; null when none
+  std::optional<ToolChoice> tool_choice;  // tool_choice, or the legacy function_call; unset when not given
+  bool parallel_tool_calls = true;
   bool add_generation_prompt = true;
   GenerateParams params;
 };
