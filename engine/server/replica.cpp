@@ -11,6 +11,7 @@
 #include "engine/pd/prefill_service.h"
 #include "engine/server/api/request.h"
 #include "engine/server/output/relay.h"
+#include "engine/server/responses/store.h"
 #include "kvfleet/chat_tokens.h"
 #include "kvfleet/ep_group.h"
 #include "kvfleet/http/async_queue.h"
@@ -53,6 +54,8 @@ Replica::Replica(ReplicaConfig config)
     engine_ = own_engine_.get();
     start_pd();
   }
+  responses_store_ = std::make_unique<ResponseStore>(
+      ResponseStore::Limits{config_.responses_store_entries, config_.responses_store_bytes});
   created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
@@ -160,6 +163,7 @@ http::HttpRouter Replica::routes() {
   r.post("/tokenize", guarded(&Replica::tokenize));
   r.post("/detokenize", guarded(&Replica::detokenize));
   r.get("/v1/kv_events", guarded(&Replica::kv_events, Access::internal));
+  add_responses_routes(r);
   add_pd_routes(r);
   return r;
 }

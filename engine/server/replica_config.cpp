@@ -84,6 +84,8 @@ void apply_replica_yaml(const std::string& text, const std::string& source, Repl
     else if (key == "api_key") c.api_key = scalar<std::string>(v, source, key);
     else if (key == "internal_api_key") c.internal_api_key = scalar<std::string>(v, source, key);
     else if (key == "special_tokens_in_content") c.special_tokens_in_content = scalar<bool>(v, source, key);
+    else if (key == "responses_store_entries") c.responses_store_entries = scalar<std::size_t>(v, source, key);
+    else if (key == "responses_store_bytes") c.responses_store_bytes = scalar<std::size_t>(v, source, key);
     else if (key == "pd_lease_ms") c.pd.lease = ms();
     else if (key == "pd_connect_timeout_ms") c.pd.connect_timeout = ms();
     else if (key == "pd_io_timeout_ms") c.pd.io_timeout = ms();
@@ -160,6 +162,9 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
                    "The only key /v1/kv_events and /internal/* accept (default: --api-key)");
   flags.add_flag("!--no-special-tokens-in-content", c.special_tokens_in_content,
                  "Tokenize message content without special-token matching (the template's own specials stay)");
+  flags.add_option("--responses-store-entries", c.responses_store_entries,
+                   "Stored responses (/v1/responses with store) kept at most; 0 stores none");
+  flags.add_option("--responses-store-bytes", c.responses_store_bytes, "Bytes of stored responses kept at most");
   std::int64_t lease_ms = c.pd.lease.count(), pd_connect_ms = c.pd.connect_timeout.count();
   std::int64_t pd_io_ms = c.pd.io_timeout.count(), pd_transfer_ms = c.pd.transfer_timeout.count();
   flags.add_option("--pd-lease-ms", lease_ms, "Prefill role: how long fetched-for blocks stay pinned without progress")
