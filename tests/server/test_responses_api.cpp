@@ -152,7 +152,8 @@ TEST_CASE("a chat completion becomes the response object; length is incomplete; 
   const auto& item = text.at("output").at(0).as_object();
   CHECK(item.at("type") == "message");
   CHECK(item.at("role") == "assistant");
-  CHECK(std::string(item.at("id").as_string()).rfind("msg_", 0) == 0);
+  CHECK(item.at("id") == "msg_1_0");  // the response's id (resp_1) and the output index
+  CHECK(output_item_id("fc_", "resp_0123abcd", 2) == "fc_0123abcd_2");
   CHECK(item.at("content").at(0).at("type") == "output_text");
   CHECK(item.at("content").at(0).at("text") == "Hello");
   CHECK(item.at("content").at(0).at("annotations").as_array().empty());

@@ -15,6 +15,11 @@ std::string responses_id(const char* prefix) {
   return buf;
 }
 
+std::string output_item_id(const char* prefix, const std::string& response_id, std::size_t output_index) {
+  const std::size_t cut = response_id.find('_');
+  return prefix + response_id.substr(cut == std::string::npos ? 0 : cut + 1) + "_" + std::to_string(output_index);
+}
+
 namespace {
 
 json::value usage_from_chat(const json::value* usage) {
@@ -84,12 +89,12 @@ json::object response_from_chat(const ResponseShell& shell, const json::object& 
   const bool has_calls = calls && calls->is_array() && !calls->as_array().empty();
   const std::string text = string_at(message, "content");
   if (!text.empty() || !has_calls)
-    output.push_back(message_item(responses_id("msg_"), item_status, json::array{output_text(text)}));
+    output.push_back(message_item(output_item_id("msg_", shell.id, 0), item_status, json::array{output_text(text)}));
   for (std::size_t i = 0; has_calls && i < calls->as_array().size(); ++i) {
     const json::object& call = calls->as_array()[i].as_object();
     const json::object& fn = call.at("function").as_object();
-    output.push_back(call_item(responses_id("fc_"), item_status, string_at(call, "id"), string_at(fn, "name"),
-                               string_at(fn, "arguments")));
+    output.push_back(call_item(output_item_id("fc_", shell.id, output.size()), item_status, string_at(call, "id"),
+                               string_at(fn, "name"), string_at(fn, "arguments")));
   }
   return response_object(shell, status_of(finish), std::move(output), usage_from_chat(completion.if_contains("usage")),
                          incomplete_of(finish));
@@ -110,7 +115,7 @@ std::string ResponsesEventStream::begin() {
 
 std::string ResponsesEventStream::open_message() {
   message_index_ = output_.size();
-  message_id_ = responses_id("msg_");
+  message_id_ = output_item_id("msg_", shell_.id, *message_index_);
   const auto index = *message_index_;
   std::string out = event("response.output_item.added",
                           {{"output_index", index}, {"item", message_item(message_id_, "in_progress", {})}});
@@ -146,7 +151,7 @@ std::string ResponsesEventStream::on_tool_call(const json::object& delta) {
     calls_.resize(index + 1);
     Call& c = calls_[index];
     c.output_index = output_.size() + index;
-    c.item_id = responses_id("fc_");
+    c.item_id = output_item_id("fc_", shell_.id, c.output_index);
     c.call_id = string_at(delta, "id");
     c.name = string_at(fn, "name");
     out += event("response.output_item.added",

@@ -24,8 +24,11 @@ struct ResponseShell {
   boost::json::object echo;  // the request's fields (ResponsesRequest::echo)
 };
 
-// A random id with this prefix ("resp_", "msg_", "fc_"): 128 random bits in hex.
+// A random id with this prefix ("resp_"): 128 random bits in hex.
 std::string responses_id(const char* prefix);
+// The id of a response's output item: "msg_" / "fc_", the response id's random part, "_", its output
+// index. An item id names its response, so that a router sends an item_reference where it is stored.
+std::string output_item_id(const char* prefix, const std::string& response_id, std::size_t output_index);
 
 // The response object. `usage` and `incomplete_details` null when absent.
 boost::json::object response_object(const ResponseShell& shell, const char* status, boost::json::array output,
