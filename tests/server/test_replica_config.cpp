@@ -56,3 +56,17 @@ TEST_CASE("API keys and special_tokens_in_content: YAML keys and flags") {
   CHECK(example.api_key.empty());
   CHECK(example.special_tokens_in_content);
 }
+
+TEST_CASE("the responses store's bounds: YAML keys and flags, with the example's defaults") {
+  ReplicaConfig c;
+  apply_replica_yaml("responses_store_entries: 5\nresponses_store_bytes: 4096\n", "r.yaml", c);
+  CHECK(c.responses_store_entries == 5);
+  CHECK(c.responses_store_bytes == 4096);
+  const ReplicaConfig flags = parse({"--model", "m", "--responses-store-entries", "7", "--responses-store-bytes", "99"});
+  CHECK(flags.responses_store_entries == 7);
+  CHECK(flags.responses_store_bytes == 99);
+  const ReplicaConfig example = parse({"--config", std::string(KVFLEET_SOURCE_DIR) + "/examples/replica.yaml"});
+  const ReplicaConfig defaults = parse({"--model", "m"});
+  CHECK(example.responses_store_entries == defaults.responses_store_entries);
+  CHECK(example.responses_store_bytes == defaults.responses_store_bytes);
+}
