@@ -117,6 +117,17 @@ bool Replica::authorized(const http::Request& req, Access access) const {
   return secure_equal(given, key);
 }
 
+namespace {
+
+// The path as a metric label: a resource's id is not a label value (it would make one series per id).
+std::string route_label(std::string_view path) {
+  constexpr std::string_view responses = "/v1/responses/";
+  if (path.size() > responses.size() && path.substr(0, responses.size()) == responses) return "/v1/responses/{id}";
+  return std::string(path);
+}
+
+}  // namespace
+
 http::Handler Replica::guarded(awaitable<void> (Replica::*handler)(const http::Request&, http::ResponseWriter&),
                                Access access) {
   return [this, handler, access](const http::Request& req, http::ResponseWriter& w) -> awaitable<void> {
@@ -144,11 +155,11 @@ http::Handler Replica::guarded(awaitable<void> (Replica::*handler)(const http::R
       }
     }
     if (error) {
-      metrics_.count_http(std::string(req.path()), error->status);
+      metrics_.count_http(route_label(req.path()), error->status);
       if (error->status == 401) error->headers.set("WWW-Authenticate", "Bearer");
       if (!w.started()) co_await w.send(std::move(*error));
     } else {
-      metrics_.count_http(std::string(req.path()), 200);
+      metrics_.count_http(route_label(req.path()), 200);
     }
   };
 }

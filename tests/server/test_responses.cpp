@@ -75,6 +75,10 @@ TEST_CASE("responses: bad input is a 400 naming the field; unknown ids are 404; 
   const auto ok = replica.post("/v1/responses", R"({"input":"hi","max_output_tokens":2})");
   CHECK(ok.status == 200);
   CHECK(ok.headers.find("x-kvfleet-response-id") != nullptr);
+  // Requests by id count under one metric label, not one per id.
+  const std::string metrics = replica.get("/metrics").body;
+  CHECK(metrics.find(R"(path="/v1/responses/{id}",status="404")") != std::string::npos);
+  CHECK(metrics.find("resp_nope") == std::string::npos);
 }
 
 TEST_CASE("the store keeps its newest responses within --responses-store-entries") {

@@ -178,7 +178,13 @@ awaitable<void> Replica::responses(const http::Request& req, http::ResponseWrite
     throw bad_request(e.what(), e.param);
   }
   for (auto& item : input) conversation.push_back(std::move(item));
-  if (r.truncate) truncate_to_fit(messages, r.chat);
+  if (r.truncate) {
+    try {
+      truncate_to_fit(messages, r.chat);
+    } catch (const TemplateError& e) {
+      throw ApiError(400, e.what(), "invalid_request_error", "input");
+    }
+  }
   r.chat["messages"] = std::move(messages);
   http::Request chat_request;
   chat_request.method = req.method;
