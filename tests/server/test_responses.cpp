@@ -2,6 +2,9 @@
 // client and the AI SDK 5 as users run them, and raw HTTP for bad input and the store's bounds.
 #include <doctest/doctest.h>
 
+#include <csignal>
+#include <thread>
+
 #include "replica_fixture.h"
 
 using namespace kvfleet;
@@ -94,4 +97,31 @@ TEST_CASE("the store keeps its newest responses within --responses-store-entries
   const auto got = replica.get("/v1/responses/" + ids[2]);
   CHECK(got.status == 200);
   CHECK(json::parse(got.body).at("id").as_string() == ids[2]);
+}
+
+TEST_CASE("a stream that fails mid-way (a drain that runs out of time) ends with error and response.failed") {
+  test::ReplicaProcess replica({"--drain-timeout-ms", "200"});
+  http::Response streamed;
+  std::thread running([&] {
+    streamed = replica.post("/v1/responses", R"({"input":"Count:","max_output_tokens":4000,"ignore_eos":true,"stream":true})");
+  });
+  for (int i = 0; i < 200 && replica.metric("kvfleet_requests_running") < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  replica.process().signal(SIGTERM);
+  running.join();
+  CHECK(streamed.status == 200);
+  const std::string& body = streamed.body;
+  CHECK(body.rfind("event: response.created\n", 0) == 0);
+  const std::size_t error = body.find("event: error\n");
+  const std::size_t failed = body.find("event: response.failed\n");
+  REQUIRE(error != std::string::npos);
+  REQUIRE(failed != std::string::npos);
+  CHECK(error < failed);
+  CHECK(body.find("shutting down") != std::string::npos);  // the engine's own reason reaches the client
+  CHECK(body.find("response.completed") == std::string::npos);
+  CHECK(body.find("[DONE]") == std::string::npos);
+  const auto last = json::parse(body.substr(body.find("data: ", failed) + 6));
+  CHECK(last.at("response").at("status") == "failed");
+  CHECK(last.at("response").at("error").at("message").as_string().size() > 0);
+  CHECK(replica.process().wait(std::chrono::seconds(20)) == 0);
 }
