@@ -125,3 +125,17 @@ TEST_CASE("a stream that fails mid-way (a drain that runs out of time) ends with
   CHECK(last.at("response").at("error").at("message").as_string().size() > 0);
   CHECK(replica.process().wait(std::chrono::seconds(20)) == 0);
 }
+
+TEST_CASE("function tools with tool_choice none reach the chat template (and no call is parsed)") {
+  test::ReplicaProcess replica;
+  const auto input_tokens = [&](const std::string& extra) {
+    const auto r = replica.post("/v1/responses", R"({"input":"Weather?","max_output_tokens":2,"store":false)" + extra + "}");
+    REQUIRE(r.status == 200);
+    const auto body = json::parse(r.body);
+    CHECK(body.at("output").at(0).at("type") == "message");
+    return body.at("usage").at("input_tokens").as_int64();
+  };
+  const std::string tools = R"(,"tool_choice":"none","tools":[{"type":"function","name":"get_weather",)"
+                            R"("parameters":{"type":"object","properties":{"city":{"type":"string"}}}}])";
+  CHECK(input_tokens(tools) > input_tokens("") + 50);
+}

@@ -122,7 +122,10 @@ TEST_CASE("function tools: rendered with tool_choice none; auto and forced need 
   const ResponsesCapabilities tools{true, false};
   const auto named = parse(R"({"input":"x","tool_choice":{"type":"function","name":"get"},
     "tools":[{"type":"function","name":"get"}]})", tools);
-  CHECK(named.chat.at("tool_choice").at("name") == "get");
+  CHECK(json::serialize(named.chat.at("tool_choice")) == R"({"type":"function","function":{"name":"get"}})");
+  CHECK(json::serialize(named.echo.at("tool_choice")) == R"({"type":"function","name":"get"})");
+  CHECK(refused(R"({"input":"x","max_tool_calls":2})") == "(none)");
+  CHECK(refused(R"({"input":"x","max_tool_calls":2})", tools) == "max_tool_calls");
   CHECK(refused(R"({"input":"x","tool_choice":{"type":"file_search"},"tools":[{"type":"function","name":"g"}]})", tools) ==
         "tool_choice.type");
   const ResponsesCapabilities structured{false, true};

@@ -219,10 +219,17 @@ ResponsesRequest parse_responses_request(const json::value& body, const Response
   const auto parallel = f.boolean("parallel_tool_calls");
   if (!chat_tools.empty()) {
     chat["tools"] = std::move(chat_tools);
-    chat["tool_choice"] = tool_choice;
+    // A named function: Responses names it flat ({type, name}), chat nests it ({type, function: {name}}).
+    chat["tool_choice"] = tool_choice.is_object()
+                              ? json::value(json::object{{"type", "function"},
+                                                         {"function", json::object{{"name", tool_choice.at("name")}}}})
+                              : tool_choice;
     if (parallel) chat["parallel_tool_calls"] = *parallel;
   }
   const auto max_tool_calls = f.integer("max_tool_calls", 1, INT32_MAX);
+  // A bound on calls holds trivially while no call can be made; with tool calling it is not enforced.
+  if (max_tool_calls && can.tool_calls)
+    throw bad_request("'max_tool_calls' is not supported", "max_tool_calls");
   check_reasoning(f, echo);
   echo["text"] = parse_text(f, can, chat);
   echo["instructions"] = r.instructions ? json::value(*r.instructions) : json::value(nullptr);

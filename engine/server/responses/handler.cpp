@@ -21,8 +21,8 @@ namespace {
 
 constexpr std::string_view kByIdPrefix = "/v1/responses/";
 
-// What this server serves beyond text. Tool calling (a tool-call parser) and structured outputs
-// (constrained decoding) turn these on; until then requests that need them get a 400 naming the field.
+// What this server serves beyond text: tool calling (a tool-call parser) and structured outputs
+// (constrained decoding). A request that needs one that is off gets a 400 naming the field.
 ResponsesCapabilities capabilities() { return {}; }
 
 // The client's writer as the chat handler sees it: the chat answer (one JSON body, or its SSE stream)
