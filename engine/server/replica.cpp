@@ -11,6 +11,7 @@
 #include "engine/pd/prefill_service.h"
 #include "engine/server/api/request.h"
 #include "engine/server/output/relay.h"
+#include "engine/server/responses/store.h"
 #include "kvfleet/chat_tokens.h"
 #include "kvfleet/chat_tools.h"
 #include "kvfleet/ep_group.h"
@@ -61,6 +62,8 @@ Replica::Replica(ReplicaConfig config)
     engine_ = own_engine_.get();
     start_pd();
   }
+  responses_store_ = std::make_unique<ResponseStore>(
+      ResponseStore::Limits{config_.responses_store_entries, config_.responses_store_bytes});
   created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
@@ -123,6 +126,17 @@ bool Replica::authorized(const http::Request& req, Access access) const {
   return secure_equal(given, key);
 }
 
+namespace {
+
+// The path as a metric label: a resource's id is not a label value (it would make one series per id).
+std::string route_label(std::string_view path) {
+  constexpr std::string_view responses = "/v1/responses/";
+  if (path.size() > responses.size() && path.substr(0, responses.size()) == responses) return "/v1/responses/{id}";
+  return std::string(path);
+}
+
+}  // namespace
+
 http::Handler Replica::guarded(awaitable<void> (Replica::*handler)(const http::Request&, http::ResponseWriter&),
                                Access access) {
   return [this, handler, access](const http::Request& req, http::ResponseWriter& w) -> awaitable<void> {
@@ -150,11 +164,11 @@ http::Handler Replica::guarded(awaitable<void> (Replica::*handler)(const http::R
       }
     }
     if (error) {
-      metrics_.count_http(std::string(req.path()), error->status);
+      metrics_.count_http(route_label(req.path()), error->status);
       if (error->status == 401) error->headers.set("WWW-Authenticate", "Bearer");
       if (!w.started()) co_await w.send(std::move(*error));
     } else {
-      metrics_.count_http(std::string(req.path()), 200);
+      metrics_.count_http(route_label(req.path()), 200);
     }
   };
 }
@@ -169,6 +183,7 @@ http::HttpRouter Replica::routes() {
   r.post("/tokenize", guarded(&Replica::tokenize));
   r.post("/detokenize", guarded(&Replica::detokenize));
   r.get("/v1/kv_events", guarded(&Replica::kv_events, Access::internal));
+  add_responses_routes(r);
   add_pd_routes(r);
   return r;
 }

@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <boost/asio/thread_pool.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -35,6 +37,7 @@ namespace kvfleet::server {
 
 struct CompletionRequest;
 struct ChatRequest;
+class ResponseStore;
 struct GenerateParams;
 class OutputRelay;
 
@@ -75,6 +78,13 @@ class Replica {
   Awaitable tokenize(const http::Request& req, http::ResponseWriter& w);
   Awaitable detokenize(const http::Request& req, http::ResponseWriter& w);
   Awaitable kv_events(const http::Request& req, http::ResponseWriter& w);
+  // The Responses API (responses/handler.cpp): POST /v1/responses runs as a chat completion; GET and
+  // DELETE /v1/responses/{id} read the store.
+  void add_responses_routes(http::HttpRouter& r);
+  Awaitable responses(const http::Request& req, http::ResponseWriter& w);
+  Awaitable response_by_id(const http::Request& req, http::ResponseWriter& w);
+  boost::json::array resolve_references(const boost::json::array& items);
+  void truncate_to_fit(boost::json::array& messages, const boost::json::object& chat) const;
   // KV transfer (Contract 3, pd_handlers.cpp): P's endpoints, D's fetch before a request runs, and
   // GET /internal/kv_state (integrity check, pins, leases) that the fault tests read.
   void start_pd();
@@ -148,6 +158,7 @@ class Replica {
   std::unique_ptr<pd::PdMetrics> pd_metrics_;
   std::unique_ptr<pd::PrefillService> pd_prefill_;  // roles prefill and mixed
   std::unique_ptr<pd::DecodeFetcher> pd_fetch_;      // roles decode and mixed
+  std::unique_ptr<ResponseStore> responses_store_;  // stored responses (thread-safe)
   std::unique_ptr<http::HttpServer> server_;
   std::atomic<bool> draining_{false};
   std::atomic<int> in_flight_{0};

@@ -128,6 +128,8 @@ void apply_replica_yaml(const std::string& text, const std::string& source, Repl
     else if (key == "tool_call_parser") c.tool_call_parser = scalar<std::string>(v, source, key);
     else if (key == "enable_auto_tool_choice") c.enable_auto_tool_choice = scalar<bool>(v, source, key);
     else if (key == "reasoning_parser") c.reasoning_parser = scalar<std::string>(v, source, key);
+    else if (key == "responses_store_entries") c.responses_store_entries = scalar<std::size_t>(v, source, key);
+    else if (key == "responses_store_bytes") c.responses_store_bytes = scalar<std::size_t>(v, source, key);
     else if (key == "pd_lease_ms") c.pd.lease = ms();
     else if (key == "pd_connect_timeout_ms") c.pd.connect_timeout = ms();
     else if (key == "pd_io_timeout_ms") c.pd.io_timeout = ms();
@@ -215,6 +217,9 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
                  "Serve tool_choice \"auto\" (the model decides whether to call a tool; needs --tool-call-parser)");
   flags.add_option("--reasoning-parser", c.reasoning_parser,
                    "Return <think> text as reasoning_content in this format: " + tools::reasoning_parser_names());
+  flags.add_option("--responses-store-entries", c.responses_store_entries,
+                   "Stored responses (/v1/responses with store) kept at most; 0 stores none");
+  flags.add_option("--responses-store-bytes", c.responses_store_bytes, "Bytes of stored responses kept at most");
   std::int64_t lease_ms = c.pd.lease.count(), pd_connect_ms = c.pd.connect_timeout.count();
   std::int64_t pd_io_ms = c.pd.io_timeout.count(), pd_transfer_ms = c.pd.transfer_timeout.count();
   flags.add_option("--pd-lease-ms", lease_ms, "Prefill role: how long fetched-for blocks stay pinned without progress")

@@ -41,6 +41,9 @@ struct ReplicaConfig {
   std::string tool_call_parser;
   bool enable_auto_tool_choice = false;
   std::string reasoning_parser;
+  // POST /v1/responses with store: the in-memory store's bounds (least recently used evicted first).
+  std::size_t responses_store_entries = 10000;
+  std::size_t responses_store_bytes = std::size_t{256} << 20;
   pd::PdConfig pd;                          // KV transfer between prefill and decode replicas (Contract 3)
   int ep_size = 1;  // MoE: expert-parallel ranks behind this endpoint (kvfleet/ep_group.h)
   // One rank per process (Gloo): this process is rank ep_rank (-1: all ranks in this process). Rank 0

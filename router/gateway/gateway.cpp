@@ -152,6 +152,9 @@ http::HttpRouter Gateway::make_routes() {
   };
   r.post("/v1/completions", bind(&Gateway::proxy));
   r.post("/v1/chat/completions", bind(&Gateway::proxy));
+  r.post("/v1/responses", bind(&Gateway::proxy));
+  r.add_prefix("GET", "/v1/responses/", bind(&Gateway::response_by_id));
+  r.add_prefix("DELETE", "/v1/responses/", bind(&Gateway::response_by_id));
   r.get("/v1/models", bind(&Gateway::models));
   // Probes as SGLang's gateway has them: /readiness (= /health: 503 with no healthy replica or while
   // draining) for the balancer, /liveness (200 while the process serves) for restarts.
@@ -269,6 +272,7 @@ bool Gateway::remove_replica(const std::string& url) {
     forget_metrics(*link);  // under the lock: metrics() sets the gauges of listed replicas under it too
   }
   link->pool.clear();
+  response_owners_.forget_replica(url);
   asio::post(link->strand, [link] { link->stop_io(); });  // its loops end at once
   return true;
 }

@@ -36,6 +36,7 @@
 #include "router/circuit_breaker.h"
 #include "router/gateway/discovery.h"
 #include "router/gateway/pd_routing.h"
+#include "router/gateway/response_owners.h"
 #include "router/gateway/router_config.h"
 #include "router/gateway/stream_splice.h"
 #include "router/gateway/upstream_pool.h"
@@ -218,7 +219,14 @@ class Gateway {
   awaitable<http::ResponseHead> exchange(ReplicaLink& link, const http::Request& upstream,
                                          std::unique_ptr<http::HttpClient>& client, bool& connected);
   awaitable<Verdict> relay_stream(http::HttpClient& client, const http::ResponseHead& head, ReplicaLink& link,
-                                  http::ResponseWriter& w, double started);
+                                  http::ResponseWriter& w, double started, bool responses_events);
+
+  // responses.cpp: the Responses API's routing (its prompt, and the replica that stored a response)
+  std::vector<TokenId> responses_prompt(const boost::json::object& body) const;
+  awaitable<void> response_by_id(const http::Request& req, http::ResponseWriter& w);
+  awaitable<std::shared_ptr<ReplicaLink>> find_response_owner(const std::string& id);
+  std::shared_ptr<ReplicaLink> link_of(const std::string& url) const;
+  std::vector<ReplicaId> all_but(const ReplicaLink& owner) const;
 
   // failover.cpp
   // A streamed chat or completions request with one choice: the kind a broken stream can resume.
@@ -288,6 +296,7 @@ class Gateway {
   std::string admin_api_key_;
 
   std::unique_ptr<Discovery> discovery_;  // null without discovery.dns
+  ResponseOwners response_owners_{config_.responses_affinity_entries};  // thread-safe on its own
 
   std::mutex series_mutex_;
   // (replica, status, family, help) of the {replica, status} counters made so far: a removal deletes them all.

@@ -12,6 +12,7 @@
 #include "kvfleet/http/sse.h"
 #include "router/gateway/gateway.h"
 #include "router/gateway/relay_util.h"
+#include "router/gateway/responses_routing.h"
 
 namespace kvfleet::router {
 namespace json = boost::json;
@@ -106,6 +107,11 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
   std::optional<SpliceState> splice;  // a stream that may fail over mid-way (failover.cpp)
   if (config_.failover && failover_eligible(req.path(), body.as_object())) splice.emplace();
   std::vector<ReplicaId> tried;
+  // A follow-up of a stored response goes to the replica that stored it, and only there.
+  std::shared_ptr<ReplicaLink> owner;
+  if (req.path() == "/v1/responses")
+    if (const auto continued = continued_response(body.as_object())) owner = co_await find_response_owner(*continued);
+  if (owner) tried = all_but(*owner);
   std::minstd_rand jitter(static_cast<unsigned>(now_tick()));
   TryResult result;
   http::Request routed_request;  // with the router's x-kvfleet-prefill-from (pd mode) / x-data-parallel-rank
@@ -145,7 +151,9 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
     co_return;
   }
   count_request("none", "503");
-  co_await w.send(http::json_error(503, "no replica could serve the request", "overloaded_error"));
+  co_await w.send(http::json_error(503, owner ? "the replica that stored the response this one continues cannot serve it now"
+                                              : "no replica could serve the request",
+                                   "overloaded_error"));
 }
 
 namespace {
@@ -265,6 +273,8 @@ awaitable<Gateway::Outcome> Gateway::forward(ReplicaLink& link, const http::Requ
     result.verdict = Verdict::failure;
     co_return Outcome::retry;
   }
+  if (const std::string* id = head.headers.find("x-kvfleet-response-id"))
+    response_owners_.remember(*id, link.url);  // a stored response: its follow-ups come here
   const bool retry_overload = (head.status == 503 || head.status == 429) && !last_try;
   const std::string* type = head.headers.find("content-type");
   const bool streamed = head.chunked || (type && type->find("text/event-stream") != std::string::npos);
@@ -279,7 +289,7 @@ awaitable<Gateway::Outcome> Gateway::forward(ReplicaLink& link, const http::Requ
     co_return broke ? Outcome::broke : Outcome::done;
   }
   if (!retry_overload && streamed) {
-    result.verdict = co_await relay_stream(*client, head, link, w, started);
+    result.verdict = co_await relay_stream(*client, head, link, w, started, req.path() == "/v1/responses");
     if (result.verdict == Verdict::success) {
       result.verdict = verdict_of(head.status);
       link.pool.give_back(std::move(client));
@@ -316,7 +326,7 @@ awaitable<Gateway::Outcome> Gateway::forward(ReplicaLink& link, const http::Requ
 // error event and [DONE], so OpenAI clients end cleanly instead of hanging. Success: the stream
 // ended cleanly; failure: the replica broke it; unknown: the client left.
 awaitable<Verdict> Gateway::relay_stream(http::HttpClient& client, const http::ResponseHead& head, ReplicaLink& link,
-                                         http::ResponseWriter& w, double started) {
+                                         http::ResponseWriter& w, double started, bool responses_events) {
   http::Headers headers;
   const std::string* type = head.headers.find("content-type");
   headers.set("content-type", type ? *type : "text/event-stream");
@@ -330,6 +340,7 @@ awaitable<Verdict> Gateway::relay_stream(http::HttpClient& client, const http::R
   bool first = true;
   bool broke = false;
   bool client_stalled = false;
+  std::int64_t sequence = -1;  // a Responses stream: the last event's sequence_number relayed
   for (;;) {
     std::optional<std::string> piece;
     try {
@@ -344,6 +355,7 @@ awaitable<Verdict> Gateway::relay_stream(http::HttpClient& client, const http::R
                          latency_buckets())
           .Observe(seconds_now() - started);
     }
+    if (responses_events) sequence = last_sequence_number(*piece, sequence);
     const auto write_started = std::chrono::steady_clock::now();
     if (!co_await w.write(*piece)) {
       client.close();
@@ -358,7 +370,9 @@ awaitable<Verdict> Gateway::relay_stream(http::HttpClient& client, const http::R
   if (broke) {
     count_request(link.url, "upstream_error", &link);
     const std::string error = http::json_error_body("the replica failed mid-stream", "server_error", "", "upstream_error");
-    const std::string event = http::sse_format(error) + "data: [DONE]\n\n";
+    const std::string event = responses_events
+                                  ? responses_error_event(sequence + 1, "upstream_error", "the replica failed mid-stream")
+                                  : http::sse_format(error) + "data: [DONE]\n\n";
     co_await w.write(event);
   } else {
     count_request(link.url, std::to_string(head.status), &link);

@@ -161,6 +161,7 @@ void apply_router_yaml(const std::string& text, const std::string& source, Route
     else if (key == "unhealthy_after") c.unhealthy_after = positive<int>(v, source, key);
     else if (key == "healthy_after") c.healthy_after = positive<int>(v, source, key);
     else if (key == "max_attempts") c.max_attempts = positive<int>(v, source, key);
+    else if (key == "responses_affinity_entries") c.responses_affinity_entries = scalar<std::size_t>(v, source, key);
     else if (key == "retry_backoff_ms") c.retry_backoff = ms();
     else if (key == "connect_timeout_ms") c.connect_timeout = ms();
     else if (key == "upstream_timeout_ms") c.upstream_timeout = ms();
@@ -234,6 +235,8 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
   std::int64_t stall_ms = c.stream_stall_timeout.count();
   flags.add_option("--stream-stall-timeout-ms", stall_ms, "A stream silent this long counts as broken")
       ->check(CLI::PositiveNumber);
+  flags.add_option("--responses-affinity-entries", c.responses_affinity_entries,
+                   "Stored responses whose replica the router remembers (follow-ups, GET/DELETE by id)");
   flags.add_option("--max-concurrency", c.max_concurrency, "Requests forwarded at once")->check(CLI::PositiveNumber);
   flags.add_option("--max-queue", c.max_queue, "Requests waiting beyond that (then 429)");
   flags.add_option("--drain-timeout-ms", drain_ms, "On SIGTERM, how long running requests may take to finish");

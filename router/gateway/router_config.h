@@ -71,6 +71,9 @@ struct RouterConfig {
   std::size_t max_queue = 4096;
   milliseconds queue_timeout{30'000};
   std::size_t max_body_bytes = 8 << 20;
+  // Stored responses (/v1/responses) whose replica the router remembers, for follow-ups and GET/DELETE
+  // by id (router/gateway/response_owners.h); one it forgot is looked for by asking the replicas.
+  std::size_t responses_affinity_entries = 100'000;
   milliseconds read_timeout{30'000};
   milliseconds drain_timeout{30'000};
   // Non-empty: the OpenAI endpoints require `Authorization: Bearer <one of these>` (401 otherwise).

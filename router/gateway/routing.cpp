@@ -46,6 +46,8 @@ RoutePlan Gateway::plan(std::string_view path, const json::object& body, const h
         tools::prepare_chat_tools(normalized, opts, tools::request_tools(body), template_renders_tools_, tool_parser_.get());
         tokens = tokenize_chat(*chat_template_, tokenizer_, normalized, opts, config_.special_tokens_in_content);
       }
+    } else if (path == "/v1/responses") {
+      tokens = responses_prompt(body);
     } else if (const auto* prompt = body.if_contains("prompt")) {
       // A list of prompts routes by its first one.
       const json::value* p = prompt;

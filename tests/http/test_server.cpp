@@ -86,6 +86,29 @@ TEST_CASE("unknown path is 404, wrong method is 405, both with JSON error bodies
   CHECK(error_of(wrong.body).at("type") == "method_not_allowed");
 }
 
+TEST_CASE("prefix routes: exact paths win, then the longest prefix; the bare prefix and other methods are not it") {
+  HttpRouter router = echo_router();
+  const auto named = [](std::string name) {
+    return [name](const Request& request, ResponseWriter& writer) -> asio::awaitable<void> {
+      co_await writer.send(Response::text(200, name + " " + std::string(request.path())));
+    };
+  };
+  router.add_prefix("GET", "/items/", named("item"));
+  router.add_prefix("DELETE", "/items/", named("delete"));
+  router.add_prefix("GET", "/items/special/", named("special"));
+  router.get("/items/exact", named("exact"));
+  TestServer t(std::move(router));
+  CHECK(http_request("127.0.0.1", t.port(), "GET", "/items/a1").body == "item /items/a1");
+  CHECK(http_request("127.0.0.1", t.port(), "GET", "/items/a1?x=1").body == "item /items/a1");
+  CHECK(http_request("127.0.0.1", t.port(), "DELETE", "/items/a1").body == "delete /items/a1");
+  CHECK(http_request("127.0.0.1", t.port(), "GET", "/items/special/b").body == "special /items/special/b");
+  CHECK(http_request("127.0.0.1", t.port(), "GET", "/items/exact").body == "exact /items/exact");
+  CHECK(http_request("127.0.0.1", t.port(), "GET", "/items/").status == 404);
+  const Response wrong = http_request("127.0.0.1", t.port(), "POST", "/items/a1");
+  CHECK(wrong.status == 405);
+  CHECK(*wrong.headers.find("allow") == "DELETE, GET");
+}
+
 TEST_CASE("a handler exception becomes a 500 JSON error") {
   TestServer t(echo_router());
   Response r = http_request("127.0.0.1", t.port(), "GET", "/throws");

@@ -43,6 +43,12 @@ Case chat(const std::string& fields, int status = 400, std::string param = "") {
 Case chat_messages(const std::string& messages, std::string param = "") {
   return {"POST", "/v1/chat/completions", R"({"max_tokens":2,"messages":)" + messages + "}", 400, std::move(param)};
 }
+// /v1/responses with `fields` (a good request's input unless they give their own).
+Case resp(const std::string& fields, int status = 400, std::string param = "") {
+  const bool own_input = fields.find(R"("input")") != std::string::npos;
+  return {"POST", "/v1/responses", "{" + (own_input ? fields : R"("input":"hi","max_output_tokens":2,)" + fields) + "}",
+          status, std::move(param)};
+}
 Case raw(std::string method, std::string target, std::string body, int status, std::string param = "") {
   return {std::move(method), std::move(target), std::move(body), status, std::move(param)};
 }
@@ -277,6 +283,53 @@ std::vector<Case> cases() {
       // Size.
       raw("POST", "/v1/completions", R"({"prompt":")" + std::string(70000, 'x') + R"("})", 413),
   };
+  const std::vector<Case> responses = {
+      raw("POST", "/v1/responses", "{not json", 400, "-"),
+      raw("POST", "/v1/responses", "{}", 400, "input"),
+      resp(R"("input":5)", 400, "input"),
+      resp(R"("input":[])", 400, "input"),
+      resp(R"("input":["hi"])", 400, "input[0]"),
+      resp(R"("input":[{"role":"tool","content":"x"}])", 400, "input[0].role"),
+      resp(R"("input":[{"role":"user"}])", 400, "input[0].content"),
+      resp(R"("input":[{"role":"user","content":[{"type":"input_image","image_url":"u"}]}])", 400, "input[0].content[0].type"),
+      resp(R"("input":[{"role":"user","content":[{"type":"input_text"}]}])", 400, "input[0].content[0].text"),
+      resp(R"("input":[{"type":"computer_call"}])", 400, "input[0].type"),
+      resp(R"("input":[{"type":"function_call","name":"f","arguments":"{}"}])", 400, "input[0].call_id"),
+      resp(R"("input":[{"type":"function_call_output","call_id":"c","output":5}])", 400, "input[0].output"),
+      resp(R"("input":[{"type":"item_reference","id":"msg_none_0"}])", 400, "input[0].id"),
+      resp(R"("input":")" + long_prompt + R"(")", 400, "input"),
+      resp(R"("temperature":3)", 400, "temperature"),
+      resp(R"("top_p":0)", 400, "top_p"),
+      resp(R"("input":"hi","max_output_tokens":0)", 400, "max_output_tokens"),
+      resp(R"("input":"hi","max_output_tokens":100000)", 400, "max_output_tokens"),
+      resp(R"("stream":"yes")", 400, "stream"),
+      resp(R"("store":1)", 400, "store"),
+      resp(R"("instructions":5)", 400, "instructions"),
+      resp(R"("previous_response_id":"resp_none")", 400, "previous_response_id"),
+      resp(R"("previous_response_id":5)", 400, "previous_response_id"),
+      resp(R"("metadata":[1])", 400, "metadata"),
+      resp(R"("metadata":{"k":")" + std::string(600, 'v') + R"("})", 400, "metadata"),
+      resp(R"("tools":{})", 400, "tools"),
+      resp(R"("tools":[{"type":"file_search"}])", 400, "tools[0].type"),
+      resp(R"("tools":[{"type":"function","name":"f","parameters":"x"}],"tool_choice":"none")", 400, "tools[0].parameters"),
+      resp(R"("tool_choice":"maybe")", 400, "tool_choice"),
+      resp(R"("text":{"format":{"type":"json_schema","name":"n","schema":{}}})", 400, "text.format"),
+      resp(R"("reasoning":{"effort":"low"})", 400, "reasoning.effort"),
+      resp(R"("include":["reasoning.encrypted_content"])", 400, "include"),
+      resp(R"("background":true)", 400, "background"),
+      resp(R"("conversation":"conv_1")", 400, "conversation"),
+      resp(R"("truncation":"never")", 400, "truncation"),
+      resp(R"("messages":[])", 400, "messages"),
+      resp(R"("max_tokens":2)", 400, "max_tokens"),
+      resp(R"("seed":"x")", 400, "seed"),
+      resp(R"("model":"nope")", 404, "model"),
+      raw("GET", "/v1/responses/resp_missing", "", 404, "-"),
+      raw("DELETE", "/v1/responses/resp_missing", "", 404, "-"),
+      raw("GET", "/v1/responses/resp_missing?stream=true", "", 400, "stream"),
+      raw("POST", "/v1/responses/resp_missing", "{}", 405, "-"),
+      raw("GET", "/v1/responses", "", 405, "-"),
+  };
+  c.insert(c.end(), responses.begin(), responses.end());
   Case form = raw("POST", "/v1/completions", "prompt=hi", 400, "-");
   form.content_type = "application/x-www-form-urlencoded";
   c.push_back(form);

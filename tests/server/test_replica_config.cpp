@@ -87,3 +87,17 @@ TEST_CASE("speculative_config: the flag, the YAML key as JSON or as a mapping, e
                            R"({"method":"ngram","num_speculative_tokens":2})"}),
                     doctest::Contains("not supported with --ep-size > 1"));
 }
+
+TEST_CASE("the responses store's bounds: YAML keys and flags, with the example's defaults") {
+  ReplicaConfig c;
+  apply_replica_yaml("responses_store_entries: 5\nresponses_store_bytes: 4096\n", "r.yaml", c);
+  CHECK(c.responses_store_entries == 5);
+  CHECK(c.responses_store_bytes == 4096);
+  const ReplicaConfig flags = parse({"--model", "m", "--responses-store-entries", "7", "--responses-store-bytes", "99"});
+  CHECK(flags.responses_store_entries == 7);
+  CHECK(flags.responses_store_bytes == 99);
+  const ReplicaConfig example = parse({"--config", std::string(KVFLEET_SOURCE_DIR) + "/examples/replica.yaml"});
+  const ReplicaConfig defaults = parse({"--model", "m"});
+  CHECK(example.responses_store_entries == defaults.responses_store_entries);
+  CHECK(example.responses_store_bytes == defaults.responses_store_bytes);
+}

@@ -24,16 +24,25 @@ HttpRouter& HttpRouter::add(std::string method, std::string path, Handler handle
   return *this;
 }
 
+HttpRouter& HttpRouter::add_prefix(std::string method, std::string prefix, Handler handler) {
+  prefixes_[std::move(prefix)][std::move(method)] = std::move(handler);
+  return *this;
+}
+
 Handler HttpRouter::route(const Request& request) const {
   std::string_view path = request.path();
-  auto by_path = routes_.find(path);
-  if (by_path == routes_.end()) {
+  const std::map<std::string, Handler>* methods = nullptr;
+  if (auto exact = routes_.find(path); exact != routes_.end()) methods = &exact->second;
+  // The longest prefix first: map order puts a prefix's extensions after it.
+  for (auto it = prefixes_.rbegin(); !methods && it != prefixes_.rend(); ++it)
+    if (path.size() > it->first.size() && path.substr(0, it->first.size()) == it->first) methods = &it->second;
+  if (!methods) {
     return answer_with(json_error(404, "no route for " + std::string(path), "not_found_error"));
   }
-  auto by_method = by_path->second.find(request.method);
-  if (by_method != by_path->second.end()) return by_method->second;
+  auto by_method = methods->find(request.method);
+  if (by_method != methods->end()) return by_method->second;
   std::string allow;
-  for (const auto& [method, handler] : by_path->second) {
+  for (const auto& [method, handler] : *methods) {
     allow += (allow.empty() ? "" : ", ") + method;
   }
   Response response = json_error(405, request.method + " is not allowed on " + std::string(path),

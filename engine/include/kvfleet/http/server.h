@@ -107,18 +107,22 @@ class ResponseWriter {
 // becomes a 500 JSON error (or a closed connection when the response had already started).
 using Handler = std::function<boost::asio::awaitable<void>(const Request&, ResponseWriter&)>;
 
-// Exact method + path -> handler. Unknown path: 404; known path, other method: 405 with Allow.
+// Exact method + path -> handler; then paths under a prefix (a resource's id: "/v1/responses/" + id),
+// the longest prefix first. Unknown path: 404; known path, other method: 405 with Allow.
 class HttpRouter {
  public:
   HttpRouter& add(std::string method, std::string path, Handler handler);
   HttpRouter& get(std::string path, Handler h) { return add("GET", std::move(path), std::move(h)); }
   HttpRouter& post(std::string path, Handler h) { return add("POST", std::move(path), std::move(h)); }
+  // Every path that starts with `prefix` and is longer than it (exact paths win).
+  HttpRouter& add_prefix(std::string method, std::string prefix, Handler handler);
 
   // The handler for the request, or one that answers the 404/405 JSON error.
   Handler route(const Request& request) const;
 
  private:
   std::map<std::string, std::map<std::string, Handler>, std::less<>> routes_;  // path -> method -> h
+  std::map<std::string, std::map<std::string, Handler>, std::less<>> prefixes_;  // prefix -> method -> h
 };
 
 class HttpServer {
