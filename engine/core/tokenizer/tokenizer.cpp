@@ -93,6 +93,11 @@ bool Tokenizer::is_special(TokenId id) const {
   return id >= 0 && static_cast<std::size_t>(id) < data_->is_special.size() && data_->is_special[id];
 }
 
+std::string_view Tokenizer::token_bytes(TokenId id) const {
+  if (id < 0 || static_cast<std::size_t>(id) >= data_->decoder.bytes.size()) return {};
+  return data_->decoder.bytes[id];
+}
+
 std::size_t Tokenizer::vocab_size() const { return data_->id_to_token.size(); }
 
 }  // namespace kvfleet

@@ -59,6 +59,9 @@ class Tokenizer {
   std::optional<TokenId> token_to_id(std::string_view token) const;  // token as written in the vocab
   std::optional<std::string> id_to_token(TokenId id) const;
   bool is_special(TokenId id) const;
+  // The raw bytes `id` stands for in decoded output (before the UTF-8 pass and any leading-space strip);
+  // empty for an unknown id.
+  std::string_view token_bytes(TokenId id) const;
   std::size_t vocab_size() const;  // one past the largest id, added tokens included
 
   Tokenizer(Tokenizer&&) noexcept;

@@ -1,0 +1,165 @@
+#include "engine/grammar/token_grammar.h"
+
+#include <algorithm>
+
+namespace kvfleet::grammar {
+namespace {
+
+inline void set_bit(std::span<std::uint32_t> mask, TokenId id) {
+  mask[static_cast<std::size_t>(id) / 32] |= 1u << (static_cast<std::size_t>(id) % 32);
+}
+
+class Matcher final : public TokenMatcher {
+ public:
+  explicit Matcher(std::shared_ptr<const CompiledGrammar> grammar)
+      : grammar_(std::move(grammar)), engine_(grammar_->automaton()) {
+    set_ = engine_.root_set();
+  }
+
+  void fill_next_token_mask(std::span<std::uint32_t> mask) override {
+    std::fill(mask.begin(), mask.end(), 0u);
+    const Vocabulary& vocab = grammar_->vocab();
+    if (stopped_ || engine_.can_end(set_)) {
+      for (const TokenId id : vocab.stop_ids()) set_bit(mask, id);
+    }
+    if (stopped_) return;
+    const auto members = engine_.members(set_);
+    const std::vector<std::int32_t> stacks(members.begin(), members.end());
+    for (const std::int32_t stack : stacks) {
+      if (stack == ParseEngine::kEmptyStack) continue;
+      const PositionMask& pm = grammar_->position_mask(engine_.top_state(stack));
+      const std::size_t words = std::min(mask.size(), pm.accepted.size());
+      for (std::size_t w = 0; w < words; ++w) mask[w] |= pm.accepted[w];
+      check_uncertain(engine_.singleton(stack), pm.uncertain, mask);
+    }
+  }
+
+  bool accept_token(TokenId id) override {
+    if (stopped_ || id < 0 || static_cast<std::size_t>(id) >= grammar_->vocab_size()) return false;
+    const Vocabulary& vocab = grammar_->vocab();
+    if (vocab.is_stop(id)) {
+      if (!engine_.can_end(set_)) return false;
+      history_.push_back(set_);
+      stopped_ = true;
+      return true;
+    }
+    const std::string& bytes = vocab.bytes(id);
+    if (bytes.empty()) return false;
+    const std::int32_t next = engine_.feed(set_, bytes);
+    if (next == ParseEngine::kDead) return false;
+    history_.push_back(set_);
+    set_ = next;
+    return true;
+  }
+
+  void rollback(std::size_t n) override {
+    n = std::min(n, history_.size());
+    if (n == 0) return;
+    stopped_ = false;  // a stop token is always the last accepted one
+    set_ = history_[history_.size() - n];
+    history_.resize(history_.size() - n);
+  }
+
+  bool is_terminated() const override { return stopped_ || !engine_.can_continue(set_); }
+
+ private:
+  // Tokens in trie order share prefixes: the parse set after each prefix length is reused.
+  void check_uncertain(std::int32_t start, const std::vector<TokenId>& tokens, std::span<std::uint32_t> mask) {
+    const Vocabulary& vocab = grammar_->vocab();
+    const std::string* prev = nullptr;
+    std::size_t valid = 0;  // depth_sets_[0..valid] hold the sets after prev's first bytes
+    depth_sets_.assign(1, start);
+    for (const TokenId id : tokens) {
+      if (bitmask_allows(mask, id)) continue;
+      const std::string& b = vocab.bytes(id);
+      std::size_t d = 0;
+      if (prev) {
+        const std::size_t limit = std::min({valid, prev->size(), b.size()});
+        while (d < limit && (*prev)[d] == b[d]) ++d;
+      }
+      if (depth_sets_.size() < b.size() + 1) depth_sets_.resize(b.size() + 1);
+      std::int32_t set = depth_sets_[d];
+      for (std::size_t i = d; i < b.size() && set != ParseEngine::kDead; ++i) {
+        set = engine_.step(set, static_cast<std::uint8_t>(b[i]));
+        depth_sets_[i + 1] = set;
+        d = i + 1;
+      }
+      valid = d;
+      prev = &b;
+      if (set != ParseEngine::kDead) set_bit(mask, id);
+    }
+  }
+
+  std::shared_ptr<const CompiledGrammar> grammar_;
+  ParseEngine engine_;
+  std::int32_t set_;
+  bool stopped_ = false;
+  std::vector<std::int32_t> history_;
+  std::vector<std::int32_t> depth_sets_;
+};
+
+}  // namespace
+
+CompiledGrammar::CompiledGrammar(Automaton automaton, std::shared_ptr<const Vocabulary> vocab)
+    : automaton_(std::move(automaton)), vocab_(std::move(vocab)), walker_(automaton_), masks_(automaton_.states.size()) {}
+
+CompiledGrammar::~CompiledGrammar() {
+  for (auto& m : masks_) delete m.load();
+}
+
+std::unique_ptr<TokenMatcher> CompiledGrammar::make_matcher() const {
+  return std::make_unique<Matcher>(shared_from_this());
+}
+
+const PositionMask& CompiledGrammar::position_mask(std::int32_t state) const {
+  if (const PositionMask* m = masks_[state].load(std::memory_order_acquire)) return *m;
+  std::lock_guard lock(mutex_);
+  if (const PositionMask* m = masks_[state].load(std::memory_order_relaxed)) return *m;
+  auto* m = new PositionMask(compute_position_mask(state));
+  mask_bytes_ += m->accepted.size() * 4 + m->uncertain.size() * 4;
+  masks_[state].store(m, std::memory_order_release);
+  return *m;
+}
+
+// One preorder walk of the trie from the stack [state]; a refused prefix skips its subtree. The empty
+// stack in a set means the position's rule has ended: a token that goes on past that point is uncertain.
+PositionMask CompiledGrammar::compute_position_mask(std::int32_t state) const {
+  PositionMask pm;
+  pm.accepted.assign(bitmask_words(vocab_->size()), 0u);
+  const auto& nodes = vocab_->nodes();
+  const auto& node_tokens = vocab_->tokens_at_nodes();
+  std::vector<std::int32_t> sets{walker_.position_set(state)};
+  std::vector<char> ended{0};  // ended[d]: a set at depth 1..d held the empty stack
+  const std::span<std::uint32_t> accepted(pm.accepted);
+  for (std::size_t n = 0; n < nodes.size();) {
+    const Vocabulary::Node& node = nodes[n];
+    const std::size_t d = node.depth;
+    const std::int32_t set = walker_.step(sets[d - 1], node.byte);
+    if (set == ParseEngine::kDead) {
+      if (ended[d - 1]) {
+        pm.uncertain.insert(pm.uncertain.end(), node_tokens.begin() + node.tokens_begin,
+                            node_tokens.begin() + nodes[node.subtree_end - 1].tokens_end);
+      }
+      n = static_cast<std::size_t>(node.subtree_end);
+      continue;
+    }
+    for (std::int32_t t = node.tokens_begin; t < node.tokens_end; ++t) set_bit(accepted, node_tokens[t]);
+    if (sets.size() <= d) {
+      sets.resize(d + 1);
+      ended.resize(d + 1);
+    }
+    sets[d] = set;
+    ended[d] = ended[d - 1] || walker_.can_end(set);
+    ++n;
+  }
+  return pm;
+}
+
+std::size_t CompiledGrammar::memory_bytes() const {
+  std::size_t states = 0;
+  for (const auto& st : automaton_.states) states += sizeof st + st.byte_edges.size() * 40 + st.call_edges.size() * 8;
+  std::lock_guard lock(mutex_);
+  return states + mask_bytes_.load() + walker_.memory_bytes();
+}
+
+}  // namespace kvfleet::grammar

@@ -1,0 +1,50 @@
+// A vocabulary for the grammar engine: the bytes each token id stands for, the stop ids, and a token
+// trie in preorder (a node's subtree is the range [node, subtree_end)) for mask walks that skip a whole
+// subtree when its prefix is refused.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvfleet/block_hash.h"
+
+namespace kvfleet {
+class Tokenizer;
+}
+
+namespace kvfleet::grammar {
+
+class Vocabulary {
+ public:
+  struct Node {
+    std::uint8_t byte;
+    std::uint16_t depth;       // 1 for a token's first byte
+    std::int32_t subtree_end;  // one past the last node of this node's subtree
+    std::int32_t tokens_begin, tokens_end;  // into tokens_at_nodes(): ids whose bytes end here
+  };
+
+  // token_bytes[id] empty: the id is never allowed except as a stop id.
+  Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId> stop_ids);
+  // Every non-special id with its decoder bytes; stop_ids default to the tokenizer's eos ids.
+  static std::shared_ptr<const Vocabulary> from_tokenizer(const Tokenizer& tokenizer,
+                                                          std::vector<TokenId> stop_ids = {});
+
+  std::size_t size() const { return bytes_.size(); }
+  const std::string& bytes(TokenId id) const { return bytes_[static_cast<std::size_t>(id)]; }
+  const std::vector<TokenId>& stop_ids() const { return stop_ids_; }
+  bool is_stop(TokenId id) const;
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const std::vector<TokenId>& tokens_at_nodes() const { return node_tokens_; }
+  std::uint64_t fingerprint() const { return fingerprint_; }  // identifies the vocabulary in cache keys
+
+ private:
+  std::vector<std::string> bytes_;
+  std::vector<TokenId> stop_ids_;
+  std::vector<Node> nodes_;
+  std::vector<TokenId> node_tokens_;
+  std::uint64_t fingerprint_ = 0;
+};
+
+}  // namespace kvfleet::grammar
