@@ -22,16 +22,6 @@ const std::set<std::string, std::less<>> kHandled{
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "pattern", "format", "uniqueItems"};
 const std::array<const char*, 7> kTypes{"null", "boolean", "object", "array", "number", "string", "integer"};
 
-std::string pointer_append(const std::string& path, std::string_view key) {
-  std::string out = path + "/";
-  for (const char c : key) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out.push_back(c);
-  }
-  return out;
-}
-
 void write_json_string(std::string& out, std::string_view s) {
   static constexpr const char* kHex = "0123456789abcdef";
   out.push_back('"');

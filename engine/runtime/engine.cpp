@@ -97,6 +97,10 @@ RequestId Engine::submit(GenerationRequest r, OutputCallback on_output) {
                                   " tokens) is larger than the model's (" + std::to_string(vocab) + ")");
     matcher = r.grammar->make_matcher();  // here, on the caller's thread: never a cost to the engine's steps
     if (!matcher) throw std::invalid_argument("the grammar made no matcher");
+    // A resumed request's outputs were sampled under this grammar elsewhere: the matcher reads them first.
+    for (const TokenId t : r.resumed_outputs)
+      if (!matcher->accept_token(t) || matcher->is_terminated())
+        throw std::invalid_argument("the resumed outputs are not a prefix the grammar allows to continue");
   }
   const RequestId id = impl_->next_id++;
   {

@@ -126,6 +126,7 @@ void Engine::admit(Submission& s) {
   a.delivered = &m.delivered;
   a.matcher = std::move(s.matcher);
   if (a.matcher) a.mask.resize(bitmask_words(a.request.grammar->vocab_size()));
+  a.accepted = static_cast<std::int32_t>(a.request.resumed_outputs.size());  // the matcher read them at submit
   try {
     SequenceParams p;
     a.num_prompt_tokens = static_cast<std::int32_t>(a.request.prompt.size());

@@ -38,7 +38,9 @@ void Engine::propose_drafts(const Sequence& seq, std::int32_t max_drafts, std::v
   out.clear();
   if (!m.spec_step) return;
   const auto it = m.active.find(seq.id);
-  if (it == m.active.end() || it->second.request.prefill_only) return;
+  // A constrained request does not speculate: its mask for a verify row would need the matcher advanced
+  // through the drafts before them.
+  if (it == m.active.end() || it->second.request.prefill_only || it->second.matcher) return;
   Active& a = it->second;
   // Room for the drafts and the target's own token within max_tokens and the context (the cache's too).
   const std::int64_t limit = std::min<std::int64_t>(max_model_len_, std::int64_t{config_.num_blocks} * config_.block_size);

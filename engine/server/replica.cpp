@@ -10,6 +10,7 @@
 #include "engine/pd/decode_fetcher.h"
 #include "engine/pd/prefill_service.h"
 #include "engine/server/api/request.h"
+#include "engine/server/grammar_compiler.h"
 #include "engine/server/output/relay.h"
 #include "engine/server/responses/store.h"
 #include "kvfleet/chat_tokens.h"
@@ -62,6 +63,7 @@ Replica::Replica(ReplicaConfig config)
     engine_ = own_engine_.get();
     start_pd();
   }
+  grammar_compiler_ = make_grammar_compiler(tokenizer_, model_.config().eos_token_ids, model_.config().vocab_size);
   responses_store_ = std::make_unique<ResponseStore>(
       ResponseStore::Limits{config_.responses_store_entries, config_.responses_store_bytes});
   created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();

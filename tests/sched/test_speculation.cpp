@@ -27,7 +27,7 @@ TEST_CASE("speculation: drafts ride with their decode, rejected ones leave no bl
     asked = max_drafts;
     out = drafts;
   });
-  const SeqId id = s.add({0, prompt_of(6, 1)});
+  const SeqId id = s.add({.id = 0, .prompt = prompt_of(6, 1), .outputs = {}});
   SchedulerOutput out = s.schedule();  // the prompt: no draft source call for a prefill
   CHECK(asked == -1);
   REQUIRE(out.chunks.size() == 1);
@@ -70,9 +70,9 @@ TEST_CASE("speculation: drafts take only the budget left after one token per dec
     asked.push_back(max_drafts);
     out = {7, 7, 7, 7, 7};
   });
-  s.add({0, prompt_of(5, 1)});
-  s.add({0, prompt_of(5, 20)});
-  s.add({0, prompt_of(5, 40)});
+  s.add({.id = 0, .prompt = prompt_of(5, 1), .outputs = {}});
+  s.add({.id = 0, .prompt = prompt_of(5, 20), .outputs = {}});
+  s.add({.id = 0, .prompt = prompt_of(5, 40), .outputs = {}});
   SchedulerOutput out = s.schedule();  // 15 prompt tokens
   s.update(out, std::vector<TokenId>{1, 2, 3});
   out = s.schedule();

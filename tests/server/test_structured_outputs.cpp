@@ -7,6 +7,7 @@
 
 #include <boost/json.hpp>
 #include <future>
+#include <regex>
 #include <set>
 
 #include "engine/server/replica.h"
@@ -35,7 +36,7 @@ struct Fixture {
     c.engine.backend.threads = 1;
     c.engine.num_blocks = 128;
     auto r = std::make_unique<server::Replica>(c);
-    if (compiler) r->set_grammar_compiler(std::move(compiler));
+    r->set_grammar_compiler(std::move(compiler));  // null: none (a replica has the grammar engine by default)
     r->start();
     return r;
   }
@@ -161,4 +162,34 @@ TEST_CASE("a compile in progress holds no HTTP thread: other requests are served
   CHECK(done.status == 200);
   const auto text = std::string(json::parse(done.body).at("choices").at(0).at("text").as_string());
   CHECK((text == "block" || text == "gamma"));
+}
+
+TEST_CASE("the replica's own grammar engine: regex, choice and JSON Schema outputs are in their languages") {
+  Fixture f;
+  server::ReplicaConfig c;
+  c.model = f.model;
+  c.port = 0;
+  c.engine.backend.kind = "cpu";
+  c.engine.backend.threads = 1;
+  c.engine.num_blocks = 128;
+  server::Replica r(c);  // no set_grammar_compiler: the grammar engine (engine/grammar) compiles
+  r.start();
+  const auto text_of = [&](const std::string& body) {
+    const http::Response res = post(r, "/v1/completions", body);
+    REQUIRE_MESSAGE(res.status == 200, res.body);
+    const json::value v = json::parse(res.body);
+    CHECK(v.at("choices").at(0).at("finish_reason") == "stop");
+    return std::string(v.at("choices").at(0).at("text").as_string());
+  };
+  for (const int seed : {1, 2, 3}) {
+    const std::string sampled = R"(,"temperature":1.0,"seed":)" + std::to_string(seed) + "}";
+    const std::string phone = text_of(R"({"prompt":"call","max_tokens":20,"guided_regex":"[0-9]{3}-[0-9]{2}")" + sampled);
+    CHECK(std::regex_match(phone, std::regex("[0-9]{3}-[0-9]{2}")));
+    const std::string pick = text_of(R"({"prompt":"pick","max_tokens":20,"guided_choice":["alpha","beta gamma"])" + sampled);
+    CHECK((pick == "alpha" || pick == "beta gamma"));
+    const std::string color =
+        text_of(R"({"prompt":"color","max_tokens":20,"guided_json":{"enum":["red","green",7]})" + sampled);
+    const json::value parsed = json::parse(color);
+    CHECK((parsed == "red" || parsed == "green" || parsed == 7));
+  }
 }
