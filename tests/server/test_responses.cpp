@@ -47,7 +47,7 @@ TEST_CASE("responses: bad input is a 400 naming the field; unknown ids are 404; 
       {R"({"input":")" + std::string(300, 'a') + " " + std::string(300, 'b') + R"("})", 400, "input"},
       {R"({"input":"hi","tools":[{"type":"function","name":"get"}]})", 400, "tools"},
       {R"({"input":[{"role":"user","content":[{"type":"input_image","image_url":"u"}]}]})", 400, "input[0].content[0].type"},
-      {R"({"input":"hi","text":{"format":{"type":"json_schema","name":"n","schema":{}}}})", 400, "text.format"},
+      {R"({"input":"hi","text":{"format":{"type":"json_schema","name":"n","schema":{"type":"number","multipleOf":3}}}})", 400, "text.format"},
       {R"({"input":"hi","reasoning":{"effort":"low"}})", 400, "reasoning.effort"},
       {R"({"input":"hi","background":true})", 400, "background"},
       {R"({"input":"hi","include":["file_search_call.results"]})", 400, "include"},
