@@ -123,7 +123,8 @@ std::int32_t append_rule(Automaton& a, int rule, const Thompson& t, int start, i
           id[to] = base + static_cast<std::int32_t>(order.size());
           order.push_back(to);
         }
-        auto same = std::find_if(st.byte_edges.begin(), st.byte_edges.end(), [&](auto& e) { return e.second == id[to]; });
+        const auto target = id[to];  // (a structured binding cannot be captured before C++20 in clang)
+        auto same = std::find_if(st.byte_edges.begin(), st.byte_edges.end(), [&](auto& e) { return e.second == target; });
         if (same != st.byte_edges.end()) same->first |= set;
         else st.byte_edges.emplace_back(set, id[to]);
       }

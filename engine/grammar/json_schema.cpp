@@ -20,7 +20,6 @@ const std::set<std::string, std::less<>> kHandled{
     "type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems",
     "additionalItems", "minItems", "maxItems", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength",
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "pattern", "format", "uniqueItems"};
-const std::array<const char*, 7> kTypes{"null", "boolean", "object", "array", "number", "string", "integer"};
 
 void write_json_string(std::string& out, std::string_view s) {
   static constexpr const char* kHex = "0123456789abcdef";
