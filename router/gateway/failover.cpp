@@ -44,16 +44,7 @@ awaitable<bool> Gateway::relay_spliced(http::HttpClient& client, const http::Res
                                        http::ResponseWriter& w, double started, SpliceState& s, TryResult& result) {
   result.verdict = Verdict::unknown;
   if (!s.begun) {
-    http::Headers headers;
-    const std::string* type = head.headers.find("content-type");
-    headers.set("content-type", type ? *type : "text/event-stream");
-    headers.set("cache-control", "no-cache");
-    headers.set("x-kvfleet-replica", link.url);
-    relay_rank_header(head, headers);
-    if (!co_await w.begin_stream(head.status, headers)) {
-      client.close();
-      co_return false;
-    }
+    if (!co_await begin_client_stream(client, head, link.url, w)) co_return false;
     s.begun = true;
   }
   // No byte for stream_stall_timeout once this replica's stream has begun: closed, as if it had died.

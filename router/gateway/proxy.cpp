@@ -327,16 +327,7 @@ awaitable<Gateway::Outcome> Gateway::forward(ReplicaLink& link, const http::Requ
 // ended cleanly; failure: the replica broke it; unknown: the client left.
 awaitable<Verdict> Gateway::relay_stream(http::HttpClient& client, const http::ResponseHead& head, ReplicaLink& link,
                                          http::ResponseWriter& w, double started, bool responses_events) {
-  http::Headers headers;
-  const std::string* type = head.headers.find("content-type");
-  headers.set("content-type", type ? *type : "text/event-stream");
-  headers.set("cache-control", "no-cache");
-  headers.set("x-kvfleet-replica", link.url);
-  relay_rank_header(head, headers);
-  if (!co_await w.begin_stream(head.status, headers)) {
-    client.close();
-    co_return Verdict::unknown;
-  }
+  if (!co_await begin_client_stream(client, head, link.url, w)) co_return Verdict::unknown;
   bool first = true;
   bool broke = false;
   bool client_stalled = false;

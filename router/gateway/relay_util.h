@@ -1,10 +1,13 @@
 // Small pieces the proxy (proxy.cpp) and mid-stream failover (failover.cpp) share.
 #pragma once
 
+#include <boost/asio/awaitable.hpp>
 #include <chrono>
+#include <string>
 #include <vector>
 
 #include "kvfleet/http/client.h"
+#include "kvfleet/http/server.h"
 #include "router/gateway/gateway.h"
 
 namespace kvfleet::router {
@@ -26,6 +29,21 @@ constexpr auto kClientStall = std::chrono::seconds(1);
 // The replica's own word on the rank that ran the request (an expert-parallel replica's answer).
 inline void relay_rank_header(const http::ResponseHead& head, http::Headers& out) {
   if (const std::string* rank = head.headers.find("x-kvfleet-dp-rank")) out.set("x-kvfleet-dp-rank", *rank);
+}
+
+// Opens the client's stream with the replica's content type and the router's own headers. False: the
+// client has left (the replica's connection is closed too).
+inline boost::asio::awaitable<bool> begin_client_stream(http::HttpClient& client, const http::ResponseHead& head,
+                                                        const std::string& replica_url, http::ResponseWriter& w) {
+  http::Headers headers;
+  const std::string* type = head.headers.find("content-type");
+  headers.set("content-type", type ? *type : "text/event-stream");
+  headers.set("cache-control", "no-cache");
+  headers.set("x-kvfleet-replica", replica_url);
+  relay_rank_header(head, headers);
+  if (co_await w.begin_stream(head.status, std::move(headers))) co_return true;
+  client.close();
+  co_return false;
 }
 
 // Only the router names a prefill replica and a data-parallel rank (vLLM's X-data-parallel-rank header,
