@@ -96,6 +96,7 @@ GenerationRequest Replica::make_request(const std::vector<TokenId>& prompt, cons
   r.logprobs = p.logprobs ? *p.logprobs : -1;
   r.logit_bias = p.logit_bias;
   r.cache_salt = p.cache_salt;
+  r.priority = p.priority;
   if (p.resume) r.resumed_outputs = p.resume->output_token_ids;
   return r;
 }
@@ -105,6 +106,9 @@ void Replica::check_params(const GenerateParams& p) const {
   if (p.dp_rank && *p.dp_rank >= ranks)
     throw bad_request("data_parallel_rank " + std::to_string(*p.dp_rank) + " is out of range [0, " + std::to_string(ranks) +
                           ")", "data_parallel_rank");
+  if (p.priority != 0 && !config_.engine.scheduler.use_priority)
+    throw bad_request("'priority' needs a replica started with --scheduling-policy priority (this one serves first "
+                      "come, first served)", "priority");
   check_token_ids(p.stop_token_ids, "stop_token_ids");
   if (p.resume) check_token_ids(p.resume->output_token_ids, "kvfleet_resume.output_token_ids");
   std::vector<TokenId> biased;

@@ -70,6 +70,13 @@ SpeculativeConfig speculative_of(const YAML::Node& v, const std::string& source)
   return {};
 }
 
+// vLLM's --scheduling-policy: true for "priority".
+bool scheduling_policy(const std::string& name, const std::string& source) {
+  if (name == "fcfs") return false;
+  if (name == "priority") return true;
+  throw std::invalid_argument(source + ": scheduling_policy '" + name + "' is not one of fcfs, priority");
+}
+
 }  // namespace
 
 // Names are checked where they are given; the flags' combination once all are in.
@@ -111,6 +118,7 @@ void apply_replica_yaml(const std::string& text, const std::string& source, Repl
     else if (key == "num_kv_blocks") c.engine.num_blocks = scalar<std::int32_t>(v, source, key);
     else if (key == "max_num_seqs") c.engine.scheduler.max_num_seqs = scalar<std::int32_t>(v, source, key);
     else if (key == "max_num_batched_tokens") c.engine.scheduler.max_num_batched_tokens = scalar<std::int32_t>(v, source, key);
+    else if (key == "scheduling_policy") c.engine.scheduler.use_priority = scheduling_policy(scalar<std::string>(v, source, key), source);
     else if (key == "enable_chunked_prefill") c.engine.scheduler.enable_chunked_prefill = scalar<bool>(v, source, key);
     else if (key == "enable_prefix_caching") c.engine.enable_prefix_caching = scalar<bool>(v, source, key);
     else if (key == "max_model_len") c.engine.max_model_len = scalar<std::int64_t>(v, source, key);
@@ -189,6 +197,8 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   flags.add_option("--max-num-seqs", c.engine.scheduler.max_num_seqs, "Sequences per step")->check(CLI::PositiveNumber);
   flags.add_option("--max-num-batched-tokens", c.engine.scheduler.max_num_batched_tokens, "Token budget per step")
       ->check(CLI::PositiveNumber);
+  std::string policy;
+  flags.add_option("--scheduling-policy", policy, "fcfs (default) or priority (the body's `priority`, lower first)");
   flags.add_option("--enable-chunked-prefill", c.engine.scheduler.enable_chunked_prefill, "true or false");
   flags.add_option("--enable-prefix-caching", c.engine.enable_prefix_caching, "true or false");
   flags.add_option("--max-model-len", c.engine.max_model_len, "Context length (0: the model's)");
@@ -241,6 +251,7 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   } catch (const CLI::ParseError& e) {
     throw std::invalid_argument(std::string(e.what()));
   }
+  if (!policy.empty()) c.engine.scheduler.use_priority = scheduling_policy(policy, "--scheduling-policy");
   if (!speculative.empty()) {
     try {
       c.engine.speculative = parse_speculative_config(speculative);

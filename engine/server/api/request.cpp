@@ -165,6 +165,7 @@ GenerateParams parse_generate_params(const json::object& body, bool chat) {
                             std::to_string(RequestLimits::max_cache_salt_bytes) + " bytes", "cache_salt");
     p.cache_salt = std::move(*salt);
   }
+  if (auto v = f.integer("priority", INT32_MIN, INT32_MAX)) p.priority = static_cast<std::int32_t>(*v);
   if (auto v = f.integer("data_parallel_rank", 0, INT32_MAX)) p.dp_rank = static_cast<std::int32_t>(*v);
   parse_resume(f, p);
   p.structured = parse_structured_output(body);

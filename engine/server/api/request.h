@@ -61,6 +61,8 @@ struct GenerateParams {
   bool include_usage = false;
   std::vector<std::pair<TokenId, float>> logit_bias;  // ids not checked against the vocabulary yet
   std::string cache_salt;                             // prefix-cache namespace of a tenant (Contract 1)
+  // vLLM's `priority`: lower is scheduled first; anything but 0 needs --scheduling-policy priority.
+  std::int32_t priority = 0;
   // The data-parallel rank to run on (an expert-parallel replica): the body's `data_parallel_rank`
   // (SGLang) or the `X-data-parallel-rank` header (vLLM; apply_dp_rank_header). Range checked by the replica.
   std::optional<std::int32_t> dp_rank;

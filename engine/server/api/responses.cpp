@@ -18,7 +18,7 @@ constexpr std::size_t kMaxMetadataEntries = 16, kMaxMetadataKey = 64, kMaxMetada
 constexpr const char* kPassedToChat[] = {"temperature", "top_p", "seed", "top_k", "min_p", "presence_penalty",
                                          "frequency_penalty", "repetition_penalty", "stop", "stop_token_ids",
                                          "ignore_eos", "skip_special_tokens", "logit_bias", "cache_salt",
-                                         "data_parallel_rank", "user"};
+                                         "data_parallel_rank", "user", "priority"};
 
 // Chat completions fields that have another name, or no place, on /v1/responses: refused rather than
 // dropped, so that a client mixing the two APIs learns it at once.
