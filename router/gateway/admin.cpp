@@ -124,7 +124,7 @@ awaitable<void> Gateway::list_replicas(const http::Request&, http::ResponseWrite
                                                                                   : "mixed"}});
     }
     active = active_;
-    queued = waiters_.size();
+    queued = waiting_room_.size();
     const TreeStats s = index_.tree().stats();
     tree = json::object{{"nodes", s.nodes},     {"blocks", s.blocks},
                         {"entries", s.entries}, {"bytes", s.bytes},

@@ -47,6 +47,8 @@ Gateway::Gateway(RouterConfig config, Discovery::Resolver resolver)
       index_(cache_config(config_, block_hash_root(name_)),
              [](std::string_view line) { std::fprintf(stderr, "kvfleet-router: %.*s\n", int(line.size()), line.data()); }),
       policy_(make_policy(config_.policy)), api_keys_(config_.api_keys), admin_api_key_(config_.admin_api_key) {
+  waiting_room_.set_capacity(config_.max_queue);
+  waiting_room_.set_weights(config_.tenant_weights);
   std::string why;
   chat_template_ = ChatTemplate::from_model_dir(config_.model, &why);
   if (!chat_template_)
@@ -366,6 +368,7 @@ std::string Gateway::reload(const RouterConfig& next) {
     policy_.swap(policy);  // the old one is destroyed outside the lock, once no request holds it
     api_keys_ = next.api_keys;
     admin_api_key_ = next.admin_api_key;
+    waiting_room_.set_weights(next.tenant_weights);
   }
   for (const auto& url : next.replicas) {
     if (has(all, url)) continue;
@@ -377,7 +380,7 @@ std::string Gateway::reload(const RouterConfig& next) {
     remove_replica(url);
     report += "removed replica " + url + "; ";
   }
-  report += "policy and API keys applied";
+  report += "policy, API keys and tenant weights applied";
   if (next.model != config_.model || next.port != config_.port || next.host != config_.host ||
       next.block_size != config_.block_size)
     report += "; model, host, port and block_size changes need a restart";

@@ -34,6 +34,7 @@
 #include "kvfleet/http/server.h"
 #include "kvfleet/tokenizer.h"
 #include "router/circuit_breaker.h"
+#include "router/flow/fair_queue.h"
 #include "router/gateway/discovery.h"
 #include "router/gateway/pd_routing.h"
 #include "router/gateway/response_owners.h"
@@ -108,11 +109,19 @@ struct ReplicaLink {
   }
 };
 
-// A request waiting for a forwarding slot; release_slot() sets `granted` and cancels the timer.
+// A request waiting for a forwarding slot; release_slot() sets `granted` and cancels the timer, and a
+// newcomer that takes its place in a full waiting room (router/flow/fair_queue.h) sets `evicted`.
 struct SlotWaiter {
   explicit SlotWaiter(boost::asio::any_io_executor executor) : timer(std::move(executor)) {}
   boost::asio::steady_timer timer;
   bool granted = false;  // guarded by Gateway::mutex_
+  bool evicted = false;  // guarded by Gateway::mutex_
+};
+
+// Whose request it is and how urgent (flow.cpp): the waiting room's key.
+struct FlowKey {
+  std::string tenant = "default";
+  std::int64_t priority = 0;  // lower first (vLLM's convention)
 };
 
 // How one try at a replica ended, for its circuit breaker and for the retry loop.
@@ -208,8 +217,17 @@ class Gateway {
 
   // proxy.cpp
   awaitable<void> proxy(const http::Request& req, http::ResponseWriter& w);
-  awaitable<bool> admit(http::ResponseWriter& w);
+  // flow.cpp: tenants, priorities and the waiting room
+  // The request's tenant and priority; an error message naming the field when they are malformed.
+  std::optional<std::pair<std::string, std::string>> flow_of(const http::Request& req, const boost::json::object& body,
+                                                             FlowKey& key) const;
+  // A slot at once, or a place in the waiting room until release_slot() grants one. False: refused
+  // (answer 429 with retry_after_seconds, unless the client left).
+  awaitable<bool> admit(http::ResponseWriter& w, const FlowKey& flow);
   void release_slot();
+  int retry_after_seconds(const std::string& tenant);
+  void count_tenant(const std::string& tenant, const char* outcome);
+  std::string tenant_label(const std::string& tenant);
   // broke: the client's stream is open and the replica's broke mid-way, resumable (`splice`).
   enum class Outcome { done, retry, broke };
   awaitable<Outcome> forward(ReplicaLink& link, const http::Request& req, http::ResponseWriter& w, bool last_try,
@@ -291,7 +309,8 @@ class Gateway {
   std::shared_ptr<Policy> policy_;  // replaced whole by reload(); read only through a copy taken under the lock
   std::vector<std::shared_ptr<ReplicaLink>> links_;
   std::size_t active_ = 0;  // requests being forwarded
-  std::deque<std::shared_ptr<SlotWaiter>> waiters_;  // requests waiting for a slot, oldest first
+  FairQueue<std::shared_ptr<SlotWaiter>> waiting_room_;  // requests waiting for a slot
+  double grant_rate_ = 0, last_grant_ = 0;                // grants to waiters per second (decaying), for Retry-After
   std::vector<std::string> api_keys_;
   std::string admin_api_key_;
 
@@ -301,6 +320,7 @@ class Gateway {
   std::mutex series_mutex_;
   // (replica, status, family, help) of the {replica, status} counters made so far: a removal deletes them all.
   std::set<std::tuple<std::string, std::string, std::string, std::string>> request_series_;
+  std::set<std::string> tenant_labels_;  // tenants with their own metric series (bounded; the rest are "other")
 };
 
 }  // namespace kvfleet::router

@@ -33,49 +33,6 @@ awaitable<void> sleep_for(std::chrono::milliseconds d) {
 
 }  // namespace
 
-// A free slot at once, or a place in the bounded queue until release_slot() hands one over, queue_timeout
-// passes or the client leaves (its place is freed then, not when a slot or the timeout comes). False: no
-// slot (answer 429, unless the client is gone).
-awaitable<bool> Gateway::admit(http::ResponseWriter& w) {
-  auto waiter = std::make_shared<SlotWaiter>(co_await asio::this_coro::executor);
-  waiter->timer.expires_after(config_.queue_timeout);
-  {
-    std::lock_guard lock(mutex_);
-    if (active_ < config_.max_concurrency) {
-      ++active_;
-      co_return true;
-    }
-    if (waiters_.size() >= config_.max_queue || w.client_gone()) co_return false;
-    waiters_.push_back(waiter);
-  }
-  // The callback runs on the connection's strand, as this coroutine does, so a disconnect cannot come
-  // between the client_gone() check above and the start of the wait: it always finds the wait to cancel.
-  w.on_disconnect([waiter] { waiter->timer.cancel(); });
-  boost::system::error_code ec;
-  co_await waiter->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-  w.on_disconnect([] {});
-  std::lock_guard lock(mutex_);
-  if (waiter->granted) co_return true;
-  std::erase(waiters_, waiter);  // timed out, or the client left, before a slot came
-  co_return false;
-}
-
-// The slot goes straight to the longest waiter, if any, so a burst cannot overtake the queue.
-void Gateway::release_slot() {
-  std::shared_ptr<SlotWaiter> next;
-  {
-    std::lock_guard lock(mutex_);
-    if (waiters_.empty()) {
-      --active_;
-      return;
-    }
-    next = waiters_.front();
-    waiters_.pop_front();
-    next->granted = true;
-  }
-  asio::post(next->timer.get_executor(), [next] { next->timer.cancel(); });
-}
-
 awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w) {
   if (!authorized(req)) {
     co_await w.send(http::json_error(401, "invalid or missing API key (Authorization: Bearer KEY)",
@@ -92,12 +49,22 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
     co_await w.send(http::json_error(400, "the request body must be a JSON object", "invalid_request_error"));
     co_return;
   }
-  if (!co_await admit(w)) {
-    if (w.client_gone()) co_return;  // left while queued: nobody to answer
-    metrics_.counter("kvfleet_router_rejected_total", "Requests refused with 429 (queue full)").Increment();
-    co_await w.send(http::json_error(429, "too many requests in flight; retry later", "rate_limit_error"));
+  FlowKey flow;
+  if (auto bad = flow_of(req, body.as_object(), flow)) {
+    co_await w.send(http::json_error(400, bad->first, "invalid_request_error", bad->second));
     co_return;
   }
+  if (!co_await admit(w, flow)) {
+    if (w.client_gone()) co_return;  // left while queued: nobody to answer
+    metrics_.counter("kvfleet_router_rejected_total", "Requests refused with 429 (queue full)").Increment();
+    count_tenant(flow.tenant, "rejected");
+    http::Response busy = http::json_error(429, "too many requests from tenant '" + flow.tenant +
+                                                    "' waiting; retry after the Retry-After seconds", "rate_limit_error");
+    busy.headers.set("retry-after", std::to_string(retry_after_seconds(flow.tenant)));
+    co_await w.send(std::move(busy));
+    co_return;
+  }
+  count_tenant(flow.tenant, "admitted");
   struct Admitted {  // gives the slot back however the handler ends
     Gateway& g;
     ~Admitted() { g.release_slot(); }

@@ -179,6 +179,15 @@ void apply_router_yaml(const std::string& text, const std::string& source, Route
     else if (key == "max_concurrency") c.max_concurrency = positive<std::size_t>(v, source, key);
     else if (key == "max_queue") c.max_queue = scalar<std::size_t>(v, source, key);
     else if (key == "queue_timeout_ms") c.queue_timeout = ms();
+    else if (key == "tenant_weights") {
+      if (!v.IsMap()) bad(source, key, "must be a map of tenant name to weight");
+      c.tenant_weights.clear();
+      for (const auto& kv : v) {
+        const auto w = scalar<double>(kv.second, source, key);
+        if (!(w > 0) || w > 1e6) bad(source, key, "weights must be in (0, 1e6]");
+        c.tenant_weights[kv.first.as<std::string>()] = w;
+      }
+    }
     else if (key == "max_body_bytes") c.max_body_bytes = positive<std::size_t>(v, source, key);
     else if (key == "read_timeout_ms") c.read_timeout = ms();
     else if (key == "drain_timeout_ms") c.drain_timeout = ms();
@@ -239,6 +248,8 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
                    "Stored responses whose replica the router remembers (follow-ups, GET/DELETE by id)");
   flags.add_option("--max-concurrency", c.max_concurrency, "Requests forwarded at once")->check(CLI::PositiveNumber);
   flags.add_option("--max-queue", c.max_queue, "Requests waiting beyond that (then 429)");
+  std::vector<std::string> tenant_weights;
+  flags.add_option("--tenant-weight", tenant_weights, "NAME=W: the tenant's weight in flow control (repeat; default 1)");
   flags.add_option("--drain-timeout-ms", drain_ms, "On SIGTERM, how long running requests may take to finish");
   flags.add_option("--api-key", api_keys, "Require Authorization: Bearer KEY (repeat for several keys)");
   flags.add_option("--admin-api-key", c.admin_api_key, "Key of the admin API (/admin/*)");
@@ -279,6 +290,17 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
   if (!prefill_replicas.empty()) c.prefill_replicas = prefill_replicas;
   if (!decode_replicas.empty()) c.decode_replicas = decode_replicas;
   if (!api_keys.empty()) c.api_keys = api_keys;
+  for (const std::string& tw : tenant_weights) {
+    const auto eq = tw.rfind('=');
+    double w = 0;
+    try {
+      if (eq != std::string::npos && eq > 0) w = std::stod(tw.substr(eq + 1));
+    } catch (const std::exception&) {
+    }
+    if (!(w > 0) || w > 1e6)
+      throw std::invalid_argument("--tenant-weight " + tw + ": expected NAME=W with W in (0, 1e6], e.g. acme=2");
+    c.tenant_weights[tw.substr(0, eq)] = w;
+  }
   if (!policy.empty()) c.policy = YAML::Node(policy);
   c.health_interval = milliseconds(health_ms);
   c.health_timeout = milliseconds(health_timeout_ms);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "router/circuit_breaker.h"
@@ -70,6 +71,11 @@ struct RouterConfig {
   std::size_t max_concurrency = 1024;
   std::size_t max_queue = 4096;
   milliseconds queue_timeout{30'000};
+  // Flow control: waiting requests are served by priority band (the body's `priority`, or the
+  // x-kvfleet-priority header; lower first), and within a band tenants share slots and room by weight
+  // (1 unless named here). The tenant is the API key (`key-1` for the first of api_keys) when keys are
+  // configured, else the x-kvfleet-tenant header, else `default`. See router/flow/fair_queue.h.
+  std::unordered_map<std::string, double> tenant_weights;
   std::size_t max_body_bytes = 8 << 20;
   // Stored responses (/v1/responses) whose replica the router remembers, for follow-ups and GET/DELETE
   // by id (router/gateway/response_owners.h); one it forgot is looked for by asking the replicas.

@@ -74,6 +74,11 @@ class StandinUpstream {
     std::lock_guard lock(mutex_);
     return last_authorization_;
   }
+  // The bodies of the completions, in the order they arrived.
+  std::vector<std::string> completion_bodies() const {
+    std::lock_guard lock(mutex_);
+    return completion_bodies_;
+  }
   std::string kv_authorization() const {
     std::lock_guard lock(mutex_);
     return kv_authorization_;
@@ -130,6 +135,7 @@ class StandinUpstream {
           std::lock_guard lock(mutex_);
           const auto auth = request.find(http::field::authorization);
           last_authorization_ = auth == request.end() ? "<none>" : std::string(auth->value());
+          completion_bodies_.push_back(request.body());
         }
         const int now = ++in_flight;
         for (int seen = max_in_flight; now > seen && !max_in_flight.compare_exchange_weak(seen, now);) {
@@ -251,6 +257,7 @@ class StandinUpstream {
   mutable std::mutex mutex_;
   std::string kv_script_;
   std::vector<std::string> kv_targets_;
+  std::vector<std::string> completion_bodies_;
   std::string last_authorization_, kv_authorization_;
   boost::asio::io_context io_;
   boost::asio::steady_timer crowd_timer_{io_};
