@@ -112,6 +112,7 @@ boost::asio::awaitable<void> stream_request(const Target& target, const std::str
   request.target = target.path;
   request.headers.add("Content-Type", "application/json");
   request.headers.add("Accept", "text/event-stream");
+  for (const auto& [name, value] : config.headers) request.headers.add(name, value);
   request.body = body;
   const Clock::time_point sent = Clock::now();
   out.start = seconds_between(run_start, sent);

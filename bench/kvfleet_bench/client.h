@@ -44,6 +44,7 @@ struct RequestResult {
 struct ClientConfig {
   std::chrono::milliseconds connect_timeout{10'000};
   std::chrono::milliseconds io_timeout{600'000};  // each read: a long queue wait is not an error
+  std::vector<std::pair<std::string, std::string>> headers;  // sent with every request (--header)
 };
 
 // Never throws for I/O or HTTP failures: they come back in `out` (success = false).

@@ -43,6 +43,7 @@ void add_serve_flags(CLI::App& app, ServeOptions& o) {
   app.add_option("--plot-dir", o.plot_dir, "Write SVG (and PNG) plots here");
   app.add_flag("--save-detailed", o.save_detailed, "Per-request arrays in the JSON");
   app.add_option("--request-timeout", o.request_timeout_s, "Seconds one read may wait");
+  app.add_option("--header", o.headers, "NAME:VALUE sent with every request (repeat), e.g. x-kvfleet-tenant:acme");
   app.add_flag("--skip-length-check", o.skip_length_check, "Send even requests longer than /v1/models' max_model_len");
   app.add_option("--random-input-len", w.random_input_len, "random / multi-turn: prompt (turn) tokens");
   app.add_option("--random-output-len", w.random_output_len, "random / multi-turn: output tokens");
@@ -126,6 +127,14 @@ ServeReport run_serve(const ServeOptions& o, std::ostream& log) {
   config.seed = o.seed;
   config.num_warmups = o.num_warmups;
   config.client.io_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.request_timeout_s * 1000));
+  for (const std::string& h : o.headers) {
+    const auto colon = h.find(':');
+    if (colon == std::string::npos || colon == 0)
+      throw std::invalid_argument("--header " + h + ": expected NAME:VALUE, e.g. x-kvfleet-tenant:acme");
+    std::string value = h.substr(colon + 1);
+    value.erase(0, value.find_first_not_of(' '));
+    config.client.headers.emplace_back(h.substr(0, colon), value);
+  }
   const Tokenizer tokenizer = Tokenizer::load(tokenizer_path(o));
   const PromptBuilder prompts(tokenizer);
   WorkloadOptions wo = o.workload;

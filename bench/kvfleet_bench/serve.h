@@ -36,6 +36,7 @@ struct ServeOptions {
   bool save_detailed = false;
   double request_timeout_s = 600;
   bool progress = true;
+  std::vector<std::string> headers;  // NAME:VALUE, sent with every request (e.g. x-kvfleet-tenant:acme)
   bool skip_length_check = false;  // false: refuse a workload longer than the server's max_model_len (preflight.h)
 };
 

@@ -103,19 +103,24 @@ class FairQueue {
       });
   }
 
-  // The next waiter to serve, with its tenant; nullopt when none waits.
-  std::optional<std::pair<std::string, T>> pop() {
+  // The next waiter to serve, with its tenant; nullopt when none waits. With `eligible`, only waiters of
+  // tenants it accepts are considered (the others keep their places).
+  template <typename Eligible>
+  std::optional<std::pair<std::string, T>> pop(const Eligible& eligible) {
     for (auto bit = bands_.begin(); bit != bands_.end();) {
       Band& band = bit->second;
       auto best = band.tenants.end();
+      bool any = false;
       for (auto it = band.tenants.begin(); it != band.tenants.end(); ++it) {
         if (it->second.items.empty()) continue;
+        any = true;
+        if (!eligible(it->first)) continue;
         if (best == band.tenants.end() || it->second.pass < best->second.pass ||
             (it->second.pass == best->second.pass && it->second.since < best->second.since))
           best = it;
       }
       if (best == band.tenants.end()) {
-        bit = bands_.erase(bit);
+        bit = any ? std::next(bit) : bands_.erase(bit);
         continue;
       }
       Lane& lane = best->second;
@@ -129,6 +134,9 @@ class FairQueue {
       return out;
     }
     return std::nullopt;
+  }
+  std::optional<std::pair<std::string, T>> pop() {
+    return pop([](const std::string&) { return true; });
   }
 
   // Takes a waiter out (it timed out or its client left); false if it was not waiting.

@@ -80,17 +80,44 @@ std::optional<std::pair<std::string, std::string>> Gateway::flow_of(const http::
   return std::nullopt;
 }
 
+double Gateway::active_weight_locked(double now) {
+  const double idle = std::chrono::duration<double>(config_.tenant_idle).count();
+  double sum = 0;
+  for (auto it = tenant_flows_.begin(); it != tenant_flows_.end();) {
+    const bool active = it->second.in_flight > 0 || waiting_room_.waiting(it->first) > 0 || now - it->second.last_seen < idle;
+    if (!active) {
+      it = tenant_flows_.erase(it);
+      continue;
+    }
+    sum += waiting_room_.weight(it->first);
+    ++it;
+  }
+  return sum;
+}
+
+std::size_t Gateway::slot_share_locked(const std::string& tenant, double active_weight) const {
+  const double share = static_cast<double>(config_.max_concurrency) * waiting_room_.weight(tenant) / active_weight;
+  return std::max<std::size_t>(1, static_cast<std::size_t>(share));
+}
+
 // A free slot at once, or a place in the waiting room until release_slot() hands one over, queue_timeout
 // passes, a newcomer within its tenant's share takes the place, or the client leaves (its place is freed
-// then, not when a slot or the timeout comes). False: no slot (answer 429, unless the client is gone).
+// then, not when a slot or the timeout comes). A slot is free for a tenant while fewer than max_concurrency
+// are taken and the tenant holds less than its share of them: a flooding tenant cannot take the slots a
+// tenant active a moment ago will want. False: no slot (answer 429, unless the client is gone).
 awaitable<bool> Gateway::admit(http::ResponseWriter& w, const FlowKey& flow) {
   auto waiter = std::make_shared<SlotWaiter>(co_await asio::this_coro::executor);
   waiter->timer.expires_after(config_.queue_timeout);
   std::shared_ptr<SlotWaiter> evicted;
   {
     std::lock_guard lock(mutex_);
-    if (active_ < config_.max_concurrency && waiting_room_.empty()) {
+    const double now = seconds_now();
+    TenantFlow& mine = tenant_flows_[flow.tenant];
+    mine.last_seen = now;
+    if (active_ < config_.max_concurrency && waiting_room_.waiting(flow.tenant) == 0 &&
+        mine.in_flight < slot_share_locked(flow.tenant, active_weight_locked(now))) {
       ++active_;
+      ++tenant_flows_[flow.tenant].in_flight;  // (active_weight_locked keeps the entry: it was just seen)
       waiting_room_.charge(flow.tenant, flow.priority);
       co_return true;
     }
@@ -125,23 +152,37 @@ awaitable<bool> Gateway::admit(http::ResponseWriter& w, const FlowKey& flow) {
   co_return granted;
 }
 
-// The slot goes straight to the waiter the waiting room serves next, so a burst cannot overtake the queue.
-void Gateway::release_slot() {
-  std::shared_ptr<SlotWaiter> next;
+// The freed slot (and any other free one) goes straight to the waiters the waiting room serves next among
+// the tenants under their share, so a burst cannot overtake the queue.
+void Gateway::release_slot(const std::string& tenant) {
+  std::vector<std::shared_ptr<SlotWaiter>> granted;
   {
     std::lock_guard lock(mutex_);
-    auto popped = waiting_room_.pop();
-    if (!popped) {
-      --active_;
-      return;
+    --active_;
+    const double now = seconds_now();
+    if (auto it = tenant_flows_.find(tenant); it != tenant_flows_.end() && it->second.in_flight > 0) {
+      --it->second.in_flight;
+      it->second.last_seen = now;
     }
-    next = std::move(popped->second);
-    next->granted = true;
-    const double now = seconds_now(), tau = 5.0;
-    grant_rate_ = grant_rate_ * std::exp(-(now - last_grant_) / tau) + 1.0 / tau;
-    last_grant_ = now;
+    const double weights = active_weight_locked(now);
+    while (active_ < config_.max_concurrency) {
+      auto next = waiting_room_.pop([&](const std::string& t) {
+        auto it = tenant_flows_.find(t);
+        return it == tenant_flows_.end() || it->second.in_flight < slot_share_locked(t, weights);
+      });
+      if (!next) break;
+      ++active_;
+      TenantFlow& flow = tenant_flows_[next->first];
+      ++flow.in_flight;
+      flow.last_seen = now;
+      next->second->granted = true;
+      granted.push_back(std::move(next->second));
+      const double tau = 5.0;
+      grant_rate_ = grant_rate_ * std::exp(-(now - last_grant_) / tau) + 1.0 / tau;
+      last_grant_ = now;
+    }
   }
-  asio::post(next->timer.get_executor(), [next] { next->timer.cancel(); });
+  for (auto& next : granted) asio::post(next->timer.get_executor(), [next] { next->timer.cancel(); });
 }
 
 // How long until the tenant's waiters ahead have been served, at the recent rate of grants.

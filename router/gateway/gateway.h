@@ -25,6 +25,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "kvfleet/chat_template.h"
@@ -224,7 +225,10 @@ class Gateway {
   // A slot at once, or a place in the waiting room until release_slot() grants one. False: refused
   // (answer 429 with retry_after_seconds, unless the client left).
   awaitable<bool> admit(http::ResponseWriter& w, const FlowKey& flow);
-  void release_slot();
+  void release_slot(const std::string& tenant);
+  // Slots a tenant may hold: max_concurrency x its weight / the weights of the tenants active now (at least 1).
+  double active_weight_locked(double now);
+  std::size_t slot_share_locked(const std::string& tenant, double active_weight) const;
   int retry_after_seconds(const std::string& tenant);
   void count_tenant(const std::string& tenant, const char* outcome);
   std::string tenant_label(const std::string& tenant);
@@ -310,6 +314,11 @@ class Gateway {
   std::vector<std::shared_ptr<ReplicaLink>> links_;
   std::size_t active_ = 0;  // requests being forwarded
   FairQueue<std::shared_ptr<SlotWaiter>> waiting_room_;  // requests waiting for a slot
+  struct TenantFlow {
+    std::size_t in_flight = 0;
+    double last_seen = 0;  // seconds_now() of its last request
+  };
+  std::unordered_map<std::string, TenantFlow> tenant_flows_;
   double grant_rate_ = 0, last_grant_ = 0;                // grants to waiters per second (decaying), for Retry-After
   std::vector<std::string> api_keys_;
   std::string admin_api_key_;

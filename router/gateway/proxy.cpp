@@ -67,8 +67,9 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
   count_tenant(flow.tenant, "admitted");
   struct Admitted {  // gives the slot back however the handler ends
     Gateway& g;
-    ~Admitted() { g.release_slot(); }
-  } admitted{*this};
+    const std::string& tenant;
+    ~Admitted() { g.release_slot(tenant); }
+  } admitted{*this, flow.tenant};
 
   RoutePlan plan = this->plan(req.path(), body.as_object(), req);
   std::optional<SpliceState> splice;  // a stream that may fail over mid-way (failover.cpp)

@@ -179,6 +179,7 @@ void apply_router_yaml(const std::string& text, const std::string& source, Route
     else if (key == "max_concurrency") c.max_concurrency = positive<std::size_t>(v, source, key);
     else if (key == "max_queue") c.max_queue = scalar<std::size_t>(v, source, key);
     else if (key == "queue_timeout_ms") c.queue_timeout = ms();
+    else if (key == "tenant_idle_ms") c.tenant_idle = ms();
     else if (key == "tenant_weights") {
       if (!v.IsMap()) bad(source, key, "must be a map of tenant name to weight");
       c.tenant_weights.clear();
@@ -249,6 +250,8 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
   flags.add_option("--max-concurrency", c.max_concurrency, "Requests forwarded at once")->check(CLI::PositiveNumber);
   flags.add_option("--max-queue", c.max_queue, "Requests waiting beyond that (then 429)");
   std::vector<std::string> tenant_weights;
+  std::int64_t tenant_idle_ms = c.tenant_idle.count();
+  flags.add_option("--tenant-idle-ms", tenant_idle_ms, "How long an idle tenant keeps its share of the slots");
   flags.add_option("--tenant-weight", tenant_weights, "NAME=W: the tenant's weight in flow control (repeat; default 1)");
   flags.add_option("--drain-timeout-ms", drain_ms, "On SIGTERM, how long running requests may take to finish");
   flags.add_option("--api-key", api_keys, "Require Authorization: Bearer KEY (repeat for several keys)");
@@ -308,6 +311,7 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
   c.kv_events_timeout = milliseconds(kv_timeout_ms);
   c.pending_ttl = milliseconds(pending_ms);
   c.stream_stall_timeout = milliseconds(stall_ms);
+  c.tenant_idle = milliseconds(tenant_idle_ms);
   c.discovery.interval = milliseconds(discovery_ms);
   const std::string where = config_file.empty() ? "flags" : config_file;
   for (std::size_t i = 0; i < knob_values.size(); ++i)

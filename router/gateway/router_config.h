@@ -76,6 +76,8 @@ struct RouterConfig {
   // (1 unless named here). The tenant is the API key (`key-1` for the first of api_keys) when keys are
   // configured, else the x-kvfleet-tenant header, else `default`. See router/flow/fair_queue.h.
   std::unordered_map<std::string, double> tenant_weights;
+  // A tenant with nothing in flight or waiting keeps its share of the slots this long after its last request.
+  milliseconds tenant_idle{5'000};
   std::size_t max_body_bytes = 8 << 20;
   // Stored responses (/v1/responses) whose replica the router remembers, for follow-ups and GET/DELETE
   // by id (router/gateway/response_owners.h); one it forgot is looked for by asking the replicas.

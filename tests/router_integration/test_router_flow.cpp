@@ -87,6 +87,25 @@ TEST_CASE("flow control: a light tenant is served ahead of a flooding tenant's b
   CHECK(router.metric("kvfleet_router_tenant_requests_total", "outcome=\"admitted\",tenant=\"flood\"") == 8);
 }
 
+TEST_CASE("flow control: a tenant active a moment ago keeps its share of the slots; a flood cannot take them all") {
+  StandinUpstream up;
+  up.set_kv_script(config_event(0, 1));
+  RouterProcess router({}, standin_flags({&up}, {"--max-concurrency", "4", "--tenant-idle-ms", "60000"}));
+  REQUIRE(post_as(router.port(), "light", body_for("light-0")).status == 200);  // light is active from now on
+  up.hang_ms = 4000;
+  Senders s(6);
+  for (int i = 0; i < 6; ++i) s.send(i, router.port(), "flood", body_for("flood-" + std::to_string(i)));
+  // Two tenants active: the flood holds at most its half of the four slots, the rest of it waits.
+  REQUIRE(wait_until([&] { return queued(router) == 4; }, std::chrono::seconds(10)));
+  CHECK(up.in_flight.load() == 2);
+  up.hang_ms = 0;
+  const auto sent = std::chrono::steady_clock::now();
+  CHECK(post_as(router.port(), "light", body_for("light-1")).status == 200);
+  CHECK(std::chrono::steady_clock::now() - sent < std::chrono::milliseconds(3000));  // not behind the flood's 4 s
+  CHECK(queued(router) == 4);
+  CHECK(up.max_in_flight.load() == 3);
+}
+
 TEST_CASE("flow control: weights share the slots; a lower priority band goes first, from the body or the header") {
   StandinUpstream up;
   up.set_kv_script(config_event(0, 1));
