@@ -40,6 +40,12 @@ bool Gateway::failover_eligible(std::string_view path, const json::object& body)
   return a.size() == 1 || (!a.empty() && a.front().is_number());  // one prompt (text, or token ids)
 }
 
+bool Gateway::needs_seed(const json::object& body) {
+  if (const json::value* seed = body.if_contains("seed"); seed && !seed->is_null()) return false;
+  const json::value* t = body.if_contains("temperature");
+  return !(t && t->is_number() && t->to_number<double>() == 0.0);  // greedy draws nothing
+}
+
 awaitable<bool> Gateway::relay_spliced(http::HttpClient& client, const http::ResponseHead& head, ReplicaLink& link,
                                        http::ResponseWriter& w, double started, SpliceState& s, TryResult& result) {
   result.verdict = Verdict::unknown;

@@ -253,6 +253,8 @@ class Gateway {
   // failover.cpp
   // A streamed chat or completions request with one choice: the kind a broken stream can resume.
   static bool failover_eligible(std::string_view path, const boost::json::object& body);
+  // A sampled request without a seed: the router gives it one, so that a resumed stream stays exact.
+  static bool needs_seed(const boost::json::object& body);
   // Relays the stream into the client's (opening it first), through the splice; stalls count as breaks.
   // True: the replica broke mid-way and the stream can resume elsewhere (nothing more was written);
   // false: it ended (cleanly, the client left, or with an error event).

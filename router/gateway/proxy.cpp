@@ -73,7 +73,23 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
 
   RoutePlan plan = this->plan(req.path(), body.as_object(), req);
   std::optional<SpliceState> splice;  // a stream that may fail over mid-way (failover.cpp)
-  if (config_.failover && failover_eligible(req.path(), body.as_object())) splice.emplace();
+  const http::Request* sent_request = &req;
+  const json::object* sent_body = &body.as_object();
+  http::Request seeded_request;
+  json::object seeded_body;
+  if (config_.failover && failover_eligible(req.path(), body.as_object())) {
+    splice.emplace();
+    // An unseeded sampled stream gets a seed of the router's drawing, so that a failed-over stream
+    // continues the same random draws: the same distribution as no seed, and resumable token for token.
+    if (needs_seed(body.as_object())) {
+      seeded_body = body.as_object();
+      seeded_body["seed"] = static_cast<std::int64_t>(std::random_device{}() & 0x7fffffff);
+      seeded_request = req;
+      seeded_request.body = json::serialize(seeded_body);
+      sent_request = &seeded_request;
+      sent_body = &seeded_body;
+    }
+  }
   std::vector<ReplicaId> tried;
   // A follow-up of a stored response goes to the replica that stored it, and only there.
   std::shared_ptr<ReplicaLink> owner;
@@ -98,7 +114,7 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
     std::exception_ptr error;
     result.verdict = Verdict::unknown;
     try {
-      const http::Request& sent = with_routing_headers(req, plan, routed_request);
+      const http::Request& sent = with_routing_headers(*sent_request, plan, routed_request);
       outcome = co_await forward(*link, sent, w, attempt + 1 == config_.max_attempts, result, splice ? &*splice : nullptr);
     } catch (...) {
       error = std::current_exception();
@@ -108,7 +124,7 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
     if (outcome == Outcome::done) co_return;
     tried.push_back(link->slot);
     if (outcome == Outcome::broke) {  // the client's stream is open: it goes on elsewhere, or ends there
-      co_await fail_over(req, body.as_object(), plan, tried, w, *splice);
+      co_await fail_over(*sent_request, *sent_body, plan, tried, w, *splice);
       co_return;
     }
   }
