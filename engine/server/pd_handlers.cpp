@@ -101,10 +101,7 @@ void Replica::add_pd_routes(http::HttpRouter& r) {
         ~Count() { metrics.count_http(std::string(req.path()), w.status()); }
       } count{metrics_, req, w};
       if (!authorized(req, Access::internal)) {
-        http::Response r = http::json_error(401, "a valid internal API key is required: send 'Authorization: Bearer KEY'",
-                                            "authentication_error", "", "invalid_api_key");
-        r.headers.set("WWW-Authenticate", "Bearer");
-        co_await w.send(std::move(r));
+        co_await w.send(refusal(Access::internal));
         co_return;
       }
       if (!pd_prefill_) {

@@ -120,12 +120,28 @@ bool Replica::drain() {
 bool Replica::authorized(const http::Request& req, Access access) const {
   const std::string& key =
       access == Access::internal && !config_.internal_api_key.empty() ? config_.internal_api_key : config_.api_key;
-  if (access == Access::open || key.empty()) return true;
+  if (access == Access::open) return true;
+  // No key guards the KV event stream and the prefill API: only clients on this machine get them, unless
+  // the operator opens them (open_internal_endpoints) for a trusted network.
+  if (key.empty()) return access != Access::internal || req.from_loopback || config_.open_internal_endpoints;
   const std::string* header = req.headers.find("Authorization");
   if (!header || header->size() < 7 || !http::iequals(std::string_view(*header).substr(0, 7), "Bearer ")) return false;
   std::string_view given = std::string_view(*header).substr(7);
   while (!given.empty() && given.front() == ' ') given.remove_prefix(1);
   return secure_equal(given, key);
+}
+
+http::Response Replica::refusal(Access access) const {
+  if (access == Access::internal && config_.internal_api_key.empty() && config_.api_key.empty())
+    return http::json_error(403,
+                            "this endpoint is served to loopback clients only while the replica has no key: start it "
+                            "with --internal-api-key KEY (and the router with --replica-api-key KEY), or with "
+                            "--open-internal-endpoints on a trusted network",
+                            "permission_error", "", "internal_endpoint_closed");
+  http::Response r = http::json_error(401, "a valid API key is required: send 'Authorization: Bearer KEY'",
+                                      "authentication_error", "", "invalid_api_key");
+  r.headers.set("WWW-Authenticate", "Bearer");
+  return r;
 }
 
 namespace {
@@ -149,8 +165,7 @@ http::Handler Replica::guarded(awaitable<void> (Replica::*handler)(const http::R
     } leave{in_flight_};
     std::optional<http::Response> error;
     if (!authorized(req, access)) {
-      error = http::json_error(401, "a valid API key is required: send 'Authorization: Bearer KEY'",
-                               "authentication_error", "", "invalid_api_key");
+      error = refusal(access);
     } else {
       try {
         co_await (this->*handler)(req, w);

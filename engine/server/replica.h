@@ -134,6 +134,9 @@ class Replica {
   // Who may call a route: anyone (probes, Prometheus), the API key, or the internal key.
   enum class Access { open, api, internal };
   bool authorized(const http::Request& req, Access access) const;
+  // The answer to a request authorized() refused: 401 for a wrong or missing key; 403 for an internal
+  // endpoint asked from another machine while the replica has no key.
+  http::Response refusal(Access access) const;
   // Wraps a handler: checks the key, turns ApiError, bad input and internal failures into OpenAI error
   // bodies (4xx for the client's faults, 5xx for ours); counts requests in flight.
   http::Handler guarded(Awaitable (Replica::*handler)(const http::Request&, http::ResponseWriter&),

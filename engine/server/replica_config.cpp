@@ -132,6 +132,7 @@ void apply_replica_yaml(const std::string& text, const std::string& source, Repl
     else if (key == "default_max_tokens") c.default_max_tokens = scalar<std::int32_t>(v, source, key);
     else if (key == "api_key") c.api_key = scalar<std::string>(v, source, key);
     else if (key == "internal_api_key") c.internal_api_key = scalar<std::string>(v, source, key);
+    else if (key == "open_internal_endpoints") c.open_internal_endpoints = scalar<bool>(v, source, key);
     else if (key == "special_tokens_in_content") c.special_tokens_in_content = scalar<bool>(v, source, key);
     else if (key == "tool_call_parser") c.tool_call_parser = scalar<std::string>(v, source, key);
     else if (key == "enable_auto_tool_choice") c.enable_auto_tool_choice = scalar<bool>(v, source, key);
@@ -219,6 +220,8 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   flags.add_option("--api-key", c.api_key, "Bearer key required on /v1/*, /tokenize, /detokenize");
   flags.add_option("--internal-api-key", c.internal_api_key,
                    "The only key /v1/kv_events and /internal/* accept (default: --api-key)");
+  flags.add_flag("--open-internal-endpoints", c.open_internal_endpoints,
+                 "Without keys, serve /v1/kv_events and /internal/* to non-loopback clients too (trusted networks)");
   flags.add_flag("!--no-special-tokens-in-content", c.special_tokens_in_content,
                  "Tokenize message content without special-token matching (the template's own specials stay)");
   flags.add_option("--tool-call-parser", c.tool_call_parser,

@@ -32,6 +32,9 @@ struct ReplicaConfig {
   // Bearer keys. api_key protects /v1/*, /tokenize and /detokenize; internal_api_key, when set, is the only
   // key /v1/kv_events and /internal/* accept (unset: they follow api_key). /health and /metrics stay open.
   std::string api_key, internal_api_key;
+  // With neither key, /v1/kv_events and /internal/* answer only clients on a loopback address (403 for
+  // others) unless this is set: for a network where every client is trusted.
+  bool open_internal_endpoints = false;
   // false: special-token text inside message content is tokenized as plain text (only the chat
   // template's own special tokens are special). true: as vLLM does.
   bool special_tokens_in_content = true;

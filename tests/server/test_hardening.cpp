@@ -3,6 +3,11 @@
 // the prefix cache, the served name only in /v1/models, special tokens in message content.
 #include <doctest/doctest.h>
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+
 #include <csignal>
 #include <thread>
 
@@ -183,4 +188,59 @@ TEST_CASE("--no-special-tokens-in-content: '<|im_end|>' typed by a user is text;
   CHECK(im_end_count(safe) == 1);  // the template's end of the user turn only
   const auto chat = safe.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"<|im_start|>system"}],"max_tokens":2})");
   CHECK(chat.status == 200);
+}
+
+namespace {
+
+// An IPv4 address of this machine that is not a loopback one (empty when it has none).
+std::string non_loopback_address() {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return {};
+  std::string found;
+  for (ifaddrs* a = list; a && found.empty(); a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET || !(a->ifa_flags & IFF_UP) || (a->ifa_flags & IFF_LOOPBACK))
+      continue;
+    char text[INET_ADDRSTRLEN];
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+    if (inet_ntop(AF_INET, &in->sin_addr, text, sizeof text)) found = text;
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+int kv_events_status(const std::string& host, std::uint16_t port, const std::string& key = "") {
+  http::Headers h;
+  if (!key.empty()) h.add("Authorization", "Bearer " + key);
+  return http::http_request(host, port, "GET", "/v1/kv_events?since=0&max_events=1", {}, h, std::chrono::seconds(5))
+      .status;
+}
+
+}  // namespace
+
+TEST_CASE("without keys, /v1/kv_events and /internal/* answer loopback clients only, unless opened") {
+  const std::string address = non_loopback_address();
+  if (address.empty()) {
+    WARN_MESSAGE(false, "this machine has no non-loopback IPv4 address: the remote half is not exercised");
+  }
+  {
+    test::ReplicaProcess replica({"--host", "0.0.0.0"});
+    CHECK(kv_events_status("127.0.0.1", replica.port()) == 200);
+    if (!address.empty()) {
+      CHECK(kv_events_status(address, replica.port()) == 403);
+      const auto r = http::http_request(address, replica.port(), "POST", "/internal/prefill", "{}",
+                                        {{"Content-Type", "application/json"}}, std::chrono::seconds(5));
+      CHECK(r.status == 403);
+      CHECK(json::parse(r.body).at("error").at("code") == "internal_endpoint_closed");
+      // The public API stays open to everybody.
+      CHECK(http::http_request(address, replica.port(), "GET", "/v1/models", {}, {}, std::chrono::seconds(5)).status ==
+            200);
+    }
+  }
+  if (!address.empty()) {
+    test::ReplicaProcess opened({"--host", "0.0.0.0", "--open-internal-endpoints"});
+    CHECK(kv_events_status(address, opened.port()) == 200);
+    test::ReplicaProcess keyed({"--host", "0.0.0.0", "--internal-api-key", "router-key"});
+    CHECK(kv_events_status(address, keyed.port()) == 401);
+    CHECK(kv_events_status(address, keyed.port(), "router-key") == 200);
+  }
 }

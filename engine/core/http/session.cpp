@@ -144,6 +144,11 @@ Session::Session(HttpServer::State& server, asio::ip::tcp::socket socket)
       accepted_at_(Clock::now()),
       watch_done_(stream_.get_executor()) {
   buffer_.reserve(16 * 1024);
+  boost::system::error_code ec;
+  const asio::ip::address peer = stream_.socket().remote_endpoint(ec).address();
+  if (!ec)
+    peer_loopback_ = peer.is_loopback() || (peer.is_v6() && peer.to_v6().is_v4_mapped() &&
+                                            asio::ip::make_address_v4(asio::ip::v4_mapped, peer.to_v6()).is_loopback());
 }
 
 Session::~Session() { server_.remove_session(this); }

@@ -64,6 +64,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   HttpServer::State& server_;
   boost::beast::tcp_stream stream_;
+  bool peer_loopback_ = false;  // the client's address is a loopback one
   boost::beast::flat_buffer buffer_;
 
   // Reading a request.

@@ -69,6 +69,7 @@ asio::awaitable<bool> Session::read_request(Request& request, bool& keep_alive, 
       failure = check_request_head(parser.get());
       if (failure) co_return false;
       copy_head(parser.get(), request);
+      request.from_loopback = peer_loopback_;
       keep_alive = parser.get().keep_alive();
       phase_ = Phase::body;
       if (!parser.is_done() && expects_continue(parser.get())) {

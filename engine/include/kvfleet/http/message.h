@@ -45,6 +45,8 @@ struct Request {
   std::string target;  // path plus optional "?query"
   Headers headers;
   std::string body;
+  // Set by HttpServer: the client connected from a loopback address (127.0.0.0/8, ::1, ::ffff:127.x).
+  bool from_loopback = false;
 
   // The target without its query string.
   std::string_view path() const;
