@@ -1,7 +1,7 @@
 // Grammar engine: compile time and per-token mask time on the Llama-3 vocabulary (128k tokens), one core.
 // Each schema is compiled `rounds` times (fresh, no cache) and driven by random walks: at every step a
 // fresh mask is computed and timed, then a random allowed token is accepted, until the grammar ends.
-// Prints a table and a JSON line. Usage: bench_grammar [walks=20]
+// Prints a table and a JSON line. Usage: bench_grammar [walks=20] [grammar name: that case only]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   std::string json = "[";
   std::vector<double> all_compile, all_masks;
   for (const Case& c : cases) {
+    if (argc > 2 && c.name != std::string(argv[2])) continue;
     std::vector<double> compile_us, mask_us;
     std::mt19937 rng(1);
     for (int w = 0; w < walks; ++w) {
