@@ -126,30 +126,32 @@ const PositionMask& CompiledGrammar::position_mask(std::int32_t state) const {
 PositionMask CompiledGrammar::compute_position_mask(std::int32_t state) const {
   PositionMask pm;
   pm.accepted.assign(bitmask_words(vocab_->size()), 0u);
-  const auto& nodes = vocab_->nodes();
-  const auto& node_tokens = vocab_->tokens_at_nodes();
-  std::vector<std::int32_t> sets{walker_.position_set(state)};
-  std::vector<char> ended{0};  // ended[d]: a set at depth 1..d held the empty stack
-  const std::span<std::uint32_t> accepted(pm.accepted);
-  for (std::size_t n = 0; n < nodes.size();) {
+  const Vocabulary::Node* nodes = vocab_->nodes().data();
+  const std::size_t node_count = vocab_->nodes().size();
+  const TokenId* node_tokens = vocab_->tokens_at_nodes().data();
+  std::uint32_t* accepted = pm.accepted.data();
+  // at[d]: the set after the first d bytes of the current path, and whether the position's rule may
+  // have ended within them (bit 31 of the packed word; set ids stay below 2^31).
+  constexpr std::uint32_t kEnded = 1u << 31;
+  std::vector<std::uint32_t> at(vocab_->max_token_bytes() + 1);
+  at[0] = static_cast<std::uint32_t>(walker_.position_set(state));
+  for (std::size_t n = 0; n < node_count;) {
     const Vocabulary::Node& node = nodes[n];
-    const std::size_t d = node.depth;
-    const std::int32_t set = walker_.step(sets[d - 1], node.byte);
+    const std::uint32_t parent = at[node.depth - 1];
+    const std::int32_t set = walker_.step(static_cast<std::int32_t>(parent & ~kEnded), node.byte);
     if (set == ParseEngine::kDead) {
-      if (ended[d - 1]) {
-        pm.uncertain.insert(pm.uncertain.end(), node_tokens.begin() + node.tokens_begin,
-                            node_tokens.begin() + nodes[node.subtree_end - 1].tokens_end);
+      if (parent & kEnded) {
+        pm.uncertain.insert(pm.uncertain.end(), node_tokens + node.tokens_begin,
+                            node_tokens + nodes[node.subtree_end - 1].tokens_end);
       }
       n = static_cast<std::size_t>(node.subtree_end);
       continue;
     }
-    for (std::int32_t t = node.tokens_begin; t < node.tokens_end; ++t) set_bit(accepted, node_tokens[t]);
-    if (sets.size() <= d) {
-      sets.resize(d + 1);
-      ended.resize(d + 1);
+    for (std::int32_t t = node.tokens_begin; t < node.tokens_end; ++t) {
+      const auto id = static_cast<std::uint32_t>(node_tokens[t]);
+      accepted[id / 32] |= 1u << (id % 32);
     }
-    sets[d] = set;
-    ended[d] = ended[d - 1] || walker_.can_end(set);
+    at[node.depth] = static_cast<std::uint32_t>(set) | (parent & kEnded) | (walker_.can_end(set) ? kEnded : 0u);
     ++n;
   }
   return pm;

@@ -35,6 +35,7 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId
   const std::string* prev = nullptr;
   for (const TokenId id : order) {
     const std::string& b = bytes_[id];
+    max_token_bytes_ = std::max(max_token_bytes_, b.size());
     std::size_t lcp = 0;
     if (prev) {
       while (lcp < prev->size() && lcp < b.size() && (*prev)[lcp] == b[lcp]) ++lcp;

@@ -37,6 +37,7 @@ class Vocabulary {
   bool is_stop(TokenId id) const;
   const std::vector<Node>& nodes() const { return nodes_; }
   const std::vector<TokenId>& tokens_at_nodes() const { return node_tokens_; }
+  std::size_t max_token_bytes() const { return max_token_bytes_; }  // the trie's depth
   std::uint64_t fingerprint() const { return fingerprint_; }  // identifies the vocabulary in cache keys
 
  private:
@@ -45,6 +46,7 @@ class Vocabulary {
   std::vector<Node> nodes_;
   std::vector<TokenId> node_tokens_;
   std::uint64_t fingerprint_ = 0;
+  std::size_t max_token_bytes_ = 0;
 };
 
 }  // namespace kvfleet::grammar
