@@ -1,6 +1,7 @@
 #include "engine/grammar/token_grammar.h"
 
 #include <algorithm>
+#include <bitset>
 
 namespace kvfleet::grammar {
 namespace {
@@ -135,9 +136,35 @@ PositionMask CompiledGrammar::compute_position_mask(std::int32_t state) const {
   constexpr std::uint32_t kEnded = 1u << 31;
   std::vector<std::uint32_t> at(vocab_->max_token_bytes() + 1);
   at[0] = static_cast<std::uint32_t>(walker_.position_set(state));
+  // Bytes on which a set steps back to itself (a JSON string's body), per set met at a large subtree.
+  std::vector<std::pair<std::int32_t, std::bitset<256>>> loops;
+  auto loop_bytes = [&](std::int32_t set) -> const std::bitset<256>& {
+    for (const auto& [id, bytes] : loops) {
+      if (id == set) return bytes;
+    }
+    std::bitset<256> bytes;
+    for (unsigned b = 0; b < 256; ++b) {
+      if (walker_.step(set, static_cast<std::uint8_t>(b)) == set) bytes.set(b);
+    }
+    return loops.emplace_back(set, bytes).second;
+  };
+  const auto& subtree_bytes = vocab_->subtree_bytes();
   for (std::size_t n = 0; n < node_count;) {
     const Vocabulary::Node& node = nodes[n];
     const std::uint32_t parent = at[node.depth - 1];
+    if (node.subtree_bytes >= 0) {
+      const std::int32_t from = static_cast<std::int32_t>(parent & ~kEnded);
+      if ((subtree_bytes[static_cast<std::size_t>(node.subtree_bytes)] & ~loop_bytes(from)).none()) {
+        // Every token below stays in `from`: accepted without a walk.
+        const std::int32_t last = nodes[node.subtree_end - 1].tokens_end;
+        for (std::int32_t t = node.tokens_begin; t < last; ++t) {
+          const auto id = static_cast<std::uint32_t>(node_tokens[t]);
+          accepted[id / 32] |= 1u << (id % 32);
+        }
+        n = static_cast<std::size_t>(node.subtree_end);
+        continue;
+      }
+    }
     const std::int32_t set = walker_.step(static_cast<std::int32_t>(parent & ~kEnded), node.byte);
     if (set == ParseEngine::kDead) {
       if (parent & kEnded) {

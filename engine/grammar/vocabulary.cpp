@@ -43,7 +43,7 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId
     close_to(lcp);
     for (std::size_t d = lcp; d < b.size(); ++d) {
       path.push_back(static_cast<std::int32_t>(nodes_.size()));
-      nodes_.push_back(Node{static_cast<std::uint8_t>(b[d]), static_cast<std::uint16_t>(d + 1), 0, 0, 0});
+      nodes_.push_back(Node{static_cast<std::uint8_t>(b[d]), static_cast<std::uint16_t>(d + 1), 0, 0, 0, -1});
       at_node.emplace_back();
     }
     at_node[path.back()].push_back(id);
@@ -54,6 +54,19 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId
     nodes_[n].tokens_begin = static_cast<std::int32_t>(node_tokens_.size());
     node_tokens_.insert(node_tokens_.end(), at_node[n].begin(), at_node[n].end());
     nodes_[n].tokens_end = static_cast<std::int32_t>(node_tokens_.size());
+  }
+
+  // Subtree byte sets, children before parents (a reverse preorder pass).
+  std::vector<std::bitset<256>> below(nodes_.size());
+  for (std::size_t n = nodes_.size(); n-- > 0;) {
+    below[n].set(nodes_[n].byte);
+    for (std::size_t c = n + 1; c < static_cast<std::size_t>(nodes_[n].subtree_end); c = static_cast<std::size_t>(nodes_[c].subtree_end)) {
+      below[n] |= below[c];
+    }
+    if (nodes_[n].subtree_end - static_cast<std::int32_t>(n) >= kBulkNodes) {
+      nodes_[n].subtree_bytes = static_cast<std::int32_t>(subtree_bytes_.size());
+      subtree_bytes_.push_back(below[n]);
+    }
   }
 
   XXH3_state_t* state = XXH3_createState();

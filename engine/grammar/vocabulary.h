@@ -3,6 +3,7 @@
 // subtree when its prefix is refused.
 #pragma once
 
+#include <bitset>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -23,7 +24,9 @@ class Vocabulary {
     std::uint16_t depth;       // 1 for a token's first byte
     std::int32_t subtree_end;  // one past the last node of this node's subtree
     std::int32_t tokens_begin, tokens_end;  // into tokens_at_nodes(): ids whose bytes end here
+    std::int32_t subtree_bytes = -1;        // into subtree_bytes() for a subtree of kBulkNodes nodes or more
   };
+  static constexpr std::int32_t kBulkNodes = 16;
 
   // token_bytes[id] empty: the id is never allowed except as a stop id.
   Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId> stop_ids);
@@ -38,6 +41,9 @@ class Vocabulary {
   const std::vector<Node>& nodes() const { return nodes_; }
   const std::vector<TokenId>& tokens_at_nodes() const { return node_tokens_; }
   std::size_t max_token_bytes() const { return max_token_bytes_; }  // the trie's depth
+  // Every byte on a large subtree's nodes (the node's own byte included): a walk whose parse state
+  // loops on all of them accepts the whole subtree without visiting it.
+  const std::vector<std::bitset<256>>& subtree_bytes() const { return subtree_bytes_; }
   std::uint64_t fingerprint() const { return fingerprint_; }  // identifies the vocabulary in cache keys
 
  private:
@@ -47,6 +53,7 @@ class Vocabulary {
   std::vector<TokenId> node_tokens_;
   std::uint64_t fingerprint_ = 0;
   std::size_t max_token_bytes_ = 0;
+  std::vector<std::bitset<256>> subtree_bytes_;
 };
 
 }  // namespace kvfleet::grammar
