@@ -1,6 +1,8 @@
 #include "engine/grammar/automaton.h"
 
 #include <algorithm>
+#include <cstring>
+#include <unordered_map>
 
 #include "engine/grammar/grammar.h"
 
@@ -202,6 +204,92 @@ void refuse_left_recursion(const Automaton& a) {
   }
 }
 
+// Merges states that behave alike: the same rule and acceptance, byte edges on the same bytes to the
+// same (merged) states, the same calls returning to the same states. Passes repeat while they merge
+// anything (a few: each pass merges one more level of identical suffixes). The language is unchanged;
+// fewer states mean fewer positions to compute masks for, and a loop like a JSON string's body becomes
+// one state that steps back to itself on every character.
+void merge_equivalent_states(Automaton& a) {
+  static_assert(sizeof(ByteSet) == 4 * sizeof(std::uint64_t));
+  const std::size_t n = a.states.size();
+  std::vector<std::int32_t> rep(n);
+  for (std::size_t s = 0; s < n; ++s) rep[s] = static_cast<std::int32_t>(s);
+  struct Hash {
+    std::size_t operator()(const std::vector<std::uint64_t>& v) const {
+      std::uint64_t h = 0x9E3779B97F4A7C15ull;
+      for (const std::uint64_t x : v) h = (h ^ x) * 0xBF58476D1CE4E5B9ull + (h >> 29);
+      return static_cast<std::size_t>(h);
+    }
+  };
+  std::vector<std::pair<std::int32_t, ByteSet>> edges;
+  for (int pass = 0; pass < 16; ++pass) {
+    std::unordered_map<std::vector<std::uint64_t>, std::int32_t, Hash> seen;
+    seen.reserve(n);
+    bool merged_any = false;
+    for (std::size_t s = 0; s < n; ++s) {
+      if (rep[s] != static_cast<std::int32_t>(s)) continue;
+      const auto& st = a.states[s];
+      edges.clear();
+      for (const auto& [set, to] : st.byte_edges) edges.emplace_back(rep[to], set);
+      std::sort(edges.begin(), edges.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+      std::vector<std::uint64_t> sig{static_cast<std::uint64_t>(st.rule), st.accept ? 1u : 0u, edges.size()};
+      for (std::size_t i = 0; i < edges.size();) {
+        ByteSet set = edges[i].second;
+        std::size_t j = i + 1;
+        for (; j < edges.size() && edges[j].first == edges[i].first; ++j) set |= edges[j].second;
+        std::uint64_t words[4];
+        std::memcpy(words, &set, sizeof words);
+        sig.push_back(static_cast<std::uint64_t>(edges[i].first));
+        sig.insert(sig.end(), words, words + 4);
+        i = j;
+      }
+      std::vector<std::pair<std::int32_t, std::int32_t>> calls;
+      for (const auto& [callee, to] : st.call_edges) calls.emplace_back(callee, rep[to]);
+      std::sort(calls.begin(), calls.end());
+      calls.erase(std::unique(calls.begin(), calls.end()), calls.end());
+      sig.push_back(~std::uint64_t{0});
+      for (const auto& [callee, to] : calls) sig.push_back((static_cast<std::uint64_t>(callee) << 32) | static_cast<std::uint32_t>(to));
+      const auto [it, inserted] = seen.try_emplace(std::move(sig), static_cast<std::int32_t>(s));
+      if (!inserted) {
+        rep[s] = it->second;
+        merged_any = true;
+      }
+    }
+    // Targets read rep[] of states merged earlier in this pass: point every state at its final one.
+    for (std::size_t s = 0; s < n; ++s) {
+      while (rep[rep[s]] != rep[s]) rep[s] = rep[rep[s]];
+    }
+    if (!merged_any) break;
+  }
+  std::vector<std::int32_t> id(n, -1);
+  std::int32_t count = 0;
+  for (std::size_t s = 0; s < n; ++s) {
+    if (rep[s] == static_cast<std::int32_t>(s)) id[s] = count++;
+  }
+  std::vector<Automaton::State> merged(static_cast<std::size_t>(count));
+  for (std::size_t s = 0; s < n; ++s) {
+    if (id[s] < 0) continue;
+    auto& m = merged[static_cast<std::size_t>(id[s])];
+    m = std::move(a.states[s]);
+    for (auto& e : m.byte_edges) e.second = id[rep[e.second]];
+    for (std::size_t i = 0; i < m.byte_edges.size(); ++i) {  // edges that now share a target
+      for (std::size_t j = m.byte_edges.size(); j-- > i + 1;) {
+        if (m.byte_edges[j].second == m.byte_edges[i].second) {
+          m.byte_edges[i].first |= m.byte_edges[j].first;
+          m.byte_edges.erase(m.byte_edges.begin() + static_cast<std::ptrdiff_t>(j));
+        }
+      }
+    }
+    for (auto& e : m.call_edges) e.second = id[rep[e.second]];
+    std::sort(m.call_edges.begin(), m.call_edges.end());
+    m.call_edges.erase(std::unique(m.call_edges.begin(), m.call_edges.end()), m.call_edges.end());
+  }
+  for (auto& start : a.rule_start) {
+    if (start >= 0) start = id[rep[start]];
+  }
+  a.states = std::move(merged);
+}
+
 }  // namespace
 
 Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits) {
@@ -230,6 +318,7 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
   }
   prune_unproductive(a);
   refuse_left_recursion(a);
+  merge_equivalent_states(a);
   for (auto& st : a.states) st.pure_end = st.accept && st.byte_edges.empty() && st.call_edges.empty();
   return a;
 }
