@@ -204,7 +204,39 @@ void refuse_left_recursion(const Automaton& a) {
   }
 }
 
-// Merges states that behave alike: the same rule and acceptance, byte edges on the same bytes to the
+}  // namespace
+
+Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits) {
+  Automaton a;
+  a.rule_names = grammar.names;
+  a.root = grammar.root;
+  a.rule_start.assign(grammar.rules.size(), -1);
+  std::vector<int> todo{grammar.root};
+  std::vector<char> queued(grammar.rules.size(), 0);
+  queued[grammar.root] = 1;
+  while (!todo.empty()) {
+    const int rule = todo.back();
+    todo.pop_back();
+    if (!grammar.rules[rule]) throw GrammarError("rule '" + grammar.names[rule] + "' is not defined");
+    Thompson t(limits, a.states.size());
+    const int start = t.add();
+    std::vector<int> called;
+    const int end = t.build(*grammar.rules[rule], start, called);
+    a.rule_start[rule] = append_rule(a, rule, t, start, end);
+    for (const int c : called) {
+      if (!queued[c]) {
+        queued[c] = 1;
+        todo.push_back(c);
+      }
+    }
+  }
+  prune_unproductive(a);
+  refuse_left_recursion(a);
+  for (auto& st : a.states) st.pure_end = st.accept && st.byte_edges.empty() && st.call_edges.empty();
+  return a;
+}
+
+// Partition by behaviour, merged bottom-up: the same rule and acceptance, byte edges on the same bytes to the
 // same (merged) states, the same calls returning to the same states. Passes repeat while they merge
 // anything (a few: each pass merges one more level of identical suffixes). The language is unchanged;
 // fewer states mean fewer positions to compute masks for, and a loop like a JSON string's body becomes
@@ -288,39 +320,6 @@ void merge_equivalent_states(Automaton& a) {
     if (start >= 0) start = id[rep[start]];
   }
   a.states = std::move(merged);
-}
-
-}  // namespace
-
-Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits) {
-  Automaton a;
-  a.rule_names = grammar.names;
-  a.root = grammar.root;
-  a.rule_start.assign(grammar.rules.size(), -1);
-  std::vector<int> todo{grammar.root};
-  std::vector<char> queued(grammar.rules.size(), 0);
-  queued[grammar.root] = 1;
-  while (!todo.empty()) {
-    const int rule = todo.back();
-    todo.pop_back();
-    if (!grammar.rules[rule]) throw GrammarError("rule '" + grammar.names[rule] + "' is not defined");
-    Thompson t(limits, a.states.size());
-    const int start = t.add();
-    std::vector<int> called;
-    const int end = t.build(*grammar.rules[rule], start, called);
-    a.rule_start[rule] = append_rule(a, rule, t, start, end);
-    for (const int c : called) {
-      if (!queued[c]) {
-        queued[c] = 1;
-        todo.push_back(c);
-      }
-    }
-  }
-  prune_unproductive(a);
-  refuse_left_recursion(a);
-  merge_equivalent_states(a);
-  for (auto& st : a.states) st.pure_end = st.accept && st.byte_edges.empty() && st.call_edges.empty();
-  return a;
 }
 
 }  // namespace kvfleet::grammar

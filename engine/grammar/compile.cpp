@@ -12,10 +12,6 @@ GrammarError::GrammarError(const std::string& message, std::string schema_path, 
 
 namespace {
 
-// Rules up to this many automaton nodes are copied into their callers (whitespace, a JSON string's
-// character, short literals); larger ones stay calls so the automaton stays small.
-constexpr std::size_t kInlineNodes = 64;
-
 Automaton build(const GrammarSpec& spec, const GrammarOptions& options) {
   const auto deadline = std::chrono::steady_clock::now() + options.compile_budget;
   Grammar g = [&] {
@@ -30,7 +26,9 @@ Automaton build(const GrammarSpec& spec, const GrammarOptions& options) {
   }();
   if (std::chrono::steady_clock::now() > deadline) throw GrammarError("the grammar takes too long to compile");
   inline_small_rules(g, kInlineNodes);
-  return build_automaton(g, AutomatonLimits{options.max_states, deadline});
+  Automaton a = build_automaton(g, AutomatonLimits{options.max_states, deadline});
+  merge_equivalent_states(a);
+  return a;
 }
 
 class Bytes final : public ByteMatcher {

@@ -68,5 +68,8 @@ struct Grammar {
 // position of its caller, so the tokens that run past the small rule's end are decided at compile
 // time instead of from the whole stack at every step.
 void inline_small_rules(Grammar& grammar, std::size_t max_nodes);
+// What compile() inlines: whitespace, a JSON string's character, short literals; larger rules stay
+// calls so the automaton stays small.
+constexpr std::size_t kInlineNodes = 64;
 
 }  // namespace kvfleet::grammar

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <bitset>
+#include <limits>
+#include <map>
 
 namespace kvfleet::grammar {
 namespace {
@@ -148,13 +150,22 @@ PositionMask CompiledGrammar::compute_position_mask(std::int32_t state) const {
     }
     return loops.emplace_back(set, bytes).second;
   };
-  const auto& subtree_bytes = vocab_->subtree_bytes();
+  const auto& subtrees = vocab_->subtrees();
+  std::vector<std::pair<std::uint64_t, std::int32_t>> horizons;  // this walk's plain_horizon answers
+  auto horizon = [&](std::uint8_t utf8, std::int32_t set) {
+    const std::uint64_t key = (static_cast<std::uint64_t>(set) << 4) | utf8;
+    for (const auto& [k, h] : horizons) {
+      if (k == key) return h;
+    }
+    return horizons.emplace_back(key, plain_horizon(utf8, set)).second;
+  };
   for (std::size_t n = 0; n < node_count;) {
     const Vocabulary::Node& node = nodes[n];
     const std::uint32_t parent = at[node.depth - 1];
-    if (node.subtree_bytes >= 0) {
+    if (node.subtree >= 0) {
       const std::int32_t from = static_cast<std::int32_t>(parent & ~kEnded);
-      if ((subtree_bytes[static_cast<std::size_t>(node.subtree_bytes)] & ~loop_bytes(from)).none()) {
+      const Vocabulary::Subtree& sub = subtrees[static_cast<std::size_t>(node.subtree)];
+      if ((sub.bytes & ~loop_bytes(from)).none() || (sub.plain && horizon(sub.utf8_before, from) >= sub.height)) {
         // Every token below stays in `from`: accepted without a walk.
         const std::int32_t last = nodes[node.subtree_end - 1].tokens_end;
         for (std::int32_t t = node.tokens_begin; t < last; ++t) {
@@ -182,6 +193,74 @@ PositionMask CompiledGrammar::compute_position_mask(std::int32_t state) const {
     ++n;
   }
   return pm;
+}
+
+// How many plain-text bytes (valid UTF-8 continuing from decoder state `utf8`) any string of them may
+// have, from `set`, before one can die: the shortest distance to a dying step in the graph of (decoder
+// state, parse set) pairs that plain bytes reach, by a backward breadth-first search; cached for every
+// pair of the graph. INT32_MAX when none dies; 0 when the graph is larger than a bound.
+std::int32_t CompiledGrammar::plain_horizon(std::uint8_t utf8, std::int32_t set) const {
+  constexpr std::int32_t kNone = std::numeric_limits<std::int32_t>::max();
+  constexpr std::size_t kMaxPairs = 2048;
+  auto key = [](std::uint8_t u, std::int32_t s) { return (static_cast<std::uint64_t>(s) << 4) | u; };
+  if (const auto it = horizons_.find(key(utf8, set)); it != horizons_.end()) return it->second;
+  std::vector<std::pair<std::uint8_t, std::int32_t>> pairs{{utf8, set}};
+  std::unordered_map<std::uint64_t, std::int32_t> index{{key(utf8, set), 0}};
+  std::vector<std::vector<std::int32_t>> preds(1);
+  std::vector<std::int32_t> dist(1, kNone);
+  std::vector<std::int32_t> queue;
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    const auto [u, s] = pairs[i];
+    if (const auto it = horizons_.find(key(u, s)); it != horizons_.end() && i > 0) {
+      if (it->second != kNone) {
+        dist[i] = it->second;
+        queue.push_back(static_cast<std::int32_t>(i));
+      }
+      continue;  // known: its successors need not be explored
+    }
+    for (unsigned b = 0; b < 256 && dist[i] != 0; ++b) {
+      const auto byte = static_cast<std::uint8_t>(b);
+      if (!plain_byte(byte)) continue;
+      const std::uint8_t nu = utf8_next(u, byte);
+      if (nu == kUtf8Invalid) continue;
+      const std::int32_t t = walker_.step(s, byte);
+      if (t == ParseEngine::kDead) {
+        dist[i] = 0;
+        queue.push_back(static_cast<std::int32_t>(i));
+        break;
+      }
+      const auto [it, inserted] = index.try_emplace(key(nu, t), static_cast<std::int32_t>(pairs.size()));
+      if (inserted) {
+        if (pairs.size() >= kMaxPairs) {
+          horizons_[key(utf8, set)] = 0;
+          return 0;
+        }
+        pairs.emplace_back(nu, t);
+        preds.emplace_back();
+        dist.push_back(kNone);
+      }
+      preds[static_cast<std::size_t>(it->second)].push_back(static_cast<std::int32_t>(i));
+    }
+  }
+  // Backward from the pairs that can die (or whose distance is known), shortest distances first.
+  std::vector<char> done(pairs.size(), 0);
+  // A Dijkstra with unit weights: sources have different start distances, so keep a sorted frontier.
+  std::multimap<std::int32_t, std::int32_t> frontier;
+  for (const std::int32_t i : queue) frontier.emplace(dist[i], i);
+  while (!frontier.empty()) {
+    const auto [d, i] = *frontier.begin();
+    frontier.erase(frontier.begin());
+    if (done[i] || d != dist[i]) continue;
+    done[i] = 1;
+    for (const std::int32_t p : preds[i]) {
+      if (!done[p] && d + 1 < dist[p]) {
+        dist[p] = d + 1;
+        frontier.emplace(d + 1, p);
+      }
+    }
+  }
+  for (std::size_t i = 0; i < pairs.size(); ++i) horizons_[key(pairs[i].first, pairs[i].second)] = dist[i];
+  return dist[0];
 }
 
 std::size_t CompiledGrammar::memory_bytes() const {
