@@ -236,11 +236,8 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
   return a;
 }
 
-// Partition by behaviour, merged bottom-up: the same rule and acceptance, byte edges on the same bytes to the
-// same (merged) states, the same calls returning to the same states. Passes repeat while they merge
-// anything (a few: each pass merges one more level of identical suffixes). The language is unchanged;
-// fewer states mean fewer positions to compute masks for, and a loop like a JSON string's body becomes
-// one state that steps back to itself on every character.
+// Bottom-up: states with the same signature (rule, acceptance, byte sets per merged target, calls with
+// merged return states) merge, until no signature changes.
 void merge_equivalent_states(Automaton& a) {
   static_assert(sizeof(ByteSet) == 4 * sizeof(std::uint64_t));
   const std::size_t n = a.states.size();
@@ -253,16 +250,32 @@ void merge_equivalent_states(Automaton& a) {
       return static_cast<std::size_t>(h);
     }
   };
+  auto find = [&](std::int32_t x) {
+    while (rep[x] != x) x = rep[x] = rep[rep[x]];
+    return x;
+  };
+  std::vector<std::vector<std::int32_t>> preds(n);
+  for (std::size_t s = 0; s < n; ++s) {
+    for (const auto& e : a.states[s].byte_edges) preds[e.second].push_back(static_cast<std::int32_t>(s));
+    for (const auto& e : a.states[s].call_edges) preds[e.second].push_back(static_cast<std::int32_t>(s));
+  }
+  // A worklist: a state's signature changes only when one of its targets merges, so after the first
+  // round only the predecessors of merged states are looked at again. An entry of `seen` whose targets
+  // have merged since is stale but harmless: a fresh signature names only unmerged states.
+  std::unordered_map<std::vector<std::uint64_t>, std::int32_t, Hash> seen;
+  seen.reserve(n);
+  std::vector<std::vector<std::uint64_t>> sig_of(n);
   std::vector<std::pair<std::int32_t, ByteSet>> edges;
-  for (int pass = 0; pass < 16; ++pass) {
-    std::unordered_map<std::vector<std::uint64_t>, std::int32_t, Hash> seen;
-    seen.reserve(n);
-    bool merged_any = false;
-    for (std::size_t s = 0; s < n; ++s) {
-      if (rep[s] != static_cast<std::int32_t>(s)) continue;
-      const auto& st = a.states[s];
+  std::vector<std::pair<std::int32_t, std::int32_t>> calls;
+  std::vector<std::int32_t> dirty(n), next;
+  for (std::size_t s = 0; s < n; ++s) dirty[s] = static_cast<std::int32_t>(s);
+  while (!dirty.empty()) {
+    next.clear();
+    for (const std::int32_t s : dirty) {
+      if (rep[s] != s) continue;
+      const auto& st = a.states[static_cast<std::size_t>(s)];
       edges.clear();
-      for (const auto& [set, to] : st.byte_edges) edges.emplace_back(rep[to], set);
+      for (const auto& [set, to] : st.byte_edges) edges.emplace_back(find(to), set);
       std::sort(edges.begin(), edges.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
       std::vector<std::uint64_t> sig{static_cast<std::uint64_t>(st.rule), st.accept ? 1u : 0u, edges.size()};
       for (std::size_t i = 0; i < edges.size();) {
@@ -275,24 +288,31 @@ void merge_equivalent_states(Automaton& a) {
         sig.insert(sig.end(), words, words + 4);
         i = j;
       }
-      std::vector<std::pair<std::int32_t, std::int32_t>> calls;
-      for (const auto& [callee, to] : st.call_edges) calls.emplace_back(callee, rep[to]);
+      calls.clear();
+      for (const auto& [callee, to] : st.call_edges) calls.emplace_back(callee, find(to));
       std::sort(calls.begin(), calls.end());
       calls.erase(std::unique(calls.begin(), calls.end()), calls.end());
       sig.push_back(~std::uint64_t{0});
       for (const auto& [callee, to] : calls) sig.push_back((static_cast<std::uint64_t>(callee) << 32) | static_cast<std::uint32_t>(to));
-      const auto [it, inserted] = seen.try_emplace(std::move(sig), static_cast<std::int32_t>(s));
-      if (!inserted) {
+      auto& mine = sig_of[static_cast<std::size_t>(s)];
+      if (sig == mine) continue;
+      if (!mine.empty()) {
+        if (const auto old = seen.find(mine); old != seen.end() && old->second == s) seen.erase(old);
+      }
+      const auto [it, inserted] = seen.try_emplace(sig, s);
+      if (inserted) {
+        mine = std::move(sig);
+      } else {
         rep[s] = it->second;
-        merged_any = true;
+        mine.clear();
+        next.insert(next.end(), preds[static_cast<std::size_t>(s)].begin(), preds[static_cast<std::size_t>(s)].end());
       }
     }
-    // Targets read rep[] of states merged earlier in this pass: point every state at its final one.
-    for (std::size_t s = 0; s < n; ++s) {
-      while (rep[rep[s]] != rep[s]) rep[s] = rep[rep[s]];
-    }
-    if (!merged_any) break;
+    std::sort(next.begin(), next.end());
+    next.erase(std::unique(next.begin(), next.end()), next.end());
+    dirty.swap(next);
   }
+  for (std::size_t s = 0; s < n; ++s) rep[s] = find(static_cast<std::int32_t>(s));
   std::vector<std::int32_t> id(n, -1);
   std::int32_t count = 0;
   for (std::size_t s = 0; s < n; ++s) {
