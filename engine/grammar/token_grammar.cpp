@@ -267,7 +267,7 @@ std::size_t CompiledGrammar::memory_bytes() const {
   std::size_t states = 0;
   for (const auto& st : automaton_.states) states += sizeof st + st.byte_edges.size() * 40 + st.call_edges.size() * 8;
   std::lock_guard lock(mutex_);
-  return states + mask_bytes_.load() + walker_.memory_bytes();
+  return states + mask_bytes_.load() + walker_.memory_bytes() + horizons_.size() * 32;
 }
 
 }  // namespace kvfleet::grammar
