@@ -1,7 +1,7 @@
 // Grammar engine: compile time and per-token mask time on the Llama-3 vocabulary (128k tokens), one core.
 // Each schema is compiled `rounds` times (fresh, no cache) and driven by random walks: at every step a
 // fresh mask is computed and timed, then a random allowed token is accepted, until the grammar ends.
-// Prints a table and a JSON line. Usage: bench_grammar [walks=20]
+// Prints a table and a JSON line. Usage: bench_grammar [walks=20] [grammar name: that case only]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   const std::vector<Case> cases{
       {"json_object", {GrammarKind::json_object, "", {}}},
       {"tool_call", {GrammarKind::json_schema, R"({"type":"object","properties":{"name":{"const":"get_weather"},"arguments":{"type":"object","properties":{"location":{"type":"string","description":"City"},"unit":{"enum":["celsius","fahrenheit"]},"days":{"type":"integer","minimum":1,"maximum":14}},"required":["location","unit"],"additionalProperties":false}},"required":["name","arguments"]})", {}}},
+      {"tool_call_nested", {GrammarKind::json_schema, R"({"type":"object","properties":{"name":{"const":"search_flights"},"arguments":{"type":"object","properties":{"from":{"type":"string"},"to":{"type":"string"},"date":{"type":"string","format":"date"},"cabin":{"enum":["economy","premium","business","first"]},"passengers":{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer","minimum":0,"maximum":120},"bags":{"type":"integer","minimum":0,"maximum":3}},"required":["name","age"],"additionalProperties":false},"minItems":1,"maxItems":9},"flexible":{"type":"boolean"}},"required":["from","to","date","passengers"],"additionalProperties":false}},"required":["name","arguments"],"additionalProperties":false})", {}}},
       {"person", {GrammarKind::json_schema, R"({"type":"object","properties":{"name":{"type":"string","maxLength":40},"age":{"type":"integer","minimum":0,"maximum":150},"email":{"type":"string","format":"email"},"birthday":{"type":"string","format":"date"},"tags":{"type":"array","items":{"type":"string"},"maxItems":5}},"required":["name","age"]})", {}}},
       {"recursive_tree", {GrammarKind::json_schema, R"({"$defs":{"node":{"type":"object","properties":{"value":{"type":"number"},"children":{"type":"array","items":{"$ref":"#/$defs/node"}}},"required":["value"]}},"$ref":"#/$defs/node"})", {}}},
       {"suite_anyOf_nested", {GrammarKind::json_schema, R"({"anyOf":[{"type":"integer","minimum":2},{"type":"string","pattern":"^[a-z]+$"},{"type":"array","items":{"type":"boolean"},"minItems":1}]})", {}}},
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
   std::string json = "[";
   std::vector<double> all_compile, all_masks;
   for (const Case& c : cases) {
+    if (argc > 2 && c.name != std::string(argv[2])) continue;
     std::vector<double> compile_us, mask_us;
     std::mt19937 rng(1);
     for (int w = 0; w < walks; ++w) {

@@ -1,6 +1,8 @@
 #include "engine/grammar/automaton.h"
 
 #include <algorithm>
+#include <cstring>
+#include <unordered_map>
 
 #include "engine/grammar/grammar.h"
 
@@ -232,6 +234,112 @@ Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits)
   refuse_left_recursion(a);
   for (auto& st : a.states) st.pure_end = st.accept && st.byte_edges.empty() && st.call_edges.empty();
   return a;
+}
+
+// Bottom-up: states with the same signature (rule, acceptance, byte sets per merged target, calls with
+// merged return states) merge, until no signature changes.
+void merge_equivalent_states(Automaton& a) {
+  static_assert(sizeof(ByteSet) == 4 * sizeof(std::uint64_t));
+  const std::size_t n = a.states.size();
+  std::vector<std::int32_t> rep(n);
+  for (std::size_t s = 0; s < n; ++s) rep[s] = static_cast<std::int32_t>(s);
+  struct Hash {
+    std::size_t operator()(const std::vector<std::uint64_t>& v) const {
+      std::uint64_t h = 0x9E3779B97F4A7C15ull;
+      for (const std::uint64_t x : v) h = (h ^ x) * 0xBF58476D1CE4E5B9ull + (h >> 29);
+      return static_cast<std::size_t>(h);
+    }
+  };
+  auto find = [&](std::int32_t x) {
+    while (rep[x] != x) x = rep[x] = rep[rep[x]];
+    return x;
+  };
+  std::vector<std::vector<std::int32_t>> preds(n);
+  for (std::size_t s = 0; s < n; ++s) {
+    for (const auto& e : a.states[s].byte_edges) preds[e.second].push_back(static_cast<std::int32_t>(s));
+    for (const auto& e : a.states[s].call_edges) preds[e.second].push_back(static_cast<std::int32_t>(s));
+  }
+  // A worklist: a state's signature changes only when one of its targets merges, so after the first
+  // round only the predecessors of merged states are looked at again. An entry of `seen` whose targets
+  // have merged since is stale but harmless: a fresh signature names only unmerged states.
+  std::unordered_map<std::vector<std::uint64_t>, std::int32_t, Hash> seen;
+  seen.reserve(n);
+  std::vector<std::vector<std::uint64_t>> sig_of(n);
+  std::vector<std::pair<std::int32_t, ByteSet>> edges;
+  std::vector<std::pair<std::int32_t, std::int32_t>> calls;
+  std::vector<std::int32_t> dirty(n), next;
+  for (std::size_t s = 0; s < n; ++s) dirty[s] = static_cast<std::int32_t>(s);
+  while (!dirty.empty()) {
+    next.clear();
+    for (const std::int32_t s : dirty) {
+      if (rep[s] != s) continue;
+      const auto& st = a.states[static_cast<std::size_t>(s)];
+      edges.clear();
+      for (const auto& [set, to] : st.byte_edges) edges.emplace_back(find(to), set);
+      std::sort(edges.begin(), edges.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+      std::vector<std::uint64_t> sig{static_cast<std::uint64_t>(st.rule), st.accept ? 1u : 0u, edges.size()};
+      for (std::size_t i = 0; i < edges.size();) {
+        ByteSet set = edges[i].second;
+        std::size_t j = i + 1;
+        for (; j < edges.size() && edges[j].first == edges[i].first; ++j) set |= edges[j].second;
+        std::uint64_t words[4];
+        std::memcpy(words, &set, sizeof words);
+        sig.push_back(static_cast<std::uint64_t>(edges[i].first));
+        sig.insert(sig.end(), words, words + 4);
+        i = j;
+      }
+      calls.clear();
+      for (const auto& [callee, to] : st.call_edges) calls.emplace_back(callee, find(to));
+      std::sort(calls.begin(), calls.end());
+      calls.erase(std::unique(calls.begin(), calls.end()), calls.end());
+      sig.push_back(~std::uint64_t{0});
+      for (const auto& [callee, to] : calls) sig.push_back((static_cast<std::uint64_t>(callee) << 32) | static_cast<std::uint32_t>(to));
+      auto& mine = sig_of[static_cast<std::size_t>(s)];
+      if (sig == mine) continue;
+      if (!mine.empty()) {
+        if (const auto old = seen.find(mine); old != seen.end() && old->second == s) seen.erase(old);
+      }
+      const auto [it, inserted] = seen.try_emplace(sig, s);
+      if (inserted) {
+        mine = std::move(sig);
+      } else {
+        rep[s] = it->second;
+        mine.clear();
+        next.insert(next.end(), preds[static_cast<std::size_t>(s)].begin(), preds[static_cast<std::size_t>(s)].end());
+      }
+    }
+    std::sort(next.begin(), next.end());
+    next.erase(std::unique(next.begin(), next.end()), next.end());
+    dirty.swap(next);
+  }
+  for (std::size_t s = 0; s < n; ++s) rep[s] = find(static_cast<std::int32_t>(s));
+  std::vector<std::int32_t> id(n, -1);
+  std::int32_t count = 0;
+  for (std::size_t s = 0; s < n; ++s) {
+    if (rep[s] == static_cast<std::int32_t>(s)) id[s] = count++;
+  }
+  std::vector<Automaton::State> merged(static_cast<std::size_t>(count));
+  for (std::size_t s = 0; s < n; ++s) {
+    if (id[s] < 0) continue;
+    auto& m = merged[static_cast<std::size_t>(id[s])];
+    m = std::move(a.states[s]);
+    for (auto& e : m.byte_edges) e.second = id[rep[e.second]];
+    for (std::size_t i = 0; i < m.byte_edges.size(); ++i) {  // edges that now share a target
+      for (std::size_t j = m.byte_edges.size(); j-- > i + 1;) {
+        if (m.byte_edges[j].second == m.byte_edges[i].second) {
+          m.byte_edges[i].first |= m.byte_edges[j].first;
+          m.byte_edges.erase(m.byte_edges.begin() + static_cast<std::ptrdiff_t>(j));
+        }
+      }
+    }
+    for (auto& e : m.call_edges) e.second = id[rep[e.second]];
+    std::sort(m.call_edges.begin(), m.call_edges.end());
+    m.call_edges.erase(std::unique(m.call_edges.begin(), m.call_edges.end()), m.call_edges.end());
+  }
+  for (auto& start : a.rule_start) {
+    if (start >= 0) start = id[rep[start]];
+  }
+  a.states = std::move(merged);
 }
 
 }  // namespace kvfleet::grammar

@@ -37,4 +37,10 @@ struct AutomatonLimits {
 // that matches no string.
 Automaton build_automaton(const Grammar& grammar, const AutomatonLimits& limits);
 
+// Merges states that behave alike (the same rule and acceptance, byte edges on the same bytes to merged
+// states, the same calls returning to merged states). The language is unchanged; fewer states mean
+// fewer positions to compute masks for, and a loop like a JSON string's body becomes one state that
+// steps back to itself on every character.
+void merge_equivalent_states(Automaton& automaton);
+
 }  // namespace kvfleet::grammar

@@ -25,7 +25,10 @@ Automaton build(const GrammarSpec& spec, const GrammarOptions& options) {
     throw GrammarError("unknown grammar kind");
   }();
   if (std::chrono::steady_clock::now() > deadline) throw GrammarError("the grammar takes too long to compile");
-  return build_automaton(g, AutomatonLimits{options.max_states, deadline});
+  inline_small_rules(g, kInlineNodes);
+  Automaton a = build_automaton(g, AutomatonLimits{options.max_states, deadline});
+  merge_equivalent_states(a);
+  return a;
 }
 
 class Bytes final : public ByteMatcher {

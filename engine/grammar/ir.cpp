@@ -178,4 +178,96 @@ ExprPtr utf8_ranges(const CodeRanges& ranges) {
   return alt(std::move(out));
 }
 
+namespace {
+
+void collect_refs(const Expr& e, std::vector<int>& out) {
+  if (e.kind == Expr::Kind::ref) out.push_back(e.rule);
+  for (const auto& item : e.items) collect_refs(*item, out);
+}
+
+constexpr std::size_t kHuge = std::size_t{1} << 40;
+
+// Thompson nodes `e` expands to, saturating at kHuge; `rule_nodes` gives an inlined rule's size.
+std::size_t expansion(const Expr& e, const std::vector<std::size_t>& rule_nodes) {
+  switch (e.kind) {
+    case Expr::Kind::bytes: return 1;
+    case Expr::Kind::ref: return std::min(kHuge, rule_nodes[static_cast<std::size_t>(e.rule)]);
+    case Expr::Kind::seq:
+    case Expr::Kind::alt: {
+      std::size_t n = e.kind == Expr::Kind::alt ? 1 : 0;
+      for (const auto& item : e.items) n = std::min(kHuge, n + expansion(*item, rule_nodes) + (e.kind == Expr::Kind::alt));
+      return n;
+    }
+    case Expr::Kind::repeat: {
+      const std::size_t item = expansion(*e.items[0], rule_nodes);
+      const std::size_t copies = e.max == kUnbounded ? e.min + 1 : e.max;
+      return copies > kHuge / std::max<std::size_t>(item + 1, 1) ? kHuge : copies * (item + 1) + 1;
+    }
+  }
+  return kHuge;
+}
+
+ExprPtr substitute(const ExprPtr& e, const std::vector<ExprPtr>& inlined) {
+  if (e->kind == Expr::Kind::ref) return inlined[static_cast<std::size_t>(e->rule)] ? inlined[static_cast<std::size_t>(e->rule)] : e;
+  if (e->items.empty()) return e;
+  std::vector<ExprPtr> items;
+  bool changed = false;
+  for (const auto& item : e->items) {
+    items.push_back(substitute(item, inlined));
+    changed = changed || items.back() != item;
+  }
+  if (!changed) return e;
+  auto copy = std::make_shared<Expr>(*e);
+  copy->items = std::move(items);
+  return copy;
+}
+
+}  // namespace
+
+void inline_small_rules(Grammar& grammar, std::size_t max_nodes) {
+  const std::size_t n = grammar.rules.size();
+  std::vector<std::vector<int>> refs(n);
+  for (std::size_t r = 0; r < n; ++r) {
+    if (grammar.rules[r]) collect_refs(*grammar.rules[r], refs[r]);
+  }
+  // A rule is recursive when it reaches itself; rules are few, so one search per rule.
+  std::vector<char> recursive(n, 0);
+  for (std::size_t r = 0; r < n; ++r) {
+    std::vector<char> seen(n, 0);
+    std::vector<int> todo(refs[r].begin(), refs[r].end());
+    while (!todo.empty() && !recursive[r]) {
+      const int x = todo.back();
+      todo.pop_back();
+      if (x < 0 || static_cast<std::size_t>(x) >= n || seen[x]) continue;
+      seen[x] = 1;
+      if (static_cast<std::size_t>(x) == r) recursive[r] = 1;
+      todo.insert(todo.end(), refs[x].begin(), refs[x].end());
+    }
+  }
+  // Bottom-up: a rule's inlined form uses its callees' inlined forms, so non-recursive rules are done
+  // callees first (they form a DAG); rule_nodes stays huge for rules that are not inlined.
+  std::vector<ExprPtr> inlined(n);
+  std::vector<std::size_t> rule_nodes(n, kHuge);
+  std::vector<char> state(n, 0);  // 0 new, 1 in progress, 2 done
+  auto visit = [&](auto&& self, int r) -> void {
+    if (state[r]) return;
+    state[r] = 1;
+    for (const int c : refs[r]) {
+      if (c >= 0 && static_cast<std::size_t>(c) < n && !recursive[c] && grammar.rules[c]) self(self, c);
+    }
+    state[r] = 2;
+    if (recursive[r] || !grammar.rules[r] || r == grammar.root) return;
+    ExprPtr body = substitute(grammar.rules[r], inlined);
+    const std::size_t size = expansion(*body, rule_nodes);
+    if (size <= max_nodes) {
+      inlined[r] = std::move(body);
+      rule_nodes[r] = size;
+    }
+  };
+  for (std::size_t r = 0; r < n; ++r) visit(visit, static_cast<int>(r));
+  for (std::size_t r = 0; r < n; ++r) {
+    if (grammar.rules[r]) grammar.rules[r] = substitute(grammar.rules[r], inlined);
+  }
+}
+
 }  // namespace kvfleet::grammar

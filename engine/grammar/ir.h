@@ -62,4 +62,14 @@ struct Grammar {
   }
 };
 
+// Replaces each reference to a rule that cannot reach itself and whose expansion is at most
+// `max_nodes` automaton nodes by a copy of its expression (xgrammar's rule inlining): the language is
+// the same, but a position inside a small rule (a JSON string's character, whitespace) becomes a
+// position of its caller, so the tokens that run past the small rule's end are decided at compile
+// time instead of from the whole stack at every step.
+void inline_small_rules(Grammar& grammar, std::size_t max_nodes);
+// What compile() inlines: whitespace, a JSON string's character, short literals; larger rules stay
+// calls so the automaton stays small.
+constexpr std::size_t kInlineNodes = 64;
+
 }  // namespace kvfleet::grammar

@@ -32,6 +32,7 @@ std::int32_t ParseEngine::intern_set(std::vector<std::int32_t>& members) {
   if (inserted) {
     sets_.emplace_back(static_cast<std::uint32_t>(pool_.size()), static_cast<std::uint32_t>(members.size()));
     pool_.insert(pool_.end(), members.begin(), members.end());
+    ends_.push_back(!members.empty() && members.front() == kEmptyStack ? 1 : 0);
     trans_.resize(trans_.size() + 256, -1);
     if (it->second == kDead) std::fill(trans_.begin(), trans_.begin() + 256, kDead);
   }

@@ -32,8 +32,10 @@ class ParseEngine {
   std::int32_t position_set(std::int32_t state);  // {the stack [state]}: a mask walk from one position
   std::int32_t singleton(std::int32_t stack);   // {stack}; `stack` waits for a byte
   std::int32_t step(std::int32_t set, std::uint8_t byte) {
-    std::int32_t& next = trans_[static_cast<std::size_t>(set) * 256 + byte];
-    if (next < 0) next = compute_step(set, byte);
+    const std::size_t at = static_cast<std::size_t>(set) * 256 + byte;
+    if (trans_[at] >= 0) return trans_[at];
+    const std::int32_t next = compute_step(set, byte);  // may grow trans_
+    trans_[at] = next;
     return next;
   }
   std::int32_t feed(std::int32_t set, std::string_view bytes) {
@@ -48,7 +50,7 @@ class ParseEngine {
     const auto& [offset, size] = sets_[set];
     return {pool_.data() + offset, size};
   }
-  bool can_end(std::int32_t set) const { return sets_[set].second > 0 && pool_[sets_[set].first] == kEmptyStack; }
+  bool can_end(std::int32_t set) const { return ends_[static_cast<std::size_t>(set)] != 0; }
   bool can_continue(std::int32_t set) const {
     return sets_[set].second > 0 && pool_[sets_[set].first + sets_[set].second - 1] != kEmptyStack;
   }
@@ -73,6 +75,7 @@ class ParseEngine {
   std::vector<std::int32_t> closure_pool_;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> sets_;  // (offset, size) into pool_
   std::vector<std::int32_t> pool_;
+  std::vector<char> ends_;  // per set: it holds the empty stack
   std::unordered_map<std::u32string, std::int32_t> set_ids_;
   std::vector<std::int32_t> trans_;
   std::int32_t root_set_ = -1;

@@ -1,6 +1,9 @@
 #include "engine/grammar/token_grammar.h"
 
 #include <algorithm>
+#include <bitset>
+#include <limits>
+#include <map>
 
 namespace kvfleet::grammar {
 namespace {
@@ -126,40 +129,145 @@ const PositionMask& CompiledGrammar::position_mask(std::int32_t state) const {
 PositionMask CompiledGrammar::compute_position_mask(std::int32_t state) const {
   PositionMask pm;
   pm.accepted.assign(bitmask_words(vocab_->size()), 0u);
-  const auto& nodes = vocab_->nodes();
-  const auto& node_tokens = vocab_->tokens_at_nodes();
-  std::vector<std::int32_t> sets{walker_.position_set(state)};
-  std::vector<char> ended{0};  // ended[d]: a set at depth 1..d held the empty stack
-  const std::span<std::uint32_t> accepted(pm.accepted);
-  for (std::size_t n = 0; n < nodes.size();) {
+  const Vocabulary::Node* nodes = vocab_->nodes().data();
+  const std::size_t node_count = vocab_->nodes().size();
+  const TokenId* node_tokens = vocab_->tokens_at_nodes().data();
+  std::uint32_t* accepted = pm.accepted.data();
+  // at[d]: the set after the first d bytes of the current path, and whether the position's rule may
+  // have ended within them (bit 31 of the packed word; set ids stay below 2^31).
+  constexpr std::uint32_t kEnded = 1u << 31;
+  std::vector<std::uint32_t> at(vocab_->max_token_bytes() + 1);
+  at[0] = static_cast<std::uint32_t>(walker_.position_set(state));
+  // Bytes on which a set steps back to itself (a JSON string's body), per set met at a large subtree.
+  std::vector<std::pair<std::int32_t, std::bitset<256>>> loops;
+  auto loop_bytes = [&](std::int32_t set) -> const std::bitset<256>& {
+    for (const auto& [id, bytes] : loops) {
+      if (id == set) return bytes;
+    }
+    std::bitset<256> bytes;
+    for (unsigned b = 0; b < 256; ++b) {
+      if (walker_.step(set, static_cast<std::uint8_t>(b)) == set) bytes.set(b);
+    }
+    return loops.emplace_back(set, bytes).second;
+  };
+  const auto& subtrees = vocab_->subtrees();
+  std::vector<std::pair<std::uint64_t, std::int32_t>> horizons;  // this walk's plain_horizon answers
+  auto horizon = [&](std::uint8_t utf8, std::int32_t set) {
+    const std::uint64_t key = (static_cast<std::uint64_t>(set) << 4) | utf8;
+    for (const auto& [k, h] : horizons) {
+      if (k == key) return h;
+    }
+    return horizons.emplace_back(key, plain_horizon(utf8, set)).second;
+  };
+  for (std::size_t n = 0; n < node_count;) {
     const Vocabulary::Node& node = nodes[n];
-    const std::size_t d = node.depth;
-    const std::int32_t set = walker_.step(sets[d - 1], node.byte);
+    const std::uint32_t parent = at[node.depth - 1];
+    if (node.subtree >= 0) {
+      const std::int32_t from = static_cast<std::int32_t>(parent & ~kEnded);
+      const Vocabulary::Subtree& sub = subtrees[static_cast<std::size_t>(node.subtree)];
+      if ((sub.bytes & ~loop_bytes(from)).none() || (sub.plain && horizon(sub.utf8_before, from) >= sub.height)) {
+        // Every token below stays in `from`: accepted without a walk.
+        const std::int32_t last = nodes[node.subtree_end - 1].tokens_end;
+        for (std::int32_t t = node.tokens_begin; t < last; ++t) {
+          const auto id = static_cast<std::uint32_t>(node_tokens[t]);
+          accepted[id / 32] |= 1u << (id % 32);
+        }
+        n = static_cast<std::size_t>(node.subtree_end);
+        continue;
+      }
+    }
+    const std::int32_t set = walker_.step(static_cast<std::int32_t>(parent & ~kEnded), node.byte);
     if (set == ParseEngine::kDead) {
-      if (ended[d - 1]) {
-        pm.uncertain.insert(pm.uncertain.end(), node_tokens.begin() + node.tokens_begin,
-                            node_tokens.begin() + nodes[node.subtree_end - 1].tokens_end);
+      if (parent & kEnded) {
+        pm.uncertain.insert(pm.uncertain.end(), node_tokens + node.tokens_begin,
+                            node_tokens + nodes[node.subtree_end - 1].tokens_end);
       }
       n = static_cast<std::size_t>(node.subtree_end);
       continue;
     }
-    for (std::int32_t t = node.tokens_begin; t < node.tokens_end; ++t) set_bit(accepted, node_tokens[t]);
-    if (sets.size() <= d) {
-      sets.resize(d + 1);
-      ended.resize(d + 1);
+    for (std::int32_t t = node.tokens_begin; t < node.tokens_end; ++t) {
+      const auto id = static_cast<std::uint32_t>(node_tokens[t]);
+      accepted[id / 32] |= 1u << (id % 32);
     }
-    sets[d] = set;
-    ended[d] = ended[d - 1] || walker_.can_end(set);
+    at[node.depth] = static_cast<std::uint32_t>(set) | (parent & kEnded) | (walker_.can_end(set) ? kEnded : 0u);
     ++n;
   }
   return pm;
+}
+
+// How many plain-text bytes (valid UTF-8 continuing from decoder state `utf8`) any string of them may
+// have, from `set`, before one can die: the shortest distance to a dying step in the graph of (decoder
+// state, parse set) pairs that plain bytes reach, by a backward breadth-first search; cached for every
+// pair of the graph. INT32_MAX when none dies; 0 when the graph is larger than a bound.
+std::int32_t CompiledGrammar::plain_horizon(std::uint8_t utf8, std::int32_t set) const {
+  constexpr std::int32_t kNone = std::numeric_limits<std::int32_t>::max();
+  constexpr std::size_t kMaxPairs = 2048;
+  auto key = [](std::uint8_t u, std::int32_t s) { return (static_cast<std::uint64_t>(s) << 4) | u; };
+  if (const auto it = horizons_.find(key(utf8, set)); it != horizons_.end()) return it->second;
+  std::vector<std::pair<std::uint8_t, std::int32_t>> pairs{{utf8, set}};
+  std::unordered_map<std::uint64_t, std::int32_t> index{{key(utf8, set), 0}};
+  std::vector<std::vector<std::int32_t>> preds(1);
+  std::vector<std::int32_t> dist(1, kNone);
+  std::vector<std::int32_t> queue;
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    const auto [u, s] = pairs[i];
+    if (const auto it = horizons_.find(key(u, s)); it != horizons_.end() && i > 0) {
+      if (it->second != kNone) {
+        dist[i] = it->second;
+        queue.push_back(static_cast<std::int32_t>(i));
+      }
+      continue;  // known: its successors need not be explored
+    }
+    for (unsigned b = 0; b < 256 && dist[i] != 0; ++b) {
+      const auto byte = static_cast<std::uint8_t>(b);
+      if (!plain_byte(byte)) continue;
+      const std::uint8_t nu = utf8_next(u, byte);
+      if (nu == kUtf8Invalid) continue;
+      const std::int32_t t = walker_.step(s, byte);
+      if (t == ParseEngine::kDead) {
+        dist[i] = 0;
+        queue.push_back(static_cast<std::int32_t>(i));
+        break;
+      }
+      const auto [it, inserted] = index.try_emplace(key(nu, t), static_cast<std::int32_t>(pairs.size()));
+      if (inserted) {
+        if (pairs.size() >= kMaxPairs) {
+          horizons_[key(utf8, set)] = 0;
+          return 0;
+        }
+        pairs.emplace_back(nu, t);
+        preds.emplace_back();
+        dist.push_back(kNone);
+      }
+      preds[static_cast<std::size_t>(it->second)].push_back(static_cast<std::int32_t>(i));
+    }
+  }
+  // Backward from the pairs that can die (or whose distance is known), shortest distances first.
+  std::vector<char> done(pairs.size(), 0);
+  // A Dijkstra with unit weights: sources have different start distances, so keep a sorted frontier.
+  std::multimap<std::int32_t, std::int32_t> frontier;
+  for (const std::int32_t i : queue) frontier.emplace(dist[i], i);
+  while (!frontier.empty()) {
+    const auto [d, i] = *frontier.begin();
+    frontier.erase(frontier.begin());
+    if (done[i] || d != dist[i]) continue;
+    done[i] = 1;
+    for (const std::int32_t p : preds[i]) {
+      if (!done[p] && d + 1 < dist[p]) {
+        dist[p] = d + 1;
+        frontier.emplace(d + 1, p);
+      }
+    }
+  }
+  for (std::size_t i = 0; i < pairs.size(); ++i) horizons_[key(pairs[i].first, pairs[i].second)] = dist[i];
+  return dist[0];
 }
 
 std::size_t CompiledGrammar::memory_bytes() const {
   std::size_t states = 0;
   for (const auto& st : automaton_.states) states += sizeof st + st.byte_edges.size() * 40 + st.call_edges.size() * 8;
   std::lock_guard lock(mutex_);
-  return states + mask_bytes_.load() + walker_.memory_bytes();
+  return states + mask_bytes_.load() + walker_.memory_bytes() + horizons_.size() * 32;
 }
 
 }  // namespace kvfleet::grammar

@@ -7,11 +7,15 @@
 // the rest depends on the stack below). A position's table is computed on its first use and kept
 // (xgrammar's adaptive cache, lazily). A matcher's mask is then the union over its parse set's stacks of
 // the accepted bits plus those uncertain tokens that its own parser, from the whole stack, accepts.
+// A walk skips a large subtree, accepting all of it, when its parse set loops on every byte in it, or
+// when every plain-text string (valid UTF-8, no '"' or '\\' or control bytes) as long as the subtree's
+// longest path keeps the set alive (a JSON string's body, bounded or not).
 #pragma once
 
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/grammar/automaton.h"
@@ -41,12 +45,14 @@ class CompiledGrammar : public TokenGrammar, public std::enable_shared_from_this
 
  private:
   PositionMask compute_position_mask(std::int32_t state) const;
+  std::int32_t plain_horizon(std::uint8_t utf8, std::int32_t set) const;  // under mutex_
 
   Automaton automaton_;
   std::shared_ptr<const Vocabulary> vocab_;
   mutable std::mutex mutex_;
   mutable ParseEngine walker_;  // under mutex_
   mutable std::vector<std::atomic<const PositionMask*>> masks_;
+  mutable std::unordered_map<std::uint64_t, std::int32_t> horizons_;  // under mutex_
   mutable std::atomic<std::size_t> mask_bytes_{0};
 };
 

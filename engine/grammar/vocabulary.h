@@ -3,6 +3,7 @@
 // subtree when its prefix is refused.
 #pragma once
 
+#include <bitset>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -16,6 +17,14 @@ class Tokenizer;
 
 namespace kvfleet::grammar {
 
+// The UTF-8 decoder as a DFA over bytes: 0 between characters, 1..7 inside one (what may follow
+// differs), kUtf8Invalid after a byte no valid UTF-8 (no surrogates, no overlong forms) has there.
+constexpr std::uint8_t kUtf8Invalid = 8;
+std::uint8_t utf8_next(std::uint8_t state, std::uint8_t byte);
+// Plain text: printable ASCII except '"' and '\\', and every byte of a multi-byte character: the bytes
+// a JSON string (and most text rules) take without leaving their loop.
+inline bool plain_byte(std::uint8_t b) { return b >= 0x80 || (b >= 0x20 && b < 0x7F && b != '"' && b != '\\'); }
+
 class Vocabulary {
  public:
   struct Node {
@@ -23,7 +32,16 @@ class Vocabulary {
     std::uint16_t depth;       // 1 for a token's first byte
     std::int32_t subtree_end;  // one past the last node of this node's subtree
     std::int32_t tokens_begin, tokens_end;  // into tokens_at_nodes(): ids whose bytes end here
+    std::int32_t subtree = -1;              // into subtrees() for a subtree of kBulkNodes nodes or more
   };
+  // What a mask walk needs to accept a large subtree without visiting it.
+  struct Subtree {
+    std::bitset<256> bytes;       // every byte on its nodes, the node's own included
+    std::uint16_t height = 0;     // the longest path below the parent, in bytes
+    std::uint8_t utf8_before = 0;  // the UTF-8 decoder's state (utf8_next) before the node's byte
+    bool plain = false;           // every path is valid UTF-8 (from utf8_before) of plain text bytes
+  };
+  static constexpr std::int32_t kBulkNodes = 64;
 
   // token_bytes[id] empty: the id is never allowed except as a stop id.
   Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId> stop_ids);
@@ -37,6 +55,8 @@ class Vocabulary {
   bool is_stop(TokenId id) const;
   const std::vector<Node>& nodes() const { return nodes_; }
   const std::vector<TokenId>& tokens_at_nodes() const { return node_tokens_; }
+  std::size_t max_token_bytes() const { return max_token_bytes_; }  // the trie's depth
+  const std::vector<Subtree>& subtrees() const { return subtrees_; }
   std::uint64_t fingerprint() const { return fingerprint_; }  // identifies the vocabulary in cache keys
 
  private:
@@ -45,6 +65,8 @@ class Vocabulary {
   std::vector<Node> nodes_;
   std::vector<TokenId> node_tokens_;
   std::uint64_t fingerprint_ = 0;
+  std::size_t max_token_bytes_ = 0;
+  std::vector<Subtree> subtrees_;
 };
 
 }  // namespace kvfleet::grammar
