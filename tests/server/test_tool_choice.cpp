@@ -203,3 +203,16 @@ TEST_CASE("tool_choice required and named on the default model, whole, streamed 
   }
 }
 
+TEST_CASE("tool calls and structured outputs with the openai, AI SDK and LangChain clients, direct and through a router") {
+  test::ReplicaProcess replica({"--tool-call-parser", "hermes", "--enable-auto-tool-choice"}, copy_default, "kvfleet-default");
+  test::RouterProcess router({&replica});
+  const std::string npm = std::string(KVFLEET_SOURCE_DIR) + "/.deps/npm";
+  for (const std::string& base : {replica.base_url(), "http://127.0.0.1:" + std::to_string(router.port())}) {
+    CAPTURE(base);
+    const auto r = test::run_command("KVFLEET_NPM=" + npm + " node " + KVFLEET_SOURCE_DIR + "/tests/server/tool_clients.mjs " +
+                                     base + " kvfleet-default 2>&1");
+    CHECK_MESSAGE(r.status == 0, r.out);
+    CHECK(r.out == "ok\n");
+  }
+}
+
