@@ -10,6 +10,7 @@
 #include "engine/server/api/request.h"
 #include "engine/server/output/choice_stream.h"
 #include "engine/server/output/relay.h"
+#include "engine/server/reasoning_grammar.h"
 #include "engine/server/replica.h"
 #include "kvfleet/chat_output.h"
 #include "kvfleet/http/json_error.h"
@@ -159,7 +160,9 @@ awaitable<void> Replica::chat(const http::Request& req, http::ResponseWriter& w)
   if (!chat_template_) throw bad_request("this model has no chat template (tokenizer_config.json)", "messages");
   Job job;
   const ToolCallPlan calls = plan_tool_calls(r);
-  const auto grammar = co_await compile_constraint(r.params);
+  auto grammar = co_await compile_constraint(r.params);
+  if (grammar && reasoning_parser_)  // the answer after the reasoning is constrained, not the reasoning
+    if (const auto tokens = reasoning_tokens(reasoning_parser_->name(), tokenizer_)) grammar = after_reasoning(grammar, *tokens);
   job.forced_tools = calls.forced;
   job.output.reasoning = reasoning_parser_.get();
   if (calls.parser) {

@@ -8,6 +8,7 @@
 
 #include "../router_integration/router_fixture.h"
 #include "replica_fixture.h"
+#include "tool_model.h"
 
 using namespace kvfleet;
 namespace json = boost::json;
@@ -216,3 +217,29 @@ TEST_CASE("tool calls and structured outputs with the openai, AI SDK and LangCha
   }
 }
 
+// Qwen3's <think> and </think> (single tokens of its tokenizer).
+TEST_CASE("with a reasoning parser, the constraint applies after the reasoning") {
+  test::ReplicaProcess replica({"--reasoning-parser", "qwen3"}, test::make_tool_qwen, "tool-qwen");
+  const auto ask = [&](const std::string& extra) {
+    const auto r = replica.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"yes or no?"}],"temperature":0,)"
+                                R"("structured_outputs":{"choice":["yes","no"]},)" + extra + "}");
+    INFO(r.body);
+    REQUIRE(r.status == 200);
+    return json::parse(r.body).at("choices").at(0).as_object();
+  };
+  // Biased to open the reasoning and stay in it: free text (repeated <think>) until max_tokens.
+  auto c = ask(R"("max_tokens":4,"logit_bias":{"151667":100})");
+  CHECK(c.at("finish_reason") == "length");
+  CHECK(c.at("message").at("reasoning_content") == "<think><think><think>");
+  // Opened, closed at once, then the answer: one of the choices, as the grammar says.
+  c = ask(R"("max_tokens":20,"logit_bias":{"151667":50,"151668":100})");
+  CHECK(c.at("finish_reason") == "stop");
+  CHECK(c.at("message").at("reasoning_content") == "");
+  const std::string answer(c.at("message").at("content").as_string());
+  CHECK((answer == "yes" || answer == "no"));
+  // Without the reasoning's opening, the grammar applies from the first token.
+  c = ask(R"("max_tokens":20,"logit_bias":{"151668":100})");
+  CHECK(c.at("finish_reason") == "stop");
+  CHECK((c.at("message").at("content") == "yes" || c.at("message").at("content") == "no"));
+  CHECK(!c.at("message").as_object().contains("reasoning_content"));
+}
