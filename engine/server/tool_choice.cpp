@@ -8,8 +8,8 @@
 //   named    - ({"type": "function", "function": {"name": ...}}) the answer is constrained to the named
 //              tool's parameters schema and read back as one call of it.
 // Forced answers are compact JSON (no whitespace between tokens, as OpenAI writes arguments): a model cannot
-// spend its tokens on whitespace. Forced choices need no flag: the tools reach the prompt as for auto (the template's tools section, the
-// --tool-call-parser's format, or else the tools listed as JSON).
+// spend its tokens on whitespace. Forced choices need no flag: the tools reach the prompt as for auto (the
+// template's tools section, the --tool-call-parser's format, or else the tools listed as JSON).
 #include <boost/json.hpp>
 
 #include "engine/server/api/request.h"
