@@ -10,6 +10,7 @@
 #include "engine/server/api/request.h"
 #include "engine/server/output/choice_stream.h"
 #include "engine/server/output/relay.h"
+#include "engine/server/reasoning_grammar.h"
 #include "engine/server/replica.h"
 #include "kvfleet/chat_output.h"
 #include "kvfleet/http/json_error.h"
@@ -27,6 +28,7 @@ struct Replica::Job {
   // Chat answers taken apart (reasoning, tool calls); `parse` false: the text is the content.
   bool parse = false;
   tools::ChatOutputOptions output;
+  std::shared_ptr<const tools::ToolParser> forced_tools;  // a forced tool_choice's parser (output.tools)
   bool strip_final_special = false;  // special tokens kept for a parser: drop the stop token's text
   struct Choice {
     GenerationRequest request;
@@ -160,21 +162,25 @@ awaitable<void> Replica::chat(const http::Request& req, http::ResponseWriter& w)
   check_model(r.model);
   check_params(r.params);
   if (!chat_template_) throw bad_request("this model has no chat template (tokenizer_config.json)", "messages");
-  const auto grammar = co_await compile_constraint(r.params);
   Job job;
+  const ToolCallPlan calls = plan_tool_calls(r);
+  auto grammar = co_await compile_constraint(r.params);
+  if (grammar && reasoning_parser_)  // the answer after the reasoning is constrained, not the reasoning
+    if (const auto tokens = reasoning_tokens(reasoning_parser_->name(), tokenizer_)) grammar = after_reasoning(grammar, *tokens);
+  job.forced_tools = calls.forced;
   job.output.reasoning = reasoning_parser_.get();
-  if (parses_tool_calls(r)) {
-    job.output.tools = tool_parser_.get();
+  if (calls.parser) {
+    job.output.tools = calls.parser;
     job.output.parallel_tool_calls = r.parallel_tool_calls;
     // Markers that are special tokens must survive decoding (vLLM's parsers ask the same).
-    if (tool_parser_->needs_special_tokens() && r.params.skip_special_tokens) {
+    if (calls.parser->needs_special_tokens() && r.params.skip_special_tokens) {
       r.params.skip_special_tokens = false;
       job.strip_final_special = true;
     }
   }
   job.parse = job.output.reasoning || job.output.tools;
   job.reservation = admit(r.params.n, "n");
-  const std::vector<TokenId> ids = chat_prompt(r);
+  const std::vector<TokenId> ids = chat_prompt(r, calls.forced.get());
   job.chat = true;
   job.id = random_id("chatcmpl-");
   job.created = arrival;

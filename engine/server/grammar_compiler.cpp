@@ -61,7 +61,9 @@ GrammarCompiler make_grammar_compiler(const Tokenizer& tokenizer, std::vector<To
       state->vocab = std::move(v);
     });
     try {
-      return state->cache.get_or_compile(spec_of(s), state->vocab);
+      grammar::GrammarOptions options;
+      if (s.compact) options.whitespace_bound = 0;
+      return state->cache.get_or_compile(spec_of(s), state->vocab, options);
     } catch (const grammar::GrammarError& e) {
       throw StructuredOutputError(e.what(), keyword_param(s, e));
     }

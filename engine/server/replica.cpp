@@ -254,13 +254,14 @@ void Replica::check_token_ids(const std::vector<TokenId>& ids, const char* param
                             std::to_string(vocab) + ")", param);
 }
 
-std::vector<TokenId> Replica::chat_prompt(const ChatRequest& r) const {
+std::vector<TokenId> Replica::chat_prompt(const ChatRequest& r, const tools::ToolParser* describe_tools) const {
   if (!chat_template_) throw bad_request("this model has no chat template (tokenizer_config.json)", "messages");
   ChatTemplateOptions opts;
   opts.add_generation_prompt = r.add_generation_prompt;
   json::array messages = r.messages;
   try {
-    tools::prepare_chat_tools(messages, opts, r.tools, template_renders_tools_, tool_parser_.get());
+    tools::prepare_chat_tools(messages, opts, r.tools, template_renders_tools_,
+                              tool_parser_ ? tool_parser_.get() : describe_tools);
   } catch (const tools::ToolsNotRenderable& e) {
     throw bad_request(e.what(), "tools");
   }

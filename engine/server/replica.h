@@ -41,6 +41,10 @@ class ResponseStore;
 struct GenerateParams;
 class OutputRelay;
 
+// A grammar error's param under a forced tool_choice's call-list schema ("tools.items.anyOf.2.properties.
+// parameters.x") as the request names it ("tools[2].function.parameters.x"); other params unchanged.
+std::string tool_schema_param(const std::string& param);
+
 class Replica {
  public:
   // Loads the model, tokenizer and chat template and starts the engine; throws with a clear message when the
@@ -126,9 +130,17 @@ class Replica {
   // they do not fit now.
   Reservation admit(std::int64_t sequences, const char* param);
   GenerationRequest make_request(const std::vector<TokenId>& prompt, const GenerateParams& p, int choice, bool chat) const;
-  std::vector<TokenId> chat_prompt(const ChatRequest& r) const;
-  // Whether the answer is parsed for tool calls (tool_choice and the flags); 400 for what is not served.
-  bool parses_tool_calls(const ChatRequest& r) const;
+  // The chat prompt; `describe_tools` lists the tools for a template without a tools section when this
+  // replica has no --tool-call-parser (a forced tool_choice's parser).
+  std::vector<TokenId> chat_prompt(const ChatRequest& r, const tools::ToolParser* describe_tools = nullptr) const;
+  // How the answer is read for tool calls (tool_choice and the flags, tool_choice.cpp): `parser` null when
+  // it is not; a forced tool_choice (required, named) also sets r.params.structured to the JSON Schema of
+  // the call(s) and owns its parser in `forced`. 400 for what is not served.
+  struct ToolCallPlan {
+    const tools::ToolParser* parser = nullptr;
+    std::shared_ptr<const tools::ToolParser> forced;
+  };
+  ToolCallPlan plan_tool_calls(ChatRequest& r) const;
   void check_token_ids(const std::vector<TokenId>& ids, const char* param) const;
 
   // Who may call a route: anyone (probes, Prometheus), the API key, or the internal key.

@@ -27,7 +27,7 @@ boost::asio::awaitable<std::shared_ptr<const TokenGrammar>> Replica::compile_con
     // Runs on the compile pool; this coroutine resumes on its own HTTP executor with the result or the error.
     grammar = co_await boost::asio::co_spawn(compile_pool_->get_executor(), compile, boost::asio::use_awaitable);
   } catch (const StructuredOutputError& e) {
-    throw bad_request(e.what(), e.param.empty() ? so.param : e.param);
+    throw bad_request(e.what(), e.param.empty() ? so.param : tool_schema_param(e.param));
   } catch (const std::invalid_argument& e) {
     throw bad_request(e.what(), so.param);
   }

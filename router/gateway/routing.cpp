@@ -29,6 +29,16 @@ json::array normalize_messages(const json::array& messages) {
   return out;
 }
 
+// A forced tool_choice (required, a named function) lists the tools as JSON where neither the template nor
+// a --tool-call-parser has a format for them, as the replica does (all forced parsers list them alike).
+const tools::ToolParser* forced_tools_parser(const json::object& body) {
+  static const std::unique_ptr<tools::ToolParser> list = tools::make_call_list_parser();  // immutable
+  const json::value* choice = body.if_contains("tool_choice");
+  if (!choice) choice = body.if_contains("function_call");  // the legacy field: {"name": ...} forces a call
+  const bool forced = choice && (choice->is_object() || (choice->is_string() && choice->as_string() == "required"));
+  return forced ? list.get() : nullptr;
+}
+
 }  // namespace
 
 // A prompt the router cannot tokenize (no template, odd shapes) still routes, with no hashes: the
@@ -43,7 +53,8 @@ RoutePlan Gateway::plan(std::string_view path, const json::object& body, const h
         if (const auto* g = body.if_contains("add_generation_prompt"); g && g->is_bool()) opts.add_generation_prompt = g->as_bool();
         // The replica's rendering: content parts joined, tools where the template (or the parser) puts them.
         json::array normalized = normalize_messages(messages->as_array());
-        tools::prepare_chat_tools(normalized, opts, tools::request_tools(body), template_renders_tools_, tool_parser_.get());
+        tools::prepare_chat_tools(normalized, opts, tools::request_tools(body), template_renders_tools_,
+                                  tool_parser_ ? tool_parser_.get() : forced_tools_parser(body));
         tokens = tokenize_chat(*chat_template_, tokenizer_, normalized, opts, config_.special_tokens_in_content);
       }
     } else if (path == "/v1/responses") {

@@ -45,7 +45,7 @@ TEST_CASE("responses: bad input is a 400 naming the field; unknown ids are 404; 
       {R"({"model":"tiny-qwen"})", 400, "input"},
       {R"({"input":"hi","max_output_tokens":500})", 400, "max_output_tokens"},
       {R"({"input":")" + std::string(300, 'a') + " " + std::string(300, 'b') + R"("})", 400, "input"},
-      {R"({"input":"hi","tools":[{"type":"function","name":"get"}]})", 400, "tools"},
+      {R"({"input":"hi","tools":[{"type":"function","name":"get"}]})", 400, "tool_choice"},
       {R"({"input":[{"role":"user","content":[{"type":"input_image","image_url":"u"}]}]})", 400, "input[0].content[0].type"},
       {R"({"input":"hi","text":{"format":{"type":"json_schema","name":"n","schema":{"type":"number","multipleOf":3}}}})", 400, "text.format"},
       {R"({"input":"hi","reasoning":{"effort":"low"}})", 400, "reasoning.effort"},

@@ -15,5 +15,7 @@ std::unique_ptr<ToolParser> make_pythonic_parser();
 
 // The tools as JSON, one per line (the prompts of the formats without a house style).
 std::string tools_lines(const boost::json::array& tools);
+// The tools described for a forced tool_choice on a template without a tools section.
+std::string forced_tools_prompt(const boost::json::array& tools);
 
 }  // namespace kvfleet::tools

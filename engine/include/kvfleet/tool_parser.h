@@ -65,6 +65,12 @@ std::unique_ptr<ToolParser> make_tool_parser(std::string_view name);
 // "deepseek_v3, hermes, llama3_json, mistral, pythonic".
 std::string tool_parser_names();
 
+// The parsers of an output that a forced tool_choice constrains to JSON (the server's grammar does that):
+// named, the output is `function`'s arguments object; required, a JSON list of
+// {"name": ..., "parameters": {...}} calls. Their tools_prompt lists the tools as JSON.
+std::unique_ptr<ToolParser> make_named_call_parser(std::string function);
+std::unique_ptr<ToolParser> make_call_list_parser();
+
 struct ParsedTools {
   std::optional<std::string> content;  // null when the output was calls and nothing else but whitespace
   std::vector<ToolCall> calls;

@@ -31,6 +31,9 @@ struct StructuredOutput {
   // compiler names a keyword it refuses below it ("response_format.json_schema.schema.properties.x.pattern").
   std::string schema_param;
   std::vector<std::string> choices;  // choice: the output is exactly one of these
+  // JSON kinds: no whitespace between tokens (a forced tool call's arguments, compact as OpenAI writes them);
+  // otherwise a short run of whitespace is allowed between tokens.
+  bool compact = false;
   // response_format's json_schema: its name, description and strict flag (the schema is enforced either way).
   std::string name, description;
   bool strict = false;

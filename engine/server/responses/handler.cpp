@@ -21,9 +21,6 @@ namespace {
 
 constexpr std::string_view kByIdPrefix = "/v1/responses/";
 
-// What this server serves beyond text: tool calling (a tool-call parser) and structured outputs
-// (constrained decoding). A request that needs one that is off gets a 400 naming the field.
-
 // The client's writer as the chat handler sees it: the chat answer (one JSON body, or its SSE stream)
 // goes out as the Responses API's, and the finished response goes into the store.
 class ResponsesWriter final : public http::ResponseWriter {
@@ -157,7 +154,11 @@ void Replica::truncate_to_fit(json::array& messages, const json::object& chat) c
 }
 
 awaitable<void> Replica::responses(const http::Request& req, http::ResponseWriter& w) {
-  ResponsesRequest r = parse_responses_request(parse_json_body(req.body), {.tool_calls = false, .structured_outputs = static_cast<bool>(grammar_compiler_)});
+  // Function tools: tool_choice auto needs the flags, required and named the grammar engine (the chat path
+  // says which is missing).
+  const bool calls = (config_.enable_auto_tool_choice && tool_parser_) || grammar_compiler_;
+  ResponsesRequest r = parse_responses_request(
+      parse_json_body(req.body), {.tool_calls = calls, .structured_outputs = static_cast<bool>(grammar_compiler_)});
   check_model(r.model);
   json::array conversation;  // the items this response continues from, then its own input
   json::array messages;

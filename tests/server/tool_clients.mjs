@@ -1,0 +1,115 @@
+// Tool calls and structured outputs through the clients people use, against a replica (or a router) serving
+// the committed default model: the openai package (tool_choice required and named, whole and streamed,
+// response_format json_schema), the AI SDK 5 (generateText with a tool over /v1/responses and over chat
+// completions, the tool's result sent back, generateObject with a zod schema) and LangChain JS (bindTools,
+// withStructuredOutput). Every call's arguments and every object are validated with ajv against the schema.
+// Usage: node tool_clients.mjs BASE_URL MODEL  (exit 0 and "ok" when every check passes)
+import assert from "node:assert/strict";
+import { createRequire } from "node:module";
+
+const require = createRequire(import.meta.url);
+const npm = process.env.KVFLEET_NPM + "/node_modules/";
+const OpenAI = require(npm + "openai").default;
+const { createOpenAI } = require(npm + "@ai-sdk/openai");
+const { generateText, generateObject, tool, stepCountIs } = require(npm + "ai");
+const { z } = require(npm + "zod");
+const Ajv = require(npm + "ajv").default;
+const { ChatOpenAI } = require(npm + "@langchain/openai");
+const [baseURL, model] = process.argv.slice(2);
+
+// Bounded values (enums, bounded integers): any model ends its constrained answer within the token budget.
+const weatherSchema = { type: "object", properties: { city: { type: "string", enum: ["Paris", "Rome", "Oslo"] },
+  days: { type: "integer", minimum: 1, maximum: 7 } }, required: ["city", "days"], additionalProperties: false };
+const timeSchema = { type: "object", properties: { zone: { type: "string", enum: ["CET", "UTC"] } },
+  required: ["zone"], additionalProperties: false };
+const weatherZod = z.object({ city: z.enum(["Paris", "Rome", "Oslo"]), days: z.number().int().min(1).max(7) });
+const timeZod = z.object({ zone: z.enum(["CET", "UTC"]) });
+const ajv = new Ajv({ strict: false });
+const validators = { get_weather: ajv.compile(weatherSchema), get_time: ajv.compile(timeSchema) };
+function valid(name, args) {
+  const v = validators[name];
+  assert.ok(v, `unknown tool ${name}`);
+  assert.ok(v(args), `${name} ${JSON.stringify(args)}: ${ajv.errorsText(v.errors)}`);
+}
+
+// --- openai ---
+const client = new OpenAI({ baseURL: baseURL + "/v1", apiKey: "unused", maxRetries: 0 });
+const tools = [{ type: "function", function: { name: "get_weather", description: "Weather forecast", parameters: weatherSchema } },
+               { type: "function", function: { name: "get_time", parameters: timeSchema } }];
+const request = { model, messages: [{ role: "user", content: "Weather in Paris for 3 days?" }], tools, max_tokens: 80,
+                  temperature: 0 };
+// parallel_tool_calls false: this tiny model, free to list more calls, would list them until max_tokens.
+const required = await client.chat.completions.create({ ...request, tool_choice: "required", parallel_tool_calls: false });
+assert.equal(required.choices[0].finish_reason, "tool_calls");
+assert.ok(required.choices[0].message.tool_calls.length >= 1);
+for (const c of required.choices[0].message.tool_calls) valid(c.function.name, JSON.parse(c.function.arguments));
+
+const namedChoice = { type: "function", function: { name: "get_time" } };
+const named = await client.chat.completions.create({ ...request, tool_choice: namedChoice });
+assert.equal(named.choices[0].message.tool_calls.length, 1);
+assert.equal(named.choices[0].message.tool_calls[0].function.name, "get_time");
+valid("get_time", JSON.parse(named.choices[0].message.tool_calls[0].function.arguments));
+
+const runner = client.beta.chat.completions.stream({ ...request, tool_choice: namedChoice, stream: true });
+const final = await runner.finalChatCompletion();
+assert.equal(final.choices[0].finish_reason, "tool_calls");
+const streamedCall = final.choices[0].message.tool_calls[0];
+assert.ok(streamedCall.id.startsWith("call_"));
+assert.equal(streamedCall.function.name, "get_time");
+assert.equal(streamedCall.function.arguments, named.choices[0].message.tool_calls[0].function.arguments);
+
+const multi = await client.chat.completions.create({ ...request, tool_choice: "none", max_tokens: 3, messages: [
+  ...request.messages, named.choices[0].message,
+  { role: "tool", tool_call_id: named.choices[0].message.tool_calls[0].id, content: "12:00" }] });
+assert.equal(multi.choices[0].message.role, "assistant");
+
+// (response_format allows runs of whitespace between tokens, which this tiny model likes: more tokens.)
+const structured = await client.chat.completions.create({ ...request, tools: undefined, max_tokens: 400,
+  response_format: { type: "json_schema", json_schema: { name: "weather", strict: true, schema: weatherSchema } } });
+valid("get_weather", JSON.parse(structured.choices[0].message.content));
+
+// --- AI SDK 5 ---
+const provider = createOpenAI({ baseURL: baseURL + "/v1", apiKey: "unused" });
+const sdkTools = (execute) => ({
+  get_weather: tool({ description: "Weather forecast", inputSchema: weatherZod, execute }),
+  get_time: tool({ inputSchema: timeZod, execute }),
+});
+const sdk = { maxOutputTokens: 80, temperature: 0, maxRetries: 0, prompt: "Weather in Paris for 3 days?",
+              providerOptions: { openai: { parallelToolCalls: false } } };
+for (const m of [provider(model), provider.chat(model)]) {  // /v1/responses, then /v1/chat/completions
+  const r = await generateText({ ...sdk, model: m, tools: sdkTools(), toolChoice: "required" });
+  assert.equal(r.finishReason, "tool-calls");
+  assert.ok(r.toolCalls.length >= 1);
+  for (const c of r.toolCalls) valid(c.toolName, c.input);
+  const n = await generateText({ ...sdk, model: m, tools: sdkTools(), toolChoice: { type: "tool", toolName: "get_weather" } });
+  assert.equal(n.toolCalls.length, 1);
+  assert.equal(n.toolCalls[0].toolName, "get_weather");
+  valid("get_weather", n.toolCalls[0].input);
+  // The tool runs and its result goes back: a second step, whose request carries the call and its output.
+  let ran = 0;
+  const steps = await generateText({ ...sdk, model: m, tools: sdkTools(async () => { ran++; return "sunny"; }),
+    stopWhen: stepCountIs(2), prepareStep: ({ stepNumber }) => ({ toolChoice: stepNumber === 0 ? "required" : "none" }) });
+  assert.equal(steps.steps.length, 2);
+  assert.ok(ran >= 1);
+  assert.ok(steps.steps[1].usage.inputTokens > steps.steps[0].usage.inputTokens);
+  const o = await generateObject({ ...sdk, maxOutputTokens: 400, model: m, schema: weatherZod });
+  valid("get_weather", o.object);
+}
+
+// --- LangChain JS ---
+const lcFields = { model, apiKey: "unused", temperature: 0, maxTokens: 80, maxRetries: 0,
+                   configuration: { baseURL: baseURL + "/v1" } };
+const chat = new ChatOpenAI(lcFields);
+const lcTools = [{ name: "get_weather", description: "Weather forecast", schema: weatherZod },
+                 { name: "get_time", description: "The time in a zone", schema: timeZod }];
+for (const choice of ["required", "get_time"]) {
+  const ai = await chat.bindTools(lcTools, { tool_choice: choice, parallel_tool_calls: false }).invoke("Weather in Paris for 3 days?");
+  assert.ok(ai.tool_calls.length >= 1);
+  if (choice !== "required") assert.equal(ai.tool_calls[0].name, choice);
+  for (const c of ai.tool_calls) valid(c.name, c.args);
+}
+for (const method of ["jsonSchema", "functionCalling"]) {  // response_format json_schema; a named tool
+  const out = await new ChatOpenAI({ ...lcFields, maxTokens: 400 }).withStructuredOutput(weatherZod, { method, name: "get_weather" }).invoke("Weather in Paris?");
+  valid("get_weather", out);
+}
+console.log("ok");
