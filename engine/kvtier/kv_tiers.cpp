@@ -53,6 +53,7 @@ KvTiers::KvTiers(const KvTierConfig& config, std::uint64_t compat, Scheduler& sc
   }
   if (!config.shared_dir.empty()) shared_ = std::make_unique<FileTier>(KvMedium::shared, config.shared_dir, format, 0);
   if (disk_ || shared_) io_ = std::make_unique<IoPool>(config.io_threads);
+  stats_.enabled = true;
   if (disk_) {
     stat(KvMedium::disk).blocks = disk_->blocks();
     stat(KvMedium::disk).bytes = disk_->bytes();

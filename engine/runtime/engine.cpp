@@ -40,6 +40,7 @@ Engine::Engine(const Model& model, const EngineConfig& config)
     if (config.ep != nullptr) throw std::invalid_argument("KV cache tiers do not support expert parallelism");
     const std::uint64_t compat = kvtier::block_compat_hash(config_.served_model_name, mc.model_type, *impl_->backend);
     impl_->tiers = std::make_unique<kvtier::KvTiers>(config.kv_tiers, compat, *impl_->scheduler, *impl_->backend);
+    impl_->stats.kv_tiers = impl_->tiers->stats();
   }
   impl_->lockstep = make_lockstep(config_.ep, impl_->mu, impl_->wake);
   set_up_speculation();

@@ -41,6 +41,7 @@ struct KvTierMediumStats {
 };
 
 struct KvTierStats {
+  bool enabled = false;  // some tier is configured
   std::array<KvTierMediumStats, kNumKvMedia> media{};  // by KvMedium
 };
 
