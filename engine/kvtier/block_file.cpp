@@ -113,7 +113,7 @@ std::string write_block_file(const std::filesystem::path& folder, const BlockFil
   h.parent = block.parent;
   h.block_size = static_cast<std::uint32_t>(block.tokens.size());
   h.payload_bytes = block.bytes.size();
-  h.checksum = checksum(block.hash, block.tokens, block.bytes);
+  h.checksum = checksum(block.hash, block.tokens, block.bytes.span());
   const std::filesystem::path final_path = block_file(folder, block.hash);
   char temp_name[96];
   std::snprintf(temp_name, sizeof temp_name, ".%016" PRIx64 ".%d.%" PRIu64 ".tmp", block.hash, static_cast<int>(::getpid()),
@@ -136,7 +136,8 @@ std::string write_block_file(const std::filesystem::path& folder, const BlockFil
   return {};
 }
 
-BlockFileRead read_block_file(const std::filesystem::path& folder, const BlockFileFormat& format, BlockHash hash) {
+BlockFileRead read_block_file(const std::filesystem::path& folder, const BlockFileFormat& format, BlockHash hash,
+                              BlockBuffers* buffers) {
   BlockFileRead out;
   const int fd = ::open(block_file(folder, hash).c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -145,7 +146,8 @@ BlockFileRead read_block_file(const std::filesystem::path& folder, const BlockFi
   }
   auto block = std::make_shared<StoredBlock>();
   block->tokens.resize(static_cast<std::size_t>(format.block_size));
-  block->bytes.resize(format.payload_bytes);
+  block->bytes = buffers != nullptr && buffers->size() == format.payload_bytes ? buffers->take()
+                                                                              : BlockBytes::allocate(format.payload_bytes);
   Header h{};
   const std::size_t token_bytes = block->tokens.size() * sizeof(TokenId);
   const ssize_t nh = read_all(fd, &h, sizeof h);
@@ -169,7 +171,7 @@ BlockFileRead read_block_file(const std::filesystem::path& folder, const BlockFi
     out.error = KvTierError::foreign;
   } else if (nt != static_cast<ssize_t>(token_bytes) || np != static_cast<ssize_t>(block->bytes.size())) {
     out.error = KvTierError::truncated;
-  } else if (extra != 0 || checksum(hash, block->tokens, block->bytes) != h.checksum) {
+  } else if (extra != 0 || checksum(hash, block->tokens, block->bytes.span()) != h.checksum) {
     out.error = KvTierError::corrupt;
   } else {
     block->hash = hash;

@@ -65,7 +65,9 @@ struct BlockFileRead {
   StoredBlockPtr block;                // set when the file is there and verified
   std::optional<KvTierError> error;    // set when the file is there but unusable (or unreadable)
 };
-// Reads and verifies `folder/<hash>.kvblock`; neither field set when there is no such file.
-BlockFileRead read_block_file(const std::filesystem::path& folder, const BlockFileFormat& format, BlockHash hash);
+// Reads and verifies `folder/<hash>.kvblock` (its bytes into a buffer of `buffers` when given); neither field
+// set when there is no such file.
+BlockFileRead read_block_file(const std::filesystem::path& folder, const BlockFileFormat& format, BlockHash hash,
+                              BlockBuffers* buffers = nullptr);
 
 }  // namespace kvfleet::kvtier

@@ -37,6 +37,9 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 // Waiting sequences looked at per step: admission takes them in order, so only the first few can be next.
 constexpr std::size_t kLookahead = 4;
+// Block bytes waiting for the I/O threads at most: beyond, committed blocks are not written (a burst of
+// prefills faster than the files can take does not grow memory without bound).
+constexpr std::uint64_t kMaxQueuedWriteBytes = 256ull << 20;
 
 }  // namespace
 
@@ -44,7 +47,8 @@ KvTiers::KvTiers(const KvTierConfig& config, std::uint64_t compat, Scheduler& sc
     : scheduler_(scheduler),
       kv_(scheduler.kv()),
       backend_(backend),
-      block_bytes_(backend.kv_block_bytes() * static_cast<std::size_t>(backend.kv_cache_shape().num_layers)) {
+      block_bytes_(backend.kv_block_bytes() * static_cast<std::size_t>(backend.kv_cache_shape().num_layers)),
+      buffers_(BlockBuffers::make(block_bytes_)) {
   const BlockFileFormat format{compat, kv_.block_size(), block_bytes_};
   if (config.host_bytes > 0) host_ = std::make_unique<HostTier>(static_cast<std::uint64_t>(config.host_bytes));
   if (!config.disk_dir.empty()) {
@@ -52,7 +56,8 @@ KvTiers::KvTiers(const KvTierConfig& config, std::uint64_t compat, Scheduler& sc
     disk_ = std::make_unique<FileTier>(KvMedium::disk, config.disk_dir, format, static_cast<std::uint64_t>(config.disk_bytes));
   }
   if (!config.shared_dir.empty()) shared_ = std::make_unique<FileTier>(KvMedium::shared, config.shared_dir, format, 0);
-  if (disk_ || shared_) io_ = std::make_unique<IoPool>(config.io_threads);
+  io_threads_ = std::max(1, config.io_threads);
+  if (disk_ || shared_) io_ = std::make_unique<IoPool>(io_threads_);
   stats_.enabled = true;
   if (disk_) {
     stat(KvMedium::disk).blocks = disk_->blocks();
@@ -74,7 +79,7 @@ StoredBlockPtr KvTiers::read_block(BlockId block, BlockHash hash, BlockHash pare
   stored->hash = hash;
   stored->parent = parent;
   stored->tokens.assign(tokens.begin(), tokens.end());
-  stored->bytes.resize(block_bytes_);
+  stored->bytes = buffers_->take();
   const std::int32_t ids[] = {block};
   backend_.read_kv_blocks(ids, stored->bytes.data());
   return stored;
@@ -103,6 +108,11 @@ void KvTiers::on_commit(BlockId block, BlockHash hash, BlockHash parent, std::sp
   for (FileTier* tier : {disk_.get(), shared_.get()}) {
     std::vector<BlockHash> doomed;
     if (tier == nullptr || !tier->want_write(hash, doomed)) continue;
+    if (queued_bytes_.load() + block_bytes_ > kMaxQueuedWriteBytes) {  // the files cannot keep up: skip this one
+      tier->forget(hash);
+      continue;
+    }
+    queued_bytes_ += block_bytes_;
     if (!copy) copy = read_block(block, hash, parent, tokens);
     const KvMedium m = tier->medium();
     const std::filesystem::path folder = tier->folder();
@@ -126,6 +136,7 @@ void KvTiers::on_commit(BlockId block, BlockHash hash, BlockHash parent, std::sp
         if (!d.ok) d.errors.emplace_back(m, KvTierError::io);
       }
       d.seconds = seconds_since(t0);
+      queued_bytes_ -= block_bytes_;
       std::lock_guard lock(mu_);
       done_.push_back(std::move(d));
     });
@@ -225,38 +236,60 @@ void KvTiers::onload_prefix(Sequence& seq) {
   }
 }
 
-// Reads the files of `files` (a chain starting at block `first` of seq) on an I/O thread; the sequence waits
-// until they are in (or found unusable: then it computes them).
+// Reads the files of `files` (a chain starting at block `first` of seq) on the I/O threads, ahead of their
+// writes, in one contiguous piece per thread; the sequence waits until all are in. The chain stops at the first
+// file missing or unusable: the sequence computes the rest.
 void KvTiers::start_load(Sequence& seq, std::vector<std::pair<BlockHash, KvMedium>> files, std::size_t first) {
+  struct Load {
+    SeqId seq = 0;
+    std::vector<std::pair<BlockHash, KvMedium>> files;
+    std::vector<TokenId> want;
+    std::vector<BlockFileRead> reads;
+    std::atomic<std::size_t> pieces_left{0};
+    Clock::time_point start;
+  };
   const auto bs = static_cast<std::size_t>(kv_.block_size());
-  std::vector<TokenId> want(seq.tokens.begin() + static_cast<std::ptrdiff_t>(first * bs),
-                            seq.tokens.begin() + static_cast<std::ptrdiff_t>((first + files.size()) * bs));
+  auto load = std::make_shared<Load>();
+  load->seq = seq.id;
+  load->want.assign(seq.tokens.begin() + static_cast<std::ptrdiff_t>(first * bs),
+                    seq.tokens.begin() + static_cast<std::ptrdiff_t>((first + files.size()) * bs));
+  load->files = std::move(files);
+  load->reads.resize(load->files.size());
+  load->start = Clock::now();
   seq.kv_loading = true;
-  const SeqId id = seq.id;
-  const FileTier* disk = disk_.get();
-  const FileTier* shared = shared_.get();
-  io_->submit([this, id, files = std::move(files), want = std::move(want), bs, disk, shared] {
-    const auto t0 = Clock::now();
-    Done d;
-    d.load = true;
-    d.seq = id;
-    for (std::size_t i = 0; i < files.size(); ++i) {
-      const auto [hash, m] = files[i];
-      const FileTier* tier = m == KvMedium::disk ? disk : shared;
-      BlockFileRead r = read_block_file(tier->folder(), tier->format(), hash);
-      const auto tokens = std::span<const TokenId>(want).subspan(i * bs, bs);
-      if (r.block && !r.block->holds(tokens)) r.block = nullptr;  // a 64-bit collision: another prompt's block
-      if (!r.block) {
-        if (r.error) d.errors.emplace_back(m, *r.error);
-        d.missing.emplace_back(m, hash);
-        break;
+  const std::size_t n = load->files.size();
+  const std::size_t pieces = std::min(n, static_cast<std::size_t>(io_threads_));
+  load->pieces_left = pieces;
+  for (std::size_t p = 0; p < pieces; ++p) {
+    const std::size_t begin = n * p / pieces, end = n * (p + 1) / pieces;
+    io_->submit_first([this, load, begin, end, bs] {
+      for (std::size_t i = begin; i < end; ++i) {
+        const auto [hash, m] = load->files[i];
+        const FileTier* tier = file_tier(m);
+        BlockFileRead r = read_block_file(tier->folder(), tier->format(), hash, buffers_.get());
+        // A 64-bit collision: another prompt's block.
+        if (r.block && !r.block->holds(std::span<const TokenId>(load->want).subspan(i * bs, bs))) r.block = nullptr;
+        load->reads[i] = std::move(r);
       }
-      d.found.push_back({std::move(r.block), m});
-    }
-    d.seconds = seconds_since(t0);
-    std::lock_guard lock(mu_);
-    done_.push_back(std::move(d));
-  });
+      if (--load->pieces_left > 0) return;  // the last piece to finish reports the whole chain
+      Done d;
+      d.load = true;
+      d.seq = load->seq;
+      for (std::size_t i = 0; i < load->files.size(); ++i) {
+        const auto [hash, m] = load->files[i];
+        BlockFileRead& r = load->reads[i];
+        if (!r.block) {
+          if (r.error) d.errors.emplace_back(m, *r.error);
+          d.missing.emplace_back(m, hash);
+          break;
+        }
+        d.found.push_back({std::move(r.block), m});
+      }
+      d.seconds = seconds_since(load->start);
+      std::lock_guard lock(mu_);
+      done_.push_back(std::move(d));
+    });
+  }
 }
 
 std::size_t KvTiers::land(std::span<const BlockId> device, std::span<const Found> blocks) {

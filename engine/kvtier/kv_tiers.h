@@ -11,7 +11,8 @@
 // - disk (`disk_dir`, `disk_bytes`) and shared (`shared_dir`): write-through. A block is copied out when it
 //   is committed (its K/V computed), written by the I/O threads, so that it outlives the process and other
 //   replicas find it while this one still holds it. Disk: byte bound, LRU, rebuilt from the directory at
-//   start. Shared: no replica deletes from it.
+//   start. Shared: no replica deletes from it. At most 256 MiB of writes wait for the I/O threads; a block
+//   committed beyond that is not written.
 // - Up: before each schedule(), for the first waiting sequences, the prefix is looked up block after block
 //   past what the device pool holds: host, then disk, then shared. Host blocks are copied into free device
 //   blocks at once and entered in the prefix cache (as a KV transfer's import is), so that admission in the
@@ -29,6 +30,7 @@
 // Engine thread only (construction included), except stats(), which copies figures under a lock.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -90,20 +92,24 @@ class KvTiers {
   // cache; returns how many landed (fewer when the pool runs out of free blocks).
   std::size_t land(std::span<const BlockId> device, std::span<const Found> blocks);
   StoredBlockPtr read_block(BlockId block, BlockHash hash, BlockHash parent, std::span<const TokenId> tokens);
-  FileTier* file_tier(KvMedium m) { return m == KvMedium::disk ? disk_.get() : shared_.get(); }
+  // Its folder and format are constant: the I/O threads read them too.
+  FileTier* file_tier(KvMedium m) const { return m == KvMedium::disk ? disk_.get() : shared_.get(); }
   KvTierMediumStats& stat(KvMedium m) { return stats_.media[static_cast<std::size_t>(m)]; }
 
   Scheduler& scheduler_;
   KvCacheManager& kv_;
   Backend& backend_;
   std::size_t block_bytes_;  // all layers
+  std::shared_ptr<BlockBuffers> buffers_;  // every StoredBlock's bytes
   std::unique_ptr<HostTier> host_;
   std::unique_ptr<FileTier> disk_, shared_;
+  std::int32_t io_threads_ = 1;
   // Blocks read from files for sequences about to be admitted: landed, or dropped, by the same before_schedule.
   std::unordered_map<BlockHash, Found> staged_;
   mutable std::mutex mu_;
   KvTierStats stats_;      // guarded by mu_
   std::vector<Done> done_;  // guarded by mu_
+  std::atomic<std::uint64_t> queued_bytes_{0};  // bytes of writes submitted and not finished
   std::unique_ptr<IoPool> io_;  // last: destroyed (its queue finished) before what its tasks report to
 };
 

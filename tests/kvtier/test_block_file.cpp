@@ -19,7 +19,7 @@ StoredBlock sample_block(BlockHash hash = 0xabcdef) {
   b.hash = hash;
   b.parent = 0x42;
   b.tokens = {1, 2, 3, 4};
-  b.bytes.resize(kFormat.payload_bytes);
+  b.bytes = BlockBytes::allocate(kFormat.payload_bytes);
   for (std::size_t i = 0; i < b.bytes.size(); ++i) b.bytes[i] = static_cast<std::byte>(i * 3 + 1);
   return b;
 }

@@ -12,7 +12,7 @@ StoredBlockPtr block(BlockHash hash, TokenId token, std::size_t bytes = 100) {
   auto b = std::make_shared<StoredBlock>();
   b->hash = hash;
   b->tokens = {token, token};
-  b->bytes.resize(bytes);
+  b->bytes = BlockBytes::allocate(bytes);
   return b;
 }
 
