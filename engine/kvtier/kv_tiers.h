@@ -61,6 +61,8 @@ class KvTiers {
   // blocks of the first waiting sequences' prefixes in the device pool, or starts reading them.
   void before_schedule();
 
+  // The figures as of the last before_schedule(): writes that finish while the engine is idle show at its next
+  // step.
   KvTierStats stats() const;
 
  private:

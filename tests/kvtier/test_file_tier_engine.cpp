@@ -16,7 +16,8 @@ namespace {
 
 std::vector<fs::path> block_files(const fs::path& dir) {
   std::vector<fs::path> out;
-  for (const auto& e : fs::recursive_directory_iterator(dir))
+  std::error_code ec;  // a directory not made (again) yet holds none
+  for (const auto& e : fs::recursive_directory_iterator(dir, ec))
     if (e.path().extension() == ".kvblock") out.push_back(e.path());
   return out;
 }
@@ -171,4 +172,38 @@ TEST_CASE("the disk tier stays within its byte bound") {
   // A new engine with the same bound keeps the 3 newest files and serves from them what still chains.
   Engine again(model, c);
   CHECK(block_files(disk.path() / "small").size() == 3);
+}
+
+TEST_CASE("the disk tier drops what a killed writer left, and keeps working when its directory is deleted") {
+  TempDir dir, disk;
+  const Model model = tier_model(dir.path());
+  const TierRun first = conversation(model, disk_config(disk.path()), greedy());
+  const fs::path folder = block_files(disk.path()).at(0).parent_path();
+  const fs::path leftover = folder / ".00000000000000aa.123.0.tmp";  // a write a kill -9 interrupted
+  std::ofstream(leftover) << "half a block";
+  Engine engine(model, disk_config(disk.path()));
+  CHECK_FALSE(fs::exists(leftover));
+  CHECK(block_files(disk.path()).size() == 10);
+  fs::remove_all(disk.path());  // under the running engine
+  Collector col;
+  GenerationRequest other;
+  other.prompt = tier_tokens(100, 9);
+  other.max_tokens = 4;
+  other.ignore_eos = true;
+  engine.submit(other, col.callback(0));
+  engine.wait_idle();
+  CHECK(col.results().at(0).tokens.size() == 4);
+  CHECK(wait_for_files(disk.path(), 6));  // the folder is made again and the new blocks written
+  // The conversation's files are gone: a miss (recomputed, same tokens), counted as no error.
+  GenerationRequest convo;
+  convo.prompt = tier_tokens(160, 1);
+  convo.max_tokens = 8;
+  convo.ignore_eos = true;
+  convo.sampling = greedy();
+  engine.submit(convo, col.callback(1));
+  engine.wait_idle();
+  CHECK(col.results().at(1).tokens == first.first.tokens);
+  CHECK(col.results().at(1).cached_tokens == 0);
+  const auto& d = medium(engine.stats(), KvMedium::disk);
+  CHECK(d.errors[static_cast<std::size_t>(KvTierError::corrupt)] == 0);
 }
