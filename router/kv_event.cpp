@@ -110,6 +110,10 @@ KvEventMessage parse_kv_event(std::string_view text) {
     return e;
   }
   parse_rank(o, e);
+  if (const json::value* medium = o.if_contains("medium")) {
+    if (!medium->is_string()) bad("'medium' must be a string");
+    e.lower_tier = medium->get_string() != "device";
+  }
   if (e.type == KvEventMessage::Type::cleared && o.contains("snapshot")) e.snapshot_blocks = unsigned_field(o, "snapshot");
   if (const json::value* snap = o.if_contains("snapshot"); snap && e.type == KvEventMessage::Type::stored) {
     if (!snap->is_bool()) bad("'snapshot' must be true or false");

@@ -10,7 +10,9 @@
 // {"seq":S,"type":"stored","snapshot":true,...}: the same seq, applied in full (Contract 2).
 // Hashes are JSON integers (uint64; a negative int64 is read as its two's complement bits, for
 // writers that only have signed integers) or strings ("123" or "0x7b"). "tier" is accepted and
-// ignored: a block offloaded to CPU memory is still a cached block the replica can reuse.
+// ignored: a block offloaded to CPU memory is still a cached block the replica can reuse. "medium" (absent:
+// "device") names a replica's KV tier below its device pool ("host", "disk", "shared"): such events are
+// `lower_tier`; the router counts their seq and does not place them in its tree (it routes on device blocks).
 // Expert-parallel replicas (several data-parallel ranks behind one endpoint): the config event carries
 // "dp_size":N, and "per_rank":true on a stream asked with per_rank=1, whose stored/removed/load events
 // each carry the "dp_rank" of the rank they are about (ReplicaCacheIndex::set_ranks).
@@ -41,6 +43,7 @@ struct KvEventMessage {
   std::int32_t dp_rank = -1;               // stored/removed/load: the rank it is about (-1: none given)
   std::uint32_t dp_size = 1;               // config: data-parallel ranks behind the endpoint
   bool per_rank = false;                   // config: the stream's events are per rank (dp_rank on each)
+  bool lower_tier = false;                 // stored/removed: "medium" other than "device"
   // Not on the wire: the rest of the event with this seq, split off by split_kv_event().
   bool continuation = false;
 };

@@ -224,6 +224,7 @@ EventOutcome ReplicaCacheIndex::apply_event(ReplicaId r, const KvEventMessage& e
 EventOutcome ReplicaCacheIndex::apply_change(ReplicaId stream, const KvEventMessage& e, Tick now) {
   std::string why;
   const ReplicaId r = target_of(stream, e, why).value_or(stream);  // checked by apply_event
+  if (e.lower_tier) return {};  // a KV tier below the device pool: its seq counts, the tree holds device blocks
   if (e.type == KvEventMessage::Type::stored) {
     if (!e.parent || *e.parent == config_.root) {
       tree_.insert(r, e.block_hashes, now);

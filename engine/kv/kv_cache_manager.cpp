@@ -72,6 +72,7 @@ bool KvCacheManager::allocate(Sequence& seq, std::int32_t num_new_tokens, std::s
 
 BlockId KvCacheManager::take_free_block(std::vector<BlockHash>& evicted) {
   const BlockId b = pool_.pop_free();
+  if (hooks_.on_evict && cache_.is_cached(b)) hooks_.on_evict(b, cache_.hash_of(b), cache_.parent_of(b), cache_.tokens_of(b));
   if (const auto hash = cache_.evict(b)) {
     evicted.push_back(*hash);
     ++evicted_blocks_;
@@ -97,6 +98,7 @@ void KvCacheManager::commit(Sequence& seq) {
     const BlockHash parent = i == 0 ? root_of(seq) : seq.block_hashes[i - 1];
     // Fails when another sequence cached the same content first: this block then stays private.
     if (cache_.insert(seq.block_hashes[i], parent, seq.block_table[i], tokens.subspan(i * bs, bs))) {
+      if (hooks_.on_commit) hooks_.on_commit(seq.block_table[i], seq.block_hashes[i], parent, tokens.subspan(i * bs, bs));
       // A salted chain's first block names the namespace root in its event, as an unsalted one does: the
       // router places chains under the roots it knows, and the salt is already in every block's hash.
       if (run.empty()) run_parent = i == 0 ? cache_.root() : parent;

@@ -33,14 +33,14 @@ KvEventRing::KvEventRing(std::size_t capacity, std::int32_t block_size, BlockHas
 }
 
 std::uint64_t KvEventRing::publish(KvEvent::Type type, std::vector<BlockHash> block_hashes, BlockHash parent,
-                                   std::int32_t dp_rank) {
+                                   std::int32_t dp_rank, KvMedium medium) {
   std::uint64_t seq = 0;
   std::vector<std::shared_ptr<Listener>> notify;
   {
     std::lock_guard lock(mu_);
     seq = ++last_seq_;
     if (ring_.size() == capacity_) ring_.pop_front();
-    ring_.push_back(KvEvent{seq, type, std::move(block_hashes), parent, dp_rank});
+    ring_.push_back(KvEvent{seq, type, std::move(block_hashes), parent, dp_rank, medium});
     for (auto it = listeners_.begin(); it != listeners_.end();) {
       if (auto l = it->lock()) {
         notify.push_back(std::move(l));

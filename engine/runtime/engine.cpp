@@ -35,6 +35,13 @@ Engine::Engine(const Model& model, const EngineConfig& config)
   kv.enable_prefix_caching = config.enable_prefix_caching;
   impl_->scheduler = std::make_unique<Scheduler>(config.scheduler, kv);
   kv_events_ = impl_->scheduler->kv().events();
+  if (config.kv_tiers.enabled()) {
+    if (!config.enable_prefix_caching) throw std::invalid_argument("KV cache tiers need prefix caching");
+    if (config.ep != nullptr) throw std::invalid_argument("KV cache tiers do not support expert parallelism");
+    const std::uint64_t compat = kvtier::block_compat_hash(config_.served_model_name, mc.model_type, *impl_->backend);
+    impl_->tiers = std::make_unique<kvtier::KvTiers>(config.kv_tiers, compat, *impl_->scheduler, *impl_->backend);
+    impl_->stats.kv_tiers = impl_->tiers->stats();
+  }
   impl_->lockstep = make_lockstep(config_.ep, impl_->mu, impl_->wake);
   set_up_speculation();
   thread_ = std::thread([this] { loop(); });

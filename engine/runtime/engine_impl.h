@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/kvtier/block_file.h"
+#include "engine/kvtier/kv_tiers.h"
 #include "engine/runtime/lockstep.h"
 #include "engine/runtime/mask_worker.h"
 #include "engine/runtime/stop_checker.h"
@@ -88,6 +90,7 @@ struct Engine::Impl {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<ModelRunner> runner;
   std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<kvtier::KvTiers> tiers;  // null without tiers; declared after the scheduler whose hooks it holds
   const Tokenizer* tokenizer = nullptr;
   // Engine thread only: the rows of a step are sampled in parallel (each row's token depends on its own
   // logits and seed alone), with one scratch per share so that no vocabulary-sized buffer is allocated per token,

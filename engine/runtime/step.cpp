@@ -158,6 +158,7 @@ void Engine::step() {
   Impl& m = *impl_;
   const auto t_start = EngineClock::now();
   begin_spec_step();
+  if (m.tiers) m.tiers->before_schedule();  // lower KV tiers land the next admissions' prefixes
   m.scheduler->schedule(m.scheduled);
   if (m.scheduled.empty()) return pause_empty_step();  // nothing fits this instant
   start_masks();  // constrained rows: their masks are computed while the forward runs
@@ -187,6 +188,7 @@ void Engine::step() {
   m.flush_outputs();  // inside the step's time: the hand-over to the consumer is the engine's work too
   std::lock_guard lock(m.stats_mu);
   m.stats.scheduler = m.scheduler->stats();
+  if (m.tiers) m.stats.kv_tiers = m.tiers->stats();
   m.stats.forward_seconds += forward_s;
   m.stats.step_seconds += std::chrono::duration<double>(EngineClock::now() - t_start).count();
 }

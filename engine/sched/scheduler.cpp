@@ -185,8 +185,13 @@ void Scheduler::preempt(Sequence* victim, std::int32_t& budget, SchedulerOutput&
 
 void Scheduler::admit_waiting(std::int32_t& budget, SchedulerOutput& out) {
   const auto max_seqs = static_cast<std::size_t>(config_.max_num_seqs);
-  while (!waiting_.empty() && budget > 0 && running_.size() < max_seqs) {
-    Sequence* seq = waiting_.front();
+  std::size_t at = 0;
+  while (at < waiting_.size() && budget > 0 && running_.size() < max_seqs) {
+    Sequence* seq = waiting_[at];
+    if (seq->kv_loading) {  // its prefix is still coming from a lower KV tier: the ones behind it go first
+      ++at;
+      continue;
+    }
     const std::vector<BlockId> prefix = kv_.find_cached_prefix(*seq);
     std::int32_t n = seq->num_tokens() - static_cast<std::int32_t>(prefix.size()) * kv_.block_size();
     if (config_.enable_chunked_prefill) {
@@ -195,7 +200,7 @@ void Scheduler::admit_waiting(std::int32_t& budget, SchedulerOutput& out) {
       break;
     }
     if (!kv_.allocate(*seq, n, prefix)) break;
-    waiting_.pop_front();
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(at));
     seq->status = SeqStatus::running;
     running_.push_back(seq);
     push_chunk(seq, n, budget, out);

@@ -65,6 +65,7 @@ std::string event_line(const KvEvent& e, const char* tier, bool snapshot = false
   if (e.type == KvEvent::Type::stored) o["parent"] = e.parent;
   if (snapshot) o["snapshot"] = true;
   if (e.dp_rank >= 0) o["dp_rank"] = e.dp_rank;  // an expert-parallel replica's merged stream (additive)
+  if (e.medium != KvMedium::device) o["medium"] = to_string(e.medium);  // a KV tier below the device pool
   return "data: " + json::serialize(o) + "\n\n";
 }
 

@@ -24,6 +24,24 @@ void check_role(const std::string& role, const std::string& where) {
   if (role != "mixed" && role != "prefill" && role != "decode") bad(where, "role", "must be mixed, prefill or decode");
 }
 
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::int64_t gib_bytes(double gib, const char* name) {
+  if (!(gib >= 0.0) || gib > 1e6) throw std::invalid_argument(std::string(name) + ": must be a number of GiB, 0 or more");
+  return static_cast<std::int64_t>(gib * kGiB);
+}
+
+void check_kv_tiers(const ReplicaConfig& c) {
+  const KvTierConfig& t = c.engine.kv_tiers;
+  if (!t.disk_dir.empty() && t.disk_bytes <= 0)
+    throw std::invalid_argument("kv_disk_gib: --kv-disk-dir needs --kv-disk-gib, the disk tier's size (more than 0)");
+  if (t.disk_dir.empty() && t.disk_bytes > 0) throw std::invalid_argument("kv_disk_gib: needs --kv-disk-dir");
+  if (!t.enabled()) return;
+  if (!c.engine.enable_prefix_caching)
+    throw std::invalid_argument("kv_host_gib: KV cache tiers need prefix caching (--enable-prefix-caching true)");
+  if (c.ep_size > 1) throw std::invalid_argument("kv_host_gib: KV cache tiers are not supported with --ep-size > 1");
+}
+
 void check_ep(const ReplicaConfig& c) {
   if (c.ep_size > 1 && c.engine.speculative.enabled())
     throw std::invalid_argument("speculative_config: speculative decoding is not supported with --ep-size > 1");
@@ -121,6 +139,10 @@ void apply_replica_yaml(const std::string& text, const std::string& source, Repl
     else if (key == "scheduling_policy") c.engine.scheduler.use_priority = scheduling_policy(scalar<std::string>(v, source, key), source);
     else if (key == "enable_chunked_prefill") c.engine.scheduler.enable_chunked_prefill = scalar<bool>(v, source, key);
     else if (key == "enable_prefix_caching") c.engine.enable_prefix_caching = scalar<bool>(v, source, key);
+    else if (key == "kv_host_gib") c.engine.kv_tiers.host_bytes = gib_bytes(scalar<double>(v, source, key), "kv_host_gib");
+    else if (key == "kv_disk_dir") c.engine.kv_tiers.disk_dir = scalar<std::string>(v, source, key);
+    else if (key == "kv_disk_gib") c.engine.kv_tiers.disk_bytes = gib_bytes(scalar<double>(v, source, key), "kv_disk_gib");
+    else if (key == "kv_shared_dir") c.engine.kv_tiers.shared_dir = scalar<std::string>(v, source, key);
     else if (key == "max_model_len") c.engine.max_model_len = scalar<std::int64_t>(v, source, key);
     else if (key == "speculative_config") c.engine.speculative = speculative_of(v, source);
     else if (key == "max_body_bytes") c.max_body_bytes = scalar<std::size_t>(v, source, key);
@@ -202,6 +224,13 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   flags.add_option("--scheduling-policy", policy, "fcfs (default) or priority (the body's `priority`, lower first)");
   flags.add_option("--enable-chunked-prefill", c.engine.scheduler.enable_chunked_prefill, "true or false");
   flags.add_option("--enable-prefix-caching", c.engine.enable_prefix_caching, "true or false");
+  double host_gib = static_cast<double>(c.engine.kv_tiers.host_bytes) / kGiB;
+  double disk_gib = static_cast<double>(c.engine.kv_tiers.disk_bytes) / kGiB;
+  flags.add_option("--kv-host-gib", host_gib, "KV host tier: GiB of RAM for blocks evicted from the device pool (0: none)");
+  flags.add_option("--kv-disk-dir", c.engine.kv_tiers.disk_dir, "KV disk tier: this replica's directory of block files");
+  flags.add_option("--kv-disk-gib", disk_gib, "KV disk tier: its size in GiB (required with --kv-disk-dir)");
+  flags.add_option("--kv-shared-dir", c.engine.kv_tiers.shared_dir,
+                   "KV shared tier: a directory of block files that several replicas read and write");
   flags.add_option("--max-model-len", c.engine.max_model_len, "Context length (0: the model's)");
   std::string speculative;
   flags.add_option("--speculative-config", speculative,
@@ -272,7 +301,10 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   if (!transports.empty()) c.pd.transports = transports_of(transports, "--pd-transports", "");
   c.ep_timeout = std::chrono::milliseconds(ep_timeout_ms);
   c.ep_join_timeout = std::chrono::milliseconds(ep_join_ms);
+  c.engine.kv_tiers.host_bytes = gib_bytes(host_gib, "--kv-host-gib");
+  c.engine.kv_tiers.disk_bytes = gib_bytes(disk_gib, "--kv-disk-gib");
   check_ep(c);
+  check_kv_tiers(c);
   check_parsers(c, "flags", true);
   if (c.model.empty()) throw std::invalid_argument("--model (or 'model' in the config file) is required");
   return c;

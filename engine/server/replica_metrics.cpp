@@ -60,6 +60,7 @@ std::string ReplicaMetrics::render(const EngineStats& s) {
                       {{"method", s.spec.method}})
           .Set(static_cast<double>(s.spec.num_accepted_tokens) / static_cast<double>(s.spec.num_draft_tokens));
     update_steps(s);
+    update_tiers(s.kv_tiers);
     vllm_.update(s);
     last_ = s;
   }
@@ -77,6 +78,38 @@ void ReplicaMetrics::update_steps(const EngineStats& now) {
           last_.step_seconds);
   seconds(registry_.counter("kvfleet_engine_forward_seconds_total", "Wall time of the forward passes within the steps"),
           now.forward_seconds, last_.forward_seconds);
+}
+
+// The KV tiers below the device pool (engine/kvtier), by medium; only on replicas that have some.
+// kvfleet_prefix_cache_hits_tokens_total counts every hit, these included (they land in the device pool first).
+void ReplicaMetrics::update_tiers(const KvTierStats& now) {
+  if (!now.enabled) return;
+  const auto seconds = [](prometheus::Counter& c, double now_s, double before_s) {
+    if (now_s > before_s) c.Increment(now_s - before_s);
+  };
+  for (const KvMedium m : {KvMedium::host, KvMedium::disk, KvMedium::shared}) {
+    const auto i = static_cast<std::size_t>(m);
+    const KvTierMediumStats& s = now.media[i];
+    const KvTierMediumStats& b = last_.kv_tiers.media[i];
+    const http::MetricLabels medium{{"medium", to_string(m)}};
+    advance(registry_.counter("kvfleet_kv_tier_hit_tokens_total", "Prompt tokens found in a KV tier below the device pool",
+                              medium),
+            s.hit_tokens, b.hit_tokens);
+    registry_.gauge("kvfleet_kv_tier_blocks", "KV blocks a tier holds", medium).Set(static_cast<double>(s.blocks));
+    registry_.gauge("kvfleet_kv_tier_bytes", "Bytes of the KV blocks a tier holds", medium).Set(static_cast<double>(s.bytes));
+    advance(registry_.counter("kvfleet_kv_tier_offload_bytes_total", "Bytes written into a KV tier", medium),
+            s.offload_bytes, b.offload_bytes);
+    advance(registry_.counter("kvfleet_kv_tier_onload_bytes_total", "Bytes copied from a KV tier into device blocks", medium),
+            s.onload_bytes, b.onload_bytes);
+    seconds(registry_.counter("kvfleet_kv_tier_offload_seconds_total", "Time spent writing into a KV tier", medium),
+            s.offload_seconds, b.offload_seconds);
+    seconds(registry_.counter("kvfleet_kv_tier_onload_seconds_total", "Time spent reading a KV tier back", medium),
+            s.onload_seconds, b.onload_seconds);
+    for (std::size_t e = 0; e < kNumKvTierErrors; ++e)
+      advance(registry_.counter("kvfleet_kv_tier_errors_total", "Stored KV blocks not used or not written, by reason",
+                                {{"medium", to_string(m)}, {"reason", to_string(static_cast<KvTierError>(e))}}),
+              s.errors[e], b.errors[e]);
+  }
 }
 
 // Created at the first scrape that has MoE numbers, so dense replicas expose none of them.

@@ -30,6 +30,7 @@ class ReplicaMetrics {
  private:
   void update_moe(const MoeLoadStats& now);  // MoE models only; caller holds mu_
   void update_steps(const EngineStats& now);  // caller holds mu_
+  void update_tiers(const KvTierStats& now);  // replicas with KV tiers only; caller holds mu_
 
   http::MetricsRegistry registry_;
   VllmMetrics vllm_;

@@ -78,6 +78,24 @@ TEST_CASE("exact mode: stored, removed and cleared events drive the tree; routin
   CHECK(f.matched(Chain{21}) == 1);
 }
 
+TEST_CASE("events about a KV tier below the device pool count their seq and leave the tree alone") {
+  Fixture f;
+  f.open_exact();
+  CHECK(f.feed(stored(1, "11,12", "11259375")).status == EventStatus::applied);
+  // 12 leaves the device pool for host memory: the host's stored comes first, then the device's removed.
+  CHECK(f.feed(R"({"seq":2,"type":"stored","block_hashes":[12],"parent":11,"medium":"host"})").status ==
+        EventStatus::applied);
+  CHECK(f.feed(removed(3, "12")).status == EventStatus::applied);
+  CHECK(f.matched(Chain{11, 12}) == 1);
+  CHECK(f.feed(R"({"seq":4,"type":"removed","block_hashes":[11],"medium":"disk"})").status == EventStatus::applied);
+  CHECK(f.matched(Chain{11, 12}) == 1);  // still on the device
+  CHECK(f.feed(R"({"seq":5,"type":"stored","block_hashes":[12],"parent":11,"medium":"device"})").status ==
+        EventStatus::applied);
+  CHECK(f.matched(Chain{11, 12}) == 2);
+  CHECK(f.index.last_seq(0) == 5);
+  CHECK(f.feed(R"({"seq":6,"type":"stored","block_hashes":[13],"parent":12,"medium":7})").status != EventStatus::applied);
+}
+
 TEST_CASE("a seq gap stops the stream and asks for a resync from the last applied seq") {
   Fixture f;
   f.open_exact();

@@ -142,3 +142,15 @@ TEST_CASE("a 512-token shared prefix: the second request computes only its new t
   CHECK(second.events[0].parent == hb[31]);
   CHECK(outputs_of(h.sched, 2) == reference_outputs(b, 1));
 }
+
+TEST_CASE("a sequence whose prefix a lower KV tier is loading is passed over until it is in") {
+  Harness h(sched_config(100), kv_config(64));
+  h.add(iota_tokens(5));
+  h.add(iota_tokens(3, 100));
+  h.sched.waiting().front()->kv_loading = true;
+  CHECK(h.step() == "2:0+3*");  // 1 waits; 2, behind it, goes first
+  CHECK(h.step() == "2:3+1*");
+  CHECK(h.sched.stats().num_waiting == 1);
+  h.sched.waiting().front()->kv_loading = false;
+  CHECK(h.step() == "2:4+1* 1:0+5*");
+}

@@ -101,3 +101,27 @@ TEST_CASE("the responses store's bounds: YAML keys and flags, with the example's
   CHECK(example.responses_store_entries == defaults.responses_store_entries);
   CHECK(example.responses_store_bytes == defaults.responses_store_bytes);
 }
+
+TEST_CASE("KV cache tiers: YAML keys and flags, and the combinations refused by name") {
+  ReplicaConfig c;
+  apply_replica_yaml("model: m\nkv_host_gib: 0.5\nkv_disk_dir: /tmp/d\nkv_disk_gib: 2\nkv_shared_dir: /tmp/s\n", "r.yaml", c);
+  CHECK(c.engine.kv_tiers.host_bytes == 512ll << 20);
+  CHECK(c.engine.kv_tiers.disk_dir == "/tmp/d");
+  CHECK(c.engine.kv_tiers.disk_bytes == 2ll << 30);
+  CHECK(c.engine.kv_tiers.shared_dir == "/tmp/s");
+  const ReplicaConfig f = parse({"--model", "m", "--kv-host-gib", "1", "--kv-disk-dir", "/d", "--kv-disk-gib", "0.25",
+                                 "--kv-shared-dir", "/s"});
+  CHECK(f.engine.kv_tiers.host_bytes == 1ll << 30);
+  CHECK(f.engine.kv_tiers.disk_dir == "/d");
+  CHECK(f.engine.kv_tiers.disk_bytes == 256ll << 20);
+  CHECK(f.engine.kv_tiers.shared_dir == "/s");
+  CHECK_FALSE(parse({"--model", "m"}).engine.kv_tiers.enabled());  // off by default
+  CHECK_THROWS_WITH(parse({"--model", "m", "--kv-disk-dir", "/d"}),
+                    "kv_disk_gib: --kv-disk-dir needs --kv-disk-gib, the disk tier's size (more than 0)");
+  CHECK_THROWS_WITH(parse({"--model", "m", "--kv-disk-gib", "1"}), "kv_disk_gib: needs --kv-disk-dir");
+  CHECK_THROWS_WITH(parse({"--model", "m", "--kv-host-gib", "-1"}), "--kv-host-gib: must be a number of GiB, 0 or more");
+  CHECK_THROWS_WITH(parse({"--model", "m", "--kv-host-gib", "1", "--enable-prefix-caching", "false"}),
+                    "kv_host_gib: KV cache tiers need prefix caching (--enable-prefix-caching true)");
+  ReplicaConfig bad;
+  CHECK_THROWS_WITH(apply_replica_yaml("kv_host_gib: lots\n", "r.yaml", bad), "r.yaml: 'kv_host_gib' has a bad value 'lots'");
+}

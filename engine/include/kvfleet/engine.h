@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kvfleet/backend.h"
+#include "kvfleet/kv_tier_config.h"
 #include "kvfleet/model.h"
 #include "kvfleet/sampler.h"
 #include "kvfleet/scheduler.h"
@@ -50,6 +51,9 @@ struct EngineConfig {
   Communicator* ep = nullptr;
   // Speculative decoding (kvfleet/speculative.h, engine/spec/): off unless `speculative.method` is set.
   SpeculativeConfig speculative;
+  // KV cache tiers below the device pool (engine/kvtier/): host memory, local disk, a shared directory. Off
+  // by default; they need prefix caching.
+  KvTierConfig kv_tiers;
   // Tests only, with `speculative` set: proposes a sequence's drafts instead of the configured method (at most
   // k; any tokens, right or wrong).
   std::function<void(const Sequence& seq, std::int32_t k, std::vector<TokenId>& out)> propose_for_test;
@@ -158,6 +162,7 @@ struct EngineStats {
   std::array<std::uint64_t, 4> finished{};  // by FinishReason (none unused)
   MoeLoadStats moe;  // empty expert_tokens for a dense model
   SpecDecodeStats spec;
+  KvTierStats kv_tiers;  // all zero without tiers
 };
 
 class Engine {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -33,6 +34,16 @@ struct KvCacheConfig {
   BlockHash root = 0;  // block_hash_root(model name, salt): Contract 1
   bool enable_prefix_caching = true;
   std::size_t event_ring_capacity = 4096;
+};
+
+// Lets a lower tier (engine/kvtier) see a block's content before it goes: on_evict runs when a cached block is
+// about to be reused for other content (its K/V still intact), on_commit when commit() entered a computed block
+// in the prefix cache. Both on the engine thread, inside the call that causes them; neither may call back into
+// the manager.
+struct KvBlockHooks {
+  using Hook = std::function<void(BlockId block, BlockHash hash, BlockHash parent, std::span<const TokenId> tokens)>;
+  Hook on_evict;
+  Hook on_commit;
 };
 
 struct KvCacheStats {
@@ -112,6 +123,9 @@ class KvCacheManager {
   // `block` is cached or unreferenced.
   bool enter_block(BlockId block, BlockHash hash, BlockHash parent, std::span<const TokenId> tokens);
 
+  // Engine thread, before the first step. Empty hooks: no tier sees anything.
+  void set_block_hooks(KvBlockHooks hooks) { hooks_ = std::move(hooks); }
+
   KvCacheStats stats() const;
   KvSnapshot snapshot() const;
   const BlockPool& pool() const { return pool_; }
@@ -141,6 +155,7 @@ class KvCacheManager {
   std::uint64_t evicted_blocks_ = 0;
   std::unordered_map<PinId, std::vector<BlockId>> pins_;
   PinId next_pin_ = 1;
+  KvBlockHooks hooks_;
 };
 
 }  // namespace kvfleet

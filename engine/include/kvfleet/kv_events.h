@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kvfleet/block_hash.h"
+#include "kvfleet/kv_tier_config.h"
 
 namespace kvfleet {
 
@@ -31,6 +32,7 @@ struct KvEvent {
   std::vector<BlockHash> block_hashes;  // stored: a chain, each the parent of the next
   BlockHash parent = 0;                 // stored: the hash before block_hashes[0] (the root for a first block)
   std::int32_t dp_rank = -1;            // an expert-parallel replica's merged stream: the rank that caused it
+  KvMedium medium = KvMedium::device;   // the tier the blocks entered or left (engine/kvtier)
 };
 
 const char* to_string(KvEvent::Type type);
@@ -55,7 +57,7 @@ class KvEventRing {
 
   // Engine thread. Returns the new event's seq (the first event gets 1).
   std::uint64_t publish(KvEvent::Type type, std::vector<BlockHash> block_hashes = {}, BlockHash parent = 0,
-                        std::int32_t dp_rank = -1);
+                        std::int32_t dp_rank = -1, KvMedium medium = KvMedium::device);
 
   // Any thread.
   std::uint64_t last_seq() const;

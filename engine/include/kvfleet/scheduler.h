@@ -15,7 +15,8 @@
 //      remaining budget;
 //   3. if nothing was preempted this step: waiting sequences, in order of (priority when
 //      use_priority, then arrival), each first matched against the prefix cache; the first one
-//      that does not fit (blocks, budget, or the seq limit) stops admission (no overtaking).
+//      that does not fit (blocks, budget, or the seq limit) stops admission (no overtaking). A sequence
+//      whose prefix a lower KV tier is still loading (Sequence::kv_loading) is passed over.
 // Speculative decoding (engine/spec/proposer.h): with a draft source set, a decode may carry drafts: its last
 // token + d drafts form one chunk of d + 1 tokens whose every row is sampled. Drafts only use budget left
 // after one token per decode, and a sequence whose blocks for the drafts are not free decodes plainly:

@@ -54,6 +54,10 @@ struct Sequence {
   std::vector<BlockHash> block_hashes;
   std::int32_t num_cached_blocks = 0;
 
+  // Set while a lower KV tier (engine/kvtier) loads blocks of its prefix: admission passes over it (the
+  // sequences behind it may go first) until the blocks are in the device pool.
+  bool kv_loading = false;
+
   // Speculative decoding (engine/spec): during a step that verifies drafts, the last token followed by the
   // drafts, the chunk the scheduler hands out. Not part of `tokens` until accepted.
   std::vector<TokenId> verify_tokens;
