@@ -94,12 +94,13 @@ class ChildProcess {
   std::string buffer_;
 };
 
-// Reads a server's stdout until it prints "... on http://127.0.0.1:PORT"; returns PORT (0 if it never does).
+// Reads a server's stdout until it prints "... on http://HOST:PORT" (127.0.0.1, 0.0.0.0, [::], a name);
+// returns PORT (0 if it never does).
 inline std::uint16_t wait_for_serving_port(ChildProcess& process, std::chrono::milliseconds timeout) {
-  const std::regex serving("on http://127\\.0\\.0\\.1:([0-9]+)");
+  const std::regex serving("on http://(\\[[^\\]]*\\]|[^:/ ]+):([0-9]+)");
   while (auto line = process.read_line(timeout)) {
     std::smatch m;
-    if (std::regex_search(*line, m, serving)) return static_cast<std::uint16_t>(std::stoi(m[1]));
+    if (std::regex_search(*line, m, serving)) return static_cast<std::uint16_t>(std::stoi(m[2]));
   }
   return 0;
 }
