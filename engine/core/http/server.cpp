@@ -65,7 +65,11 @@ asio::awaitable<void> accept_loop(HttpServer::State& server) {
     socket.set_option(tcp::no_delay(true), ec);  // stream pieces must not wait for Nagle
     std::string peer = peer_address(socket);
     auto session = std::make_shared<Session>(server, std::move(socket));
-    if (!server.add_session(session.get(), session, std::move(peer))) continue;  // over a cap: closed
+    std::shared_ptr<Session> victim;
+    const auto admission = server.add_session(session.get(), session, std::move(peer), victim);
+    if (victim) asio::post(victim->executor(), [victim] { victim->evict(); });
+    if (admission == HttpServer::State::Admission::refused) continue;  // closed on leaving scope
+    if (admission == HttpServer::State::Admission::probe_only) session->set_probe_only();
     asio::co_spawn(session->executor(), session->run(), log_session_exception);
   }
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "kvfleet/http/server.h"
@@ -22,29 +23,13 @@ class Session;
 struct HttpServer::State {
   State(HttpServerConfig c, HttpRouter r) : config(std::move(c)), router(std::move(r)) {}
 
-  // Registers a new connection; false (and nothing registered) when it is over max_connections
-  // or over max_connections_per_peer for `peer` (its address; empty: unknown, not capped).
-  bool add_session(Session* session, std::weak_ptr<Session> weak, std::string peer) {
-    std::lock_guard lock(mutex);
-    if (sessions.size() >= config.max_connections) return false;
-    if (config.max_connections_per_peer > 0 && !peer.empty()) {
-      size_t& count = per_peer[peer];
-      if (count >= config.max_connections_per_peer) return false;
-      ++count;
-    }
-    sessions.emplace(session, Entry{std::move(weak), std::move(peer)});
-    return true;
-  }
-  void remove_session(Session* session) {
-    std::lock_guard lock(mutex);
-    auto it = sessions.find(session);
-    if (it == sessions.end()) return;
-    if (auto peer = per_peer.find(it->second.peer); peer != per_peer.end() && --peer->second == 0) {
-      per_peer.erase(peer);
-    }
-    sessions.erase(it);
-    if (sessions.empty()) sessions_empty.notify_all();
-  }
+  // Where a new connection goes (connection_caps.cpp, see server.h): admitted, into the probe
+  // reserve, or refused (nothing registered). `victim`: a half-request to close in its place (on its
+  // strand, through Session::evict), already uncounted.
+  enum class Admission { admitted, probe_only, refused };
+  Admission add_session(Session* session, std::weak_ptr<Session> weak, std::string peer,
+                        std::shared_ptr<Session>& victim);
+  void remove_session(Session* session);
 
   size_t connection_count() const;
 
@@ -56,11 +41,15 @@ struct HttpServer::State {
   struct Entry {
     std::weak_ptr<Session> session;
     std::string peer;
+    bool counted = true;  // counts against the caps: not evicted, not in the probe reserve
+    bool probe_only = false;  // in the probe reserve
   };
-  mutable std::mutex mutex;  // guards sessions, per_peer, started, stopped
+  mutable std::mutex mutex;  // guards everything below up to `threads`
   std::condition_variable sessions_empty;
-  std::unordered_map<Session*, Entry> sessions;
-  std::unordered_map<std::string, size_t> per_peer;  // open connections per client address
+  std::unordered_map<Session*, Entry> sessions;  // every open connection
+  std::unordered_map<std::string, std::unordered_set<Session*>> per_peer;  // counted ones per client address
+  size_t counted = 0;      // counted connections in all
+  size_t probe_only = 0;   // connections in the probe reserve
   bool started = false;
   bool stopped = false;
   std::vector<std::thread> threads;

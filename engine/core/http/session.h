@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -36,6 +37,16 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_server_stop();
   // On the strand: the grace period is over.
   void force_close();
+  // On the strand: closed for a newcomer past a connection cap (connection_caps.cpp). Closes the
+  // connection, without an answer, if it still has not finished a request head.
+  void evict();
+  // Before run(): this connection takes a probe reserve slot; it serves one request on a priority
+  // path and answers anything else 503.
+  void set_probe_only() { probe_only_ = true; }
+
+  // Any thread (read under the server's lock to pick a connection to evict).
+  bool half_request() const { return half_request_.load(std::memory_order_relaxed); }
+  int64_t last_active() const { return last_active_.load(std::memory_order_relaxed); }
 
   // Bytes of a pipelined next request kept while a handler runs; more are discarded.
   static constexpr size_t pipeline_limit = 64 * 1024;
@@ -61,6 +72,8 @@ class Session : public std::enable_shared_from_this<Session> {
   boost::asio::awaitable<void> watch_disconnect(uint64_t generation);
   void take_pipelined();
   void mark_gone();
+  void set_phase(Phase phase);
+  void touch() { last_active_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed); }
 
   HttpServer::State& server_;
   boost::beast::tcp_stream stream_;
@@ -74,6 +87,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool timed_out_ = false;        // the current read was cancelled by its deadline
   bool reading_ = false;          // a socket read is pending
   Phase phase_ = Phase::idle;
+  std::atomic<bool> half_request_{true};  // phase_ is idle or head
+  std::atomic<int64_t> last_active_{0};   // steady clock ticks of the last byte read or phase change
+  bool probe_only_ = false;
   bool first_request_ = true;
   Clock::time_point accepted_at_;
 
