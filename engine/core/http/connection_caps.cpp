@@ -35,12 +35,12 @@ bool HttpServerConfig::is_priority_path(std::string_view target) const {
 namespace {
 
 // The half-request among `members` whose last activity is oldest; null when none is one.
-Session* idlest_half_request(const std::unordered_set<Session*>& members) {
-  Session* idlest = nullptr;
+ActivitySlot* idlest_half_request(const std::vector<ActivitySlot*>& members) {
+  ActivitySlot* idlest = nullptr;
   int64_t oldest = std::numeric_limits<int64_t>::max();
-  for (Session* s : members) {
-    if (!s->half_request()) continue;
-    const int64_t at = s->last_active();
+  for (ActivitySlot* s : members) {
+    if (!s->half_request.load(std::memory_order_relaxed)) continue;
+    const int64_t at = s->last_active.load(std::memory_order_relaxed);
     if (at < oldest) {
       oldest = at;
       idlest = s;
@@ -49,17 +49,28 @@ Session* idlest_half_request(const std::unordered_set<Session*>& members) {
   return idlest;
 }
 
+void remove_member(std::unordered_map<std::string, std::vector<ActivitySlot*>>& per_peer, const std::string& peer,
+                   ActivitySlot* slot) {
+  auto members = per_peer.find(peer);
+  if (members == per_peer.end()) return;
+  std::vector<ActivitySlot*>& list = members->second;
+  ActivitySlot* last = list.back();
+  list[slot->peer_index] = last;
+  last->peer_index = slot->peer_index;
+  list.pop_back();
+  if (list.empty()) per_peer.erase(members);
+}
+
 }  // namespace
 
 HttpServer::State::Admission HttpServer::State::add_session(Session* session, std::weak_ptr<Session> weak,
-                                                            std::string peer, std::shared_ptr<Session>& victim) {
+                                                            std::string peer, std::shared_ptr<Session>& victim,
+                                                            ActivitySlot*& slot) {
   std::lock_guard lock(mutex);
   const size_t peer_cap = config.peer_cap();
-  auto uncount = [&](Session* s) {
-    auto it = sessions.find(s);
-    auto members = per_peer.find(it->second.peer);
-    members->second.erase(s);
-    if (members->second.empty()) per_peer.erase(members);
+  auto uncount = [&](ActivitySlot* s) {
+    auto it = sessions.find(s->session);
+    remove_member(per_peer, it->second.peer, s);
     it->second.counted = false;
     --counted;
     victim = it->second.session.lock();
@@ -67,34 +78,47 @@ HttpServer::State::Admission HttpServer::State::add_session(Session* session, st
   bool full = false;
   auto mine = per_peer.find(peer);
   if (peer_cap > 0 && !peer.empty() && mine != per_peer.end() && mine->second.size() >= peer_cap) {
-    if (Session* s = idlest_half_request(mine->second)) {
+    if (ActivitySlot* s = idlest_half_request(mine->second)) {
       uncount(s);
     } else {
       full = true;
     }
   }
   if (!full && counted >= config.max_connections) {
-    // The address with the most connections gives one up (peers are few next to connections).
-    const std::unordered_set<Session*>* heaviest = nullptr;
+    // The address with the most connections gives one up (addresses are few next to connections).
+    const std::vector<ActivitySlot*>* heaviest = nullptr;
     for (const auto& [address, members] : per_peer) {
       if (!heaviest || members.size() > heaviest->size()) heaviest = &members;
     }
-    Session* s = heaviest ? idlest_half_request(*heaviest) : nullptr;
+    ActivitySlot* s = heaviest ? idlest_half_request(*heaviest) : nullptr;
     if (s && !victim) {
       uncount(s);
     } else {
       full = true;
     }
   }
+  if (full && probe_only >= config.probe_reserve) return Admission::refused;
+  if (free_slots.empty()) {
+    slot = &slots.emplace_back();
+  } else {
+    slot = free_slots.back();
+    free_slots.pop_back();
+  }
+  slot->session = session;
+  slot->half_request.store(true, std::memory_order_relaxed);
+  slot->last_active.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
   if (full) {
-    if (probe_only >= config.probe_reserve) return Admission::refused;
     ++probe_only;
-    sessions.emplace(session, Entry{std::move(weak), std::move(peer), false, true});
+    sessions.emplace(session, Entry{std::move(weak), std::move(peer), slot, false, true});
     return Admission::probe_only;
   }
-  if (!peer.empty()) per_peer[peer].insert(session);
+  if (!peer.empty()) {
+    std::vector<ActivitySlot*>& members = per_peer[peer];
+    slot->peer_index = members.size();
+    members.push_back(slot);
+  }
   ++counted;
-  sessions.emplace(session, Entry{std::move(weak), std::move(peer), true});
+  sessions.emplace(session, Entry{std::move(weak), std::move(peer), slot, true, false});
   return Admission::admitted;
 }
 
@@ -104,13 +128,12 @@ void HttpServer::State::remove_session(Session* session) {
   if (it == sessions.end()) return;
   if (it->second.counted) {
     --counted;
-    if (auto members = per_peer.find(it->second.peer); members != per_peer.end()) {
-      members->second.erase(session);
-      if (members->second.empty()) per_peer.erase(members);
-    }
+    if (!it->second.peer.empty()) remove_member(per_peer, it->second.peer, it->second.slot);
   } else if (it->second.probe_only) {
     --probe_only;
   }
+  it->second.slot->session = nullptr;
+  free_slots.push_back(it->second.slot);
   sessions.erase(it);
   if (sessions.empty()) sessions_empty.notify_all();
 }

@@ -66,9 +66,11 @@ asio::awaitable<void> accept_loop(HttpServer::State& server) {
     std::string peer = peer_address(socket);
     auto session = std::make_shared<Session>(server, std::move(socket));
     std::shared_ptr<Session> victim;
-    const auto admission = server.add_session(session.get(), session, std::move(peer), victim);
+    ActivitySlot* slot = nullptr;
+    const auto admission = server.add_session(session.get(), session, std::move(peer), victim, slot);
     if (victim) asio::post(victim->executor(), [victim] { victim->evict(); });
     if (admission == HttpServer::State::Admission::refused) continue;  // closed on leaving scope
+    session->set_activity_slot(slot);
     if (admission == HttpServer::State::Admission::probe_only) session->set_probe_only();
     asio::co_spawn(session->executor(), session->run(), log_session_exception);
   }

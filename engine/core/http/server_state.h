@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
+#include <deque>
 #include <vector>
 
 #include "kvfleet/http/server.h"
@@ -20,6 +20,16 @@ namespace kvfleet::http {
 
 class Session;
 
+// A connection's activity, read under the server's lock to pick a half-request to close. Slots live in
+// one deque (stable addresses, reused), so scanning an address's connections stays in a few cache lines
+// instead of visiting every Session. Written by the connection's strand, read by the accept loop.
+struct ActivitySlot {
+  std::atomic<int64_t> last_active{0};  // steady clock ticks of the last byte read or phase change
+  std::atomic<bool> half_request{true};  // idle or reading a head
+  Session* session = nullptr;
+  size_t peer_index = 0;  // where it is in its address's list
+};
+
 struct HttpServer::State {
   State(HttpServerConfig c, HttpRouter r) : config(std::move(c)), router(std::move(r)) {}
 
@@ -27,8 +37,9 @@ struct HttpServer::State {
   // reserve, or refused (nothing registered). `victim`: a half-request to close in its place (on its
   // strand, through Session::evict), already uncounted.
   enum class Admission { admitted, probe_only, refused };
+  // `slot` gets the connection's ActivitySlot (always, also in the probe reserve) unless refused.
   Admission add_session(Session* session, std::weak_ptr<Session> weak, std::string peer,
-                        std::shared_ptr<Session>& victim);
+                        std::shared_ptr<Session>& victim, ActivitySlot*& slot);
   void remove_session(Session* session);
 
   size_t connection_count() const;
@@ -41,13 +52,16 @@ struct HttpServer::State {
   struct Entry {
     std::weak_ptr<Session> session;
     std::string peer;
+    ActivitySlot* slot = nullptr;
     bool counted = true;  // counts against the caps: not evicted, not in the probe reserve
     bool probe_only = false;  // in the probe reserve
   };
   mutable std::mutex mutex;  // guards everything below up to `threads`
   std::condition_variable sessions_empty;
   std::unordered_map<Session*, Entry> sessions;  // every open connection
-  std::unordered_map<std::string, std::unordered_set<Session*>> per_peer;  // counted ones per client address
+  std::unordered_map<std::string, std::vector<ActivitySlot*>> per_peer;  // counted ones per client address
+  std::deque<ActivitySlot> slots;         // every slot ever made; reused through free_slots
+  std::vector<ActivitySlot*> free_slots;
   size_t counted = 0;      // counted connections in all
   size_t probe_only = 0;   // connections in the probe reserve
   bool started = false;

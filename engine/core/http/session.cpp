@@ -144,7 +144,6 @@ Session::Session(HttpServer::State& server, asio::ip::tcp::socket socket)
       accepted_at_(Clock::now()),
       watch_done_(stream_.get_executor()) {
   buffer_.reserve(16 * 1024);
-  touch();
   boost::system::error_code ec;
   const asio::ip::address peer = stream_.socket().remote_endpoint(ec).address();
   if (!ec)

@@ -44,9 +44,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // path and answers anything else 503.
   void set_probe_only() { probe_only_ = true; }
 
-  // Any thread (read under the server's lock to pick a connection to evict).
-  bool half_request() const { return half_request_.load(std::memory_order_relaxed); }
-  int64_t last_active() const { return last_active_.load(std::memory_order_relaxed); }
+  // Before run(): where this connection's activity is kept (connection_caps.cpp).
+  void set_activity_slot(ActivitySlot* slot) { activity_ = slot; }
 
   // Bytes of a pipelined next request kept while a handler runs; more are discarded.
   static constexpr size_t pipeline_limit = 64 * 1024;
@@ -73,7 +72,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void take_pipelined();
   void mark_gone();
   void set_phase(Phase phase);
-  void touch() { last_active_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed); }
+  void touch() {
+    if (activity_) activity_->last_active.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  }
 
   HttpServer::State& server_;
   boost::beast::tcp_stream stream_;
@@ -87,8 +88,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool timed_out_ = false;        // the current read was cancelled by its deadline
   bool reading_ = false;          // a socket read is pending
   Phase phase_ = Phase::idle;
-  std::atomic<bool> half_request_{true};  // phase_ is idle or head
-  std::atomic<int64_t> last_active_{0};   // steady clock ticks of the last byte read or phase change
+  ActivitySlot* activity_ = nullptr;  // last activity, and whether phase_ is idle or head
   bool probe_only_ = false;
   bool first_request_ = true;
   Clock::time_point accepted_at_;

@@ -36,7 +36,7 @@ void copy_head(const bhttp::request_header<>& head, Request& request) {
 
 void Session::set_phase(Phase phase) {
   phase_ = phase;
-  half_request_.store(phase == Phase::idle || phase == Phase::head, std::memory_order_relaxed);
+  if (activity_) activity_->half_request.store(phase == Phase::idle || phase == Phase::head, std::memory_order_relaxed);
   touch();
 }
 
