@@ -87,7 +87,7 @@ slow() {  # name slowhttptest-mode-flag verb path
   sleep 5  # the attack has opened its connections
   probe /v1/models $((secs - 8))
   wait "$attacker" 2>/dev/null || true
-  grep -E "closed:|pending:|connected:|error:|service available:" "$work/$1.log" | tail -n 5 | sed 's/^/  slowhttptest /'
+  grep -E "closed:|pending:|connected:|error:|service available:" "$work/$1.log" | tail -n 5 | sed 's/\x1b\[[0-9;]*m//g; s/^/  slowhttptest /'
   echo "  router RSS $(rss_kib) KiB"
 }
 
