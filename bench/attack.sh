@@ -71,9 +71,12 @@ probe() {
 import sys
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
 ok = sorted(float(t) * 1000 for c, t in rows if c == "200")
-bad = sum(1 for c, _ in rows if c != "200")
+codes = {}
+for c, _ in rows:
+    if c != "200": codes[c] = codes.get(c, 0) + 1
+bad = ", ".join(f"{n} x {'no answer in 10 s' if c == '000' else c}" for c, n in sorted(codes.items())) or "all 200"
 pct = lambda p: ok[min(len(ok) - 1, int(p * len(ok)))] if ok else float("nan")
-print(f"  second client GET {sys.argv[2]}: {len(rows)} requests, {bad} not 200, "
+print(f"  second client GET {sys.argv[2]}: {len(rows)} requests ({bad}), "
       f"p50 {pct(0.5):.1f} ms, p90 {pct(0.9):.1f} ms, max {max(ok) if ok else float('nan'):.1f} ms")
 PY
 }

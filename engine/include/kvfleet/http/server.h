@@ -25,8 +25,10 @@
 //     connection that has not finished its request head (idle keep-alive connections included); it
 //     closes without an answer. With no half-request to close, the new connection takes one of
 //     probe_reserve spare slots, where only priority_paths (health probes, metrics, admin) are
-//     served and anything else is answered 503; with none left it is closed at once. On EMFILE/ENFILE
-//     the accept loop pauses (accept_backoff, 50 ms, doubling up to 1 s) instead of spinning.
+//     served and anything else is answered 503; with none left it is closed at once. The accept loop
+//     takes up to 256 queued connections per wake-up (a probe must not wait in the kernel's queue
+//     behind a flood's connections); on EMFILE/ENFILE it pauses (accept_backoff, 50 ms, doubling up
+//     to 1 s) instead of spinning.
 //   - `Expect: 100-continue` gets `100 Continue` once the head passed its checks.
 // An exception in one connection (Beast, a handler, our code) ends that connection only, logged.
 //
