@@ -1,6 +1,7 @@
 #include "bench/kvfleet_bench/compare_tiers.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <boost/json.hpp>
 #include <cmath>
 #include <filesystem>
@@ -22,8 +23,8 @@ fs::path own_bin_dir() {
   return ec ? fs::path(".") : self.parent_path();
 }
 
-std::string run_name(const std::string& tiers, const std::string& topology) {
-  std::string name = topology + "-" + tiers;
+std::string run_name(const std::string& tiers, const std::string& topology, int repeat) {
+  std::string name = topology + "-" + tiers + (repeat > 0 ? "-" + std::to_string(repeat + 1) : "");
   for (char& c : name)
     if (c == '+') c = '_';
   return name;
@@ -40,8 +41,9 @@ void check_options(const CompareTiersOptions& o) {
   if (!(o.device_fraction > 0 && o.device_fraction <= 1)) throw std::invalid_argument("--device-fraction must be in (0, 1]");
 }
 
-TierRun run_one(const CompareTiersOptions& o, const std::string& tiers, const std::string& topology, std::int64_t blocks) {
-  const std::string name = run_name(tiers, topology);
+TierRun run_one(const CompareTiersOptions& o, const std::string& tiers, const std::string& topology, std::int64_t blocks,
+                int repeat) {
+  const std::string name = run_name(tiers, topology, repeat);
   FleetConfig fc;
   fc.bin_dir = o.bin_dir.empty() ? own_bin_dir() : fs::path(o.bin_dir);
   fc.model = o.serve.model;
@@ -71,10 +73,32 @@ TierRun run_one(const CompareTiersOptions& o, const std::string& tiers, const st
   so.plot_dir.clear();
   ServeReport report = run_serve(so, std::cerr);
   fleet.stop();
-  return TierRun{tiers, topology, report.result, blocks};
+  return TierRun{tiers, topology, report.result, blocks, repeat};
 }
 
 std::string ratio(std::optional<double> v) { return v ? fmt::format("{:.3f}", *v) : "n/a"; }
+
+struct Medians {
+  double ttft_p50 = 0, request_throughput = 0, hit = 0;
+  int runs = 0;
+};
+
+// Each setup's medians over its repeats.
+Medians medians_of(const std::vector<TierRun>& runs, const std::string& tiers, const std::string& topology) {
+  std::vector<double> ttft, tput, hit;
+  for (const TierRun& r : runs) {
+    if (r.tiers != tiers || r.topology != topology) continue;
+    ttft.push_back(r.result.ttft_ms.p50);
+    tput.push_back(r.result.request_throughput);
+    hit.push_back(tier_shares(r.result).total);
+  }
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
+  return Medians{median(ttft), median(tput), median(hit), static_cast<int>(ttft.size())};
+}
 
 }  // namespace
 
@@ -115,6 +139,8 @@ void add_compare_tiers_flags(CLI::App& app, CompareTiersOptions& o) {
   app.add_option("--router-flag", o.router_flags, "A flag for the router")->allow_extra_args(false);
   app.add_option("--block-size", o.block_size, "KV block size of replicas and router");
   app.add_option("--out-dir", o.out_dir, "Report folder (disk tiers under it, emptied per run)");
+  app.add_option("--repeats", o.repeats, "Run the setups this many times, interleaved; compare medians")
+      ->check(CLI::PositiveNumber);
 }
 
 std::string tiers_markdown(const CompareTiersOptions& o, const std::vector<TierRun>& runs, double working_set) {
@@ -124,34 +150,33 @@ std::string tiers_markdown(const CompareTiersOptions& o, const std::vector<TierR
                     o.serve.workload.trace_file, o.serve.workload.trace_block_tokens, o.serve.workload.trace_time_scale,
                     o.serve.workload.trace_max_output, o.serve.max_concurrency, o.block_size, working_set,
                     std::ceil(working_set / o.block_size));
-  md += "| topology | tiers | device blocks (% of working set) | hit ratio | device | host | disk | infinite cache | "
+  md += "| topology | tiers | run | device blocks (% of working set) | hit ratio | device | host | disk | infinite cache | "
         "hit / infinite | TTFT p50 (ms) | TTFT p90 (ms) | req/s | output tok/s | failed |\n";
-  md += "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  md += "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const TierRun& r : runs) {
     const BenchResult& b = r.result;
     const TierShares s = tier_shares(b);
     const double inf = b.infinite_cache_hit_ratio.value_or(0);
-    md += fmt::format("| {} | {} | {} ({:.0f}%) | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {} | {} | {:.0f} | {:.0f} | {:.2f} | {:.1f} | {} |\n",
-                      r.topology, r.tiers, r.device_blocks, 100.0 * r.device_blocks * o.block_size / std::max(1.0, working_set),
+    md += fmt::format("| {} | {} | {} | {} ({:.0f}%) | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {} | {} | {:.0f} | {:.0f} | {:.2f} | {:.1f} | {} |\n",
+                      r.topology, r.tiers, r.repeat + 1, r.device_blocks, 100.0 * r.device_blocks * o.block_size / std::max(1.0, working_set),
                       s.total, s.device, s.host, s.disk, ratio(b.infinite_cache_hit_ratio),
                       inf > 0 ? fmt::format("{:.2f}", s.total / inf) : "n/a", b.ttft_ms.p50, b.ttft_ms.p90,
                       b.request_throughput, b.output_throughput, b.failed);
   }
   std::string against;
-  for (const TierRun& r : runs) {
-    if (r.tiers == "off") continue;
-    const TierRun* off = nullptr;
-    for (const TierRun& x : runs)
-      if (x.tiers == "off" && x.topology == r.topology) off = &x;
-    if (!off || r.result.ttft_ms.p50 <= 0 || off->result.request_throughput <= 0) continue;
-    against += fmt::format("| {} | {} | {:.2f}x | {:+.1f}% | {:+.1f}% |\n", r.topology, r.tiers,
-                           off->result.ttft_ms.p50 / r.result.ttft_ms.p50,
-                           100.0 * (r.result.request_throughput / off->result.request_throughput - 1),
-                           100.0 * (r.result.ttft_ms.p50 / off->result.ttft_ms.p50 - 1));
-  }
+  for (const std::string& topology : o.topologies)
+    for (const std::string& tiers : o.tiers) {
+      const Medians on = medians_of(runs, tiers, topology), off = medians_of(runs, "off", topology);
+      if (tiers == "off" || on.runs == 0 || off.runs == 0 || on.ttft_p50 <= 0 || off.request_throughput <= 0) continue;
+      against += fmt::format("| {} | {} | {} | {:.3f} / {:.3f} | {:.0f} / {:.0f} | {:.2f}x | {:+.1f}% | {:+.1f}% |\n", topology,
+                             tiers, on.runs, off.hit, on.hit, off.ttft_p50, on.ttft_p50, off.ttft_p50 / on.ttft_p50,
+                             100.0 * (on.request_throughput / off.request_throughput - 1),
+                             100.0 * (on.ttft_p50 / off.ttft_p50 - 1));
+    }
   if (!against.empty())
-    md += "\nAgainst `off` on the same topology:\n\n| topology | tiers | TTFT p50 off / on | req/s change | TTFT p50 change |\n"
-          "|---|---|---:|---:|---:|\n" + against;
+    md += "\nAgainst `off` on the same topology (medians over the runs):\n\n| topology | tiers | runs | hit ratio off / on | "
+          "TTFT p50 off / on (ms) | TTFT p50 off / on | req/s change | TTFT p50 change |\n"
+          "|---|---|---:|---:|---:|---:|---:|---:|\n" + against;
   return md;
 }
 
@@ -168,13 +193,15 @@ int run_compare_tiers(const CompareTiersOptions& o) {
   const std::int64_t blocks = o.num_kv_blocks > 0 ? o.num_kv_blocks : device_blocks_for(workload, o.device_fraction, o.block_size);
   std::vector<TierRun> runs;
   boost::json::object all{{"working_set_tokens", working_set}, {"device_blocks", blocks}};
-  for (const std::string& topology : o.topologies)
-    for (const std::string& tiers : o.tiers) {
-      runs.push_back(run_one(o, tiers, topology, blocks));
-      std::ifstream in(fs::path(o.out_dir) / (run_name(tiers, topology) + ".json"));
-      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      all[run_name(tiers, topology)] = boost::json::parse(text);
-    }
+  for (int repeat = 0; repeat < o.repeats; ++repeat)
+    for (const std::string& topology : o.topologies)
+      for (const std::string& tiers : o.tiers) {
+        runs.push_back(run_one(o, tiers, topology, blocks, repeat));
+        const std::string name = run_name(tiers, topology, repeat);
+        std::ifstream in(fs::path(o.out_dir) / (name + ".json"));
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        all[name] = boost::json::parse(text);
+      }
   const std::string md = tiers_markdown(o, runs, working_set);
   std::ofstream(fs::path(o.out_dir) / "report.md") << md;
   std::ofstream(fs::path(o.out_dir) / "results.json") << boost::json::serialize(all) << "\n";

@@ -8,7 +8,9 @@
 // (usage.prompt_tokens_details.cached_tokens over prompt tokens; the tiers' share from the replicas'
 // kvfleet_kv_tier_hit_tokens_total, the device's the rest), TTFT p50/p90, throughput, and the hit ratio
 // an infinite cache would reach on the trace; then each tier setup against `off` on the same topology:
-// hit ratio over the infinite cache's, TTFT p50 off / on, throughput on / off.
+// hit ratio over the infinite cache's, TTFT p50 off / on, throughput on / off. With --repeats N every setup
+// runs N times, interleaved (off, host, disk, off, host, ...), and the comparison takes each setup's
+// median TTFT p50 and throughput over its runs.
 #pragma once
 
 #include <string>
@@ -31,12 +33,14 @@ struct CompareTiersOptions {
   std::vector<std::string> replica_flags, router_flags;
   std::int32_t block_size = 16;
   std::string out_dir = "tiers-report";
+  int repeats = 1;  // the whole list of setups this many times, interleaved (a loaded machine drifts)
 };
 
 struct TierRun {
   std::string tiers, topology;
   BenchResult result;
   std::int64_t device_blocks = 0;
+  int repeat = 0;
 };
 
 struct TierShares {  // fractions of all prompt tokens

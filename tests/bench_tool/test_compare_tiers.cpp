@@ -55,12 +55,19 @@ TEST_CASE("the device pool: a share of the working set, never less than the long
 
 TEST_CASE("the tiers report: one row per run, each tier setup against off on its topology") {
   CompareTiersOptions o;
-  const std::vector<TierRun> runs = {TierRun{"off", "replica", result(1000, 100, 0, 0, 300, 2.0), 50},
-                                     TierRun{"host", "replica", result(1000, 760, 600, 0, 60, 2.5), 50}};
+  o.tiers = {"off", "host"};
+  o.topologies = {"replica"};
+  const std::vector<TierRun> runs = {TierRun{"off", "replica", result(1000, 100, 0, 0, 300, 2.0), 50, 0},
+                                     TierRun{"host", "replica", result(1000, 760, 600, 0, 60, 2.5), 50, 0},
+                                     TierRun{"off", "replica", result(1000, 100, 0, 0, 900, 2.0), 50, 1},
+                                     TierRun{"host", "replica", result(1000, 760, 600, 0, 20, 2.5), 50, 1},
+                                     TierRun{"off", "replica", result(1000, 100, 0, 0, 200, 2.0), 50, 2},
+                                     TierRun{"host", "replica", result(1000, 760, 600, 0, 90, 2.5), 50, 2}};
   const std::string md = tiers_markdown(o, runs, 8000);
-  CHECK(md.find("| replica | off | 50 (10%) | 0.100 | 0.100 | 0.000 | 0.000 | 0.800 | 0.12 | 300 | 600 | 2.00 |") !=
+  CHECK(md.find("| replica | off | 1 | 50 (10%) | 0.100 | 0.100 | 0.000 | 0.000 | 0.800 | 0.12 | 300 | 600 | 2.00 |") !=
         std::string::npos);
-  CHECK(md.find("| replica | host | 50 (10%) | 0.760 | 0.160 | 0.600 | 0.000 | 0.800 | 0.95 | 60 | 120 | 2.50 |") !=
+  CHECK(md.find("| replica | host | 3 | 50 (10%) | 0.760 | 0.160 | 0.600 | 0.000 | 0.800 | 0.95 | 90 | 180 | 2.50 |") !=
         std::string::npos);
-  CHECK(md.find("| replica | host | 5.00x | +25.0% | -80.0% |") != std::string::npos);
+  // Medians: off 300 ms (of 300, 900, 200), host 60 ms (of 60, 20, 90).
+  CHECK(md.find("| replica | host | 3 | 0.100 / 0.760 | 300 / 60 | 5.00x | +25.0% | -80.0% |") != std::string::npos);
 }
