@@ -119,12 +119,9 @@ Workload trace_workload(const WorkloadOptions& o, const PromptBuilder& p, std::m
   std::string first_line;
   while (first_line.find_first_not_of(" \t\r") == std::string::npos && std::getline(in, first_line)) {
   }
-  if (is_mooncake_line(first_line)) {
-    std::ifstream again(o.trace_file);
-    return mooncake_workload(o, p, again);
-  }
   in.clear();
   in.seekg(0);
+  if (is_mooncake_line(first_line)) return mooncake_workload(o, p, in);
   Workload w{"trace", {}};
   std::map<std::string, std::pair<int, std::string>> prefixes;  // id -> (index, text)
   std::string line;
