@@ -1,5 +1,7 @@
 #include "engine/kvtier/kv_tiers.h"
 
+#include "engine/kvtier/tier_identity.h"
+
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
@@ -55,7 +57,10 @@ KvTiers::KvTiers(const KvTierConfig& config, std::uint64_t compat, Scheduler& sc
     if (config.disk_bytes <= 0) throw std::invalid_argument("the disk KV tier needs a size (kv_disk_gib)");
     disk_ = std::make_unique<FileTier>(KvMedium::disk, config.disk_dir, format, static_cast<std::uint64_t>(config.disk_bytes));
   }
-  if (!config.shared_dir.empty()) shared_ = std::make_unique<FileTier>(KvMedium::shared, config.shared_dir, format, 0);
+  if (!config.shared_dir.empty()) {
+    shared_ = std::make_unique<FileTier>(KvMedium::shared, config.shared_dir, format, 0);
+    stats_.shared_tier_id = folder_identity(shared_->folder());
+  }
   io_threads_ = std::max(1, config.io_threads);
   if (disk_ || shared_) io_ = std::make_unique<IoPool>(io_threads_);
   stats_.enabled = true;

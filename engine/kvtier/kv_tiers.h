@@ -26,7 +26,9 @@
 //   block simply is not in that tier. No request fails because of a tier.
 // - Outputs do not change: the bytes that come back are the bytes that went down, and the engine is batch
 //   invariant (a sequence's logits do not depend on where its prefix's K/V came from).
-// - KV events (Contract 2): blocks entering or leaving a lower tier are published with their medium.
+// - KV events (Contract 2): blocks entering or leaving a lower tier are published with their medium. The
+//   shared tier's identity (tier_identity.h, in stats().shared_tier_id) goes in the replica's config event, so
+//   that routers know which replicas read the same shared blocks.
 // Engine thread only (construction included), except stats(), which copies figures under a lock.
 #pragma once
 

@@ -129,6 +129,9 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
                       {"heartbeat_ms", heartbeat.count()}};
   if (ep_) config["dp_size"] = ep_->size();
   if (per_rank) config["per_rank"] = true;
+  // Replicas naming the same shared KV tier read each other's blocks there (routers count them for each).
+  if (!ep_)
+    if (const std::uint64_t shared = engine_->stats().kv_tiers.shared_tier_id; shared != 0) config["shared_tier"] = shared;
   const std::string opening = "data: " + json::serialize(config) + "\n\n";
   if (!co_await w.write(opening)) co_return;
 
