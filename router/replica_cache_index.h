@@ -48,8 +48,8 @@
 // Tiers. Events with a `medium` below the device pool (host, disk, shared) go to a TierIndex next to the
 // tree (router/tier_index.h): per block, the replicas whose host or disk tier holds it and the shared tiers
 // that do. The config event's `shared_tier` puts the replica in that shared tier's group. A cleared event, a
-// restart, a reconnect that starts over and a removal drop the replica's host and disk marks (a snapshot lists
-// the device pool only); shared marks belong to the group and stay. match_tiers() walks a prompt as the
+// restart, a reconnect that starts over and a removal drop the replica's host and disk marks (the snapshot
+// that follows lists them again, with their medium); shared marks belong to the group and stay. match_tiers() walks a prompt as the
 // replica's engine would: its device prefix, then host, disk or shared block after block.
 //
 // Thread-safety: none (as PrefixTree). The router owns one index behind its own lock or strand.

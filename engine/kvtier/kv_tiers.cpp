@@ -316,6 +316,15 @@ std::size_t KvTiers::land(std::span<const BlockId> device, std::span<const Found
   return landed;
 }
 
+void KvTiers::add_to_snapshot(KvSnapshot& snapshot) const {
+  if (host_)
+    for (const auto& [hash, parent] : host_->held()) snapshot.blocks.push_back({hash, parent, KvMedium::host});
+  for (const FileTier* tier : {disk_.get(), shared_.get()}) {
+    if (!tier) continue;
+    for (const BlockHash hash : tier->held()) snapshot.blocks.push_back({hash, 0, tier->medium()});
+  }
+}
+
 KvTierStats KvTiers::stats() const {
   std::lock_guard lock(mu_);
   return stats_;

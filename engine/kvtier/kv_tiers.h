@@ -67,6 +67,10 @@ class KvTiers {
   // step.
   KvTierStats stats() const;
 
+  // Appends what the tiers hold to a prefix cache snapshot (KV events, Contract 2): host blocks with their
+  // parents, then the disk tier's files and the shared files this replica wrote or read, with parent 0.
+  void add_to_snapshot(KvSnapshot& snapshot) const;
+
  private:
   struct Found {
     StoredBlockPtr block;

@@ -176,7 +176,8 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
     std::string out = "data: " + json::serialize(cleared) + "\n\n";
     for (std::size_t i = 0; i < snap->blocks.size(); ++i) {
       const auto& b = snap->blocks[i];
-      out += event_line({snap->seq, KvEvent::Type::stored, {b.hash}, b.parent, i < ranks.size() ? ranks[i] : -1}, tier, true);
+      out += event_line({snap->seq, KvEvent::Type::stored, {b.hash}, b.parent, i < ranks.size() ? ranks[i] : -1, b.medium},
+                        tier, true);
       if ((i + 1) % kEventsPerWrite == 0) {
         if (!co_await w.write(out)) co_return;
         out.clear();

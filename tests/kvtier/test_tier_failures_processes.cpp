@@ -82,6 +82,20 @@ bool wait_until_true(const std::function<bool()>& done, std::chrono::seconds lim
   return true;
 }
 
+// After SIGSTOP: until every thread of `pid` is stopped (the signal is delivered asynchronously).
+bool all_threads_stopped(pid_t pid) {
+  return wait_until_true([&] {
+    std::error_code ec;
+    for (const auto& t : fs::directory_iterator(fs::path("/proc") / std::to_string(pid) / "task", ec)) {
+      std::ifstream in(t.path() / "stat");
+      std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const auto close = stat.rfind(") ");
+      if (close == std::string::npos || (stat[close + 2] != 'T' && stat[close + 2] != 't')) return false;
+    }
+    return !ec;
+  }, std::chrono::seconds(2));
+}
+
 std::vector<fs::path> files_named(const fs::path& dir, std::string_view suffix) {
   std::vector<fs::path> out;
   std::error_code ec;
@@ -174,6 +188,7 @@ TEST_CASE("a replica killed while a block file is half written leaves no torn bl
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (!torn && std::chrono::steady_clock::now() < deadline) {
       replica->process().signal(SIGSTOP);
+      REQUIRE(all_threads_stopped(replica->process().pid()));
       torn = !files_named(disk.path(), ".tmp").empty();
       if (!torn) {
         replica->process().signal(SIGCONT);

@@ -186,3 +186,21 @@ TEST_CASE("cache_aware: a match is weighed by tier; a cold replica loses to a ho
   knobs["host_tier_weight"] = 1.5;
   CHECK_THROWS_WITH_AS(CacheAwarePolicy::from_yaml(knobs), doctest::Contains("host_tier_weight"), std::invalid_argument);
 }
+
+TEST_CASE("replica cache index: a snapshot's tier entries restore the replica's host and disk marks") {
+  ReplicaCacheIndex index{ReplicaCacheConfig{.block_size = 16, .root = kRootHash}};
+  index.add_replica(0);
+  index.begin_stream(0);
+  REQUIRE(index.apply_event(0, config(7), 1).status == EventStatus::config_accepted);
+  REQUIRE(index.apply_event(0, R"({"seq":7,"type":"cleared","snapshot":4})", 1).status == EventStatus::applied);
+  for (const std::string& e : {std::string(R"({"seq":7,"type":"stored","block_hashes":[1],"parent":11259375,"snapshot":true})"),
+                               std::string(R"({"seq":7,"type":"stored","block_hashes":[2],"parent":1,"snapshot":true,"medium":"host"})"),
+                               std::string(R"({"seq":7,"type":"stored","block_hashes":[3],"parent":0,"snapshot":true,"medium":"disk"})"),
+                               std::string(R"({"seq":7,"type":"stored","block_hashes":[2],"parent":0,"snapshot":true,"medium":"disk"})")})
+    REQUIRE(index.apply_event(0, e, 2).status == EventStatus::applied);
+  CHECK_FALSE(index.in_snapshot(0));
+  const Chain prompt{1, 2, 3, 4};
+  CHECK(index.match_tiers(prompt, index.match(prompt)).blocks[0] == Media{1, 1, 1, 0});
+  CHECK(index.apply_event(0, event(8, "removed", "3", "disk"), 3).status == EventStatus::applied);
+  CHECK(index.match_tiers(prompt, index.match(prompt)).reachable(0) == 2);
+}

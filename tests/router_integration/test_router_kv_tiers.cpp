@@ -1,5 +1,6 @@
 // Tier-aware routing with real replica processes that keep KV tiers below their device pools: a prefix the
-// device pool evicted into a replica's host tier keeps going to that replica, not to a cold one, and a prefix
+// device pool evicted into a replica's host tier keeps going to that replica, not to a cold one (also for a
+// router that learns it from the snapshot opening its event stream), and a prefix
 // in a shared tier is routable to every replica that mounts it (the router learns who mounts what from the
 // replicas' config events).
 #include <doctest/doctest.h>
@@ -109,11 +110,23 @@ TEST_CASE("a prefix evicted into a replica's host tier is routed to it over a co
   CHECK(cached_tokens(again) == 10 * static_cast<std::int64_t>(kBlock));  // from a's host tier
   CHECK(text(again) == text(first));
 
+  // Back on a's device since `again`: two more long prompts evict it into the host tier again. A router
+  // started now learns a's host tier from the snapshot that opens its event stream.
+  for (int seed : {90003, 90004}) REQUIRE(a.post("/v1/completions", body(token_prompt(seed, 20), 2)).status == 200);
+  RouterProcess late({&a, &b});
+  REQUIRE(wait_until([&] { return all_exact(late, {&a, &b}); }, std::chrono::seconds(20)));
+  REQUIRE(caught_up(late, a));
+  CHECK(late.replica(a.base_url()).at("snapshots").as_int64() >= 1);
+  CHECK(tier_blocks(late, a, "host") >= 10);
+  const http::Response from_snapshot = late.post("/v1/completions", body(prompt));
+  CHECK(served_by(from_snapshot) == a.base_url());
+  CHECK(late.metric("kvfleet_router_decisions_total", "reason=\"tier_hit\"") == 1);
+  CHECK(text(from_snapshot) == text(first));
+
   // With the tier weights at 0 (device blocks only) a router places it by rendezvous: on b, cold.
+  for (int seed : {90005, 90006}) REQUIRE(a.post("/v1/completions", body(token_prompt(seed, 20), 2)).status == 200);
   RouterProcess device_only({&a, &b}, {"--host-tier-weight", "0", "--disk-tier-weight", "0", "--shared-tier-weight", "0"});
   REQUIRE(wait_until([&] { return all_exact(device_only, {&a, &b}); }, std::chrono::seconds(20)));
-  // Back on a's device since `again`: two more long prompts evict it (at most 3 of its blocks can stay).
-  for (int seed : {90003, 90004}) REQUIRE(a.post("/v1/completions", body(token_prompt(seed, 20), 2)).status == 200);
   REQUIRE(caught_up(device_only, a));
   const http::Response cold = device_only.post("/v1/completions", body(prompt));
   REQUIRE_MESSAGE(cold.status == 200, cold.body);
