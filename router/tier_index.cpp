@@ -141,24 +141,32 @@ ReplicaMask TierIndex::shared_holders(std::uint64_t groups) const {
 
 TierMatch TierIndex::match(std::span<const BlockHash> hashes, const MatchResult& device) const {
   TierMatch out;
-  ReplicaMask alive = 0;  // replicas whose walk has not missed yet
+  ReplicaMask alive = 0;      // replicas whose walk has not missed yet: those with something to walk
+  ReplicaMask on_device = 0;  // alive replicas still inside their device prefix
   for (ReplicaId r = 0; r < kMaxReplicas; ++r) {
     out.blocks[r][0] = device.blocks[r];
-    alive |= ReplicaMask{entries_.empty() ? 0u : 1u} << r;
+    const ReplicaMask bit = ReplicaMask{1} << r;
+    if (device.blocks[r] > 0) on_device |= bit;
+    if (counts_[r][0] + counts_[r][1] > 0 || (group_of_[r] && group_counts_[*group_of_[r]] > 0)) alive |= bit;
   }
+  if (entries_.empty()) return out;
+  alive |= on_device;
   for (std::size_t i = 0; i < hashes.size() && alive != 0; ++i) {
-    ReplicaMask on_device = 0;
-    for (ReplicaMask a = alive; a != 0; a &= a - 1) {
-      const auto r = static_cast<ReplicaId>(std::countr_zero(a));
-      if (device.blocks[r] > i) on_device |= ReplicaMask{1} << r;
+    for (ReplicaMask d = on_device; d != 0; d &= d - 1) {  // device prefixes that end here
+      const auto r = static_cast<ReplicaId>(std::countr_zero(d));
+      if (device.blocks[r] <= i) on_device &= ~(ReplicaMask{1} << r);
     }
+    const ReplicaMask past = alive & ~on_device;  // only these need the tiers (device blocks count above)
+    if (past == 0) continue;
     const auto it = entries_.find(hashes[i]);
-    const Entry none{};
-    const Entry& e = it == entries_.end() ? none : it->second;
-    const ReplicaMask shared = shared_holders(e.groups);
-    alive &= on_device | e.host | e.disk | shared;
-    // Only the blocks past a replica's device prefix are counted here (the device's are above).
-    for (ReplicaMask a = alive & ~on_device; a != 0; a &= a - 1) {
+    if (it == entries_.end()) {
+      alive &= on_device;
+      continue;
+    }
+    const Entry& e = it->second;
+    const ReplicaMask held = past & (e.host | e.disk | shared_holders(e.groups));
+    alive = on_device | held;
+    for (ReplicaMask a = held; a != 0; a &= a - 1) {
       const auto r = static_cast<ReplicaId>(std::countr_zero(a));
       const ReplicaMask bit = ReplicaMask{1} << r;
       const Medium m = (e.host & bit) ? Medium::host : (e.disk & bit) ? Medium::disk : Medium::shared;
