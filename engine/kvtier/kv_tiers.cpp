@@ -75,6 +75,10 @@ KvTiers::KvTiers(const KvTierConfig& config, std::uint64_t compat, Scheduler& sc
 }
 
 KvTiers::~KvTiers() {
+  {
+    std::lock_guard lock(wake_mu_);
+    wake_ = nullptr;  // the writes finished below report to nobody
+  }
   kv_.set_block_hooks({});
   io_.reset();  // every queued write finishes (renamed into place or not at all)
 }
@@ -142,14 +146,24 @@ void KvTiers::on_commit(BlockId block, BlockHash hash, BlockHash parent, std::sp
       }
       d.seconds = seconds_since(t0);
       queued_bytes_ -= block_bytes_;
-      std::lock_guard lock(mu_);
-      done_.push_back(std::move(d));
+      finished(std::move(d));
     });
     if (!doomed.empty()) kv_.events()->publish(KvEvent::Type::removed, doomed, 0, -1, m);
   }
 }
 
+void KvTiers::finished(Done d) {
+  {
+    std::lock_guard lock(mu_);
+    done_.push_back(std::move(d));
+  }
+  if (wake_pending_.exchange(true)) return;
+  std::lock_guard lock(wake_mu_);
+  if (wake_) wake_();
+}
+
 void KvTiers::take_done() {
+  wake_pending_ = false;  // a report from now on wakes the engine again
   std::vector<Done> done;
   {
     std::lock_guard lock(mu_);
@@ -291,8 +305,7 @@ void KvTiers::start_load(Sequence& seq, std::vector<std::pair<BlockHash, KvMediu
         d.found.push_back({std::move(r.block), m});
       }
       d.seconds = seconds_since(load->start);
-      std::lock_guard lock(mu_);
-      done_.push_back(std::move(d));
+      finished(std::move(d));
     });
   }
 }
