@@ -35,6 +35,7 @@ ReplicaCacheConfig cache_config(const RouterConfig& c, BlockHash root) {
   r.approximate_ttl = static_cast<Tick>(c.approximate_ttl.count());
   r.pending_ttl = static_cast<Tick>(c.pending_ttl.count());
   r.tree.max_bytes = c.tree_max_bytes;
+  r.tiers.max_blocks = static_cast<std::size_t>(c.tier_index_max_blocks);
   return r;
 }
 

@@ -156,6 +156,7 @@ void apply_router_yaml(const std::string& text, const std::string& source, Route
     else if (key == "pending_ttl_ms") c.pending_ttl = ms();
     else if (key == "discovery") c.discovery = discovery_yaml(v, source, c.discovery);
     else if (key == "tree_max_bytes") c.tree_max_bytes = scalar<std::uint64_t>(v, source, key);
+    else if (key == "tier_index_max_blocks") c.tier_index_max_blocks = scalar<std::uint64_t>(v, source, key);
     else if (key == "health_interval_ms") c.health_interval = ms();
     else if (key == "health_timeout_ms") c.health_timeout = ms();
     else if (key == "unhealthy_after") c.unhealthy_after = positive<int>(v, source, key);

@@ -36,6 +36,7 @@ struct RouterConfig {
   // the stored event that confirms it (router/replica_cache_index.h).
   milliseconds pending_ttl{20'000};
   std::uint64_t tree_max_bytes = 256ull << 20;
+  std::uint64_t tier_index_max_blocks = 1ull << 20;  // blocks of the replicas' lower KV tiers the router keeps
   // Active health checks: GET /health every interval; this many failures in a row -> unhealthy,
   // this many successes in a row -> healthy again. A failed connect marks unhealthy at once.
   milliseconds health_interval{1'000};
