@@ -2,8 +2,11 @@
 // (Gateway::plan, the real code) and match + choose (ReplicaCacheIndex over a populated tree, the
 // cache_aware policy), for ~1k-token prompts that share a system prompt and differ in the rest
 // (bench/chat_prompts.h: every request distinct, so only what truly recurs can be cached). Prints
-// p50/p99 microseconds of each part and of the sum.
-//   bench_router_overhead [iterations=2000] [replicas=8] [cached_prompts=20000] [completions|chat]
+// p50/p99 microseconds of each part and of the sum. With `tiers`, the replicas are in exact mode and each
+// cached prompt is also in its replica's host tier and in a shared tier all replicas mount (the tier index
+// then walks every prompt past the device prefix: the routing cost of tier-aware cache_aware, reported on its
+// own; exact mode also makes on_routed leave pending marks, which the approximate default does not).
+//   bench_router_overhead [iterations=2000] [replicas=8] [cached_prompts=20000] [completions|chat] [tiers]
 #include <algorithm>
 #include <boost/json.hpp>
 #include <chrono>
@@ -43,6 +46,7 @@ int main(int argc, char** argv) {
   const int replicas = argc > 2 ? std::atoi(argv[2]) : 8;
   const int cached = argc > 3 ? std::atoi(argv[3]) : 20000;
   const bool chat = argc > 4 && std::string_view(argv[4]) == "chat";
+  const bool tiers = argc > 5 && std::string_view(argv[5]) == "tiers";
   const std::string path = chat ? "/v1/chat/completions" : "/v1/completions";
   RouterConfig config;
   config.model = std::string(KVFLEET_BENCH_MODEL_DIR);
@@ -66,17 +70,39 @@ int main(int argc, char** argv) {
   ReplicaCacheConfig cc;
   cc.root = block_hash_root(gateway.model_name());
   ReplicaCacheIndex index(cc);
-  for (int r = 0; r < replicas; ++r) index.add_replica(static_cast<ReplicaId>(r));
+  std::vector<std::uint64_t> seq(static_cast<std::size_t>(replicas), 0);
+  for (int r = 0; r < replicas; ++r) {
+    index.add_replica(static_cast<ReplicaId>(r));
+    if (!tiers) continue;
+    index.begin_stream(static_cast<ReplicaId>(r));
+    KvEventMessage config;
+    config.type = KvEventMessage::Type::config;
+    config.block_size = cc.block_size;
+    config.root = cc.root;
+    config.shared_tier = 0x5EED;
+    index.apply_event(static_cast<ReplicaId>(r), config, 1);
+  }
+  // A prompt in r's host tier and in the shared tier (exact mode: as the replica's events say).
+  const auto in_tiers = [&](ReplicaId r, const std::vector<BlockHash>& hashes) {
+    for (const Medium m : {Medium::host, Medium::shared}) {
+      KvEventMessage e;
+      e.seq = ++seq[r];
+      e.block_hashes = hashes;
+      e.medium = m;
+      index.apply_event(r, e, 1);
+    }
+  };
   std::unique_ptr<Policy> policy = make_policy("cache_aware");
   // A busy tree: many cached prompts spread over the replicas, plus our bodies' prefixes.
   for (int i = 0; i < cached; ++i) {
     const RoutePlan p = gateway.plan("/v1/completions", boost::json::object{{"prompt", words(rng, 40)}}, request);
     index.on_routed(static_cast<ReplicaId>(i % replicas), p.hashes, 1);
+    if (tiers) in_tiers(static_cast<ReplicaId>(i % replicas), p.hashes);
   }
   for (std::size_t i = 0; i < 64; ++i)  // warm-up, and the shared prefix into the tree
     index.on_routed(static_cast<ReplicaId>(i % replicas), gateway.plan(path, bodies[iterations + i], request).hashes, 1);
 
-  std::vector<double> plan_us, choose_us, total_us;
+  std::vector<double> plan_us, choose_us, total_us, tier_us;
   std::uint64_t tokens = 0;
   std::vector<ReplicaState> states(static_cast<std::size_t>(replicas));
   for (int i = 0; i < iterations; ++i) {
@@ -84,10 +110,17 @@ int main(int argc, char** argv) {
     const RoutePlan plan = gateway.plan(path, bodies[static_cast<std::size_t>(i)], request);
     const auto t1 = Clock::now();
     const MatchResult match = index.match(plan.hashes);
+    const auto tw = Clock::now();
+    const TierMatch by_tier = index.match_tiers(plan.hashes, match);
+    tier_us.push_back(micros(Clock::now() - tw));
     for (int r = 0; r < replicas; ++r) {
+      const auto slot = static_cast<ReplicaId>(r);
       states[r].id = config.replicas[r];
       states[r].in_flight_requests = static_cast<std::uint32_t>(rng() % 4);
-      states[r].matched_blocks = match.of(static_cast<ReplicaId>(r));
+      states[r].matched_blocks = by_tier.of(slot, Medium::device);
+      states[r].host_blocks = by_tier.of(slot, Medium::host);
+      states[r].disk_blocks = by_tier.of(slot, Medium::disk);
+      states[r].shared_blocks = by_tier.of(slot, Medium::shared);
     }
     RoutingRequest rr;
     rr.prompt_blocks = static_cast<std::uint32_t>(plan.hashes.size());
@@ -103,10 +136,13 @@ int main(int argc, char** argv) {
     total_us.push_back(micros(t2 - t0));
   }
   const TreeStats s = index.tree().stats();
-  std::printf("%s: prompt %.0f tokens avg, %d replicas, tree %zu nodes / %zu blocks / %zu bytes, %d iterations\n",
-              path.c_str(), double(tokens) / iterations, replicas, s.nodes, s.blocks, s.bytes, iterations);
+  std::printf("%s: prompt %.0f tokens avg, %d replicas, tree %zu nodes / %zu blocks / %zu bytes, tier index %zu blocks, "
+              "%d iterations\n",
+              path.c_str(), double(tokens) / iterations, replicas, s.nodes, s.blocks, s.bytes, index.tiers().size(),
+              iterations);
   report("tokenize + hash (plan)", plan_us);
   report("match + choose + on_routed", choose_us);
+  report("  of which the tier walk", tier_us);
   report("total routing overhead", total_us);
   return 0;
 }

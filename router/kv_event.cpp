@@ -107,12 +107,14 @@ KvEventMessage parse_kv_event(std::string_view text) {
       if (!per_rank->is_bool()) bad("'per_rank' must be true or false");
       e.per_rank = per_rank->get_bool();
     }
+    if (const json::value* shared = o.if_contains("shared_tier"); shared && !shared->is_null())
+      e.shared_tier = hash_value(*shared, "shared_tier");
     return e;
   }
   parse_rank(o, e);
   if (const json::value* medium = o.if_contains("medium")) {
     if (!medium->is_string()) bad("'medium' must be a string");
-    e.lower_tier = medium->get_string() != "device";
+    e.medium = medium_from_string(std::string_view(medium->get_string()));
   }
   if (e.type == KvEventMessage::Type::cleared && o.contains("snapshot")) e.snapshot_blocks = unsigned_field(o, "snapshot");
   if (const json::value* snap = o.if_contains("snapshot"); snap && e.type == KvEventMessage::Type::stored) {

@@ -11,8 +11,9 @@
 // Hashes are JSON integers (uint64; a negative int64 is read as its two's complement bits, for
 // writers that only have signed integers) or strings ("123" or "0x7b"). "tier" is accepted and
 // ignored: a block offloaded to CPU memory is still a cached block the replica can reuse. "medium" (absent:
-// "device") names a replica's KV tier below its device pool ("host", "disk", "shared"): such events are
-// `lower_tier`; the router counts their seq and does not place them in its tree (it routes on device blocks).
+// "device") names a replica's KV tier below its device pool ("host", "disk", "shared"): the router keeps
+// those blocks in its TierIndex, not in its tree; a medium it does not know counts its seq and nothing else.
+// The config event of a replica with a shared tier carries "shared_tier":ID (TierIndex groups).
 // Expert-parallel replicas (several data-parallel ranks behind one endpoint): the config event carries
 // "dp_size":N, and "per_rank":true on a stream asked with per_rank=1, whose stored/removed/load events
 // each carry the "dp_rank" of the rank they are about (ReplicaCacheIndex::set_ranks).
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "kvfleet/block_hash.h"
+#include "router/tier_index.h"
 
 namespace kvfleet::router {
 
@@ -43,7 +45,9 @@ struct KvEventMessage {
   std::int32_t dp_rank = -1;               // stored/removed/load: the rank it is about (-1: none given)
   std::uint32_t dp_size = 1;               // config: data-parallel ranks behind the endpoint
   bool per_rank = false;                   // config: the stream's events are per rank (dp_rank on each)
-  bool lower_tier = false;                 // stored/removed: "medium" other than "device"
+  // stored/removed: where the blocks entered or left ("medium"); nullopt: a medium this router does not know.
+  std::optional<Medium> medium = Medium::device;
+  std::uint64_t shared_tier = 0;           // config: the replica's shared KV tier (0: none)
   // Not on the wire: the rest of the event with this seq, split off by split_kv_event().
   bool continuation = false;
 };

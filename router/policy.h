@@ -32,6 +32,9 @@ struct ReplicaState {
   std::uint32_t in_flight_requests = 0;
   std::uint64_t in_flight_tokens = 0;  // prompt + expected output tokens of requests in flight
   std::uint32_t matched_blocks = 0;    // leading prompt blocks this replica holds (PrefixTree)
+  // The blocks after those that its KV tiers below the device pool hold, each counted in the best tier
+  // that has it (TierIndex: the replica's engine would load them instead of computing them).
+  std::uint32_t host_blocks = 0, disk_blocks = 0, shared_blocks = 0;
   // Load as the replica itself reports it (its KV event stream's `load` events; every router in front
   // of it sees the same): sequences waiting and running, KV cache usage in [0, 1].
   bool load_reported = false;

@@ -15,7 +15,7 @@ std::string hex(BlockHash h) {
 }  // namespace
 
 ReplicaCacheIndex::ReplicaCacheIndex(ReplicaCacheConfig config, Log log)
-    : config_(config), log_(std::move(log)), tree_(config.tree) {}
+    : config_(config), log_(std::move(log)), tree_(config.tree), tiers_(config.tiers) {}
 
 ReplicaCacheIndex::Replica& ReplicaCacheIndex::at(ReplicaId r) {
   if (r >= kMaxReplicas || !replicas_[r].present) throw std::out_of_range("replica slot " + std::to_string(r) + " is not in use");
@@ -36,6 +36,7 @@ void ReplicaCacheIndex::add_replica(ReplicaId r) {
     throw std::out_of_range("replica slot " + std::to_string(r) + " is a rank of replica " + std::to_string(replicas_[r].owner));
   if (replicas_[r].present) remove_replica(r);  // a reused slot starts empty (its ranks' too)
   tree_.remove_replica(r);
+  tiers_.remove_replica(r);
   drop_pending(r, false);
   replicas_[r] = Replica{};
   replicas_[r].present = true;
@@ -47,6 +48,7 @@ void ReplicaCacheIndex::remove_replica(ReplicaId r) {
   at(r);
   for (const ReplicaId s : targets(r)) {
     tree_.remove_replica(s);
+    tiers_.remove_replica(s);
     drop_pending(s, false);
     replicas_[s] = Replica{};
   }
@@ -83,6 +85,7 @@ std::size_t ReplicaCacheIndex::sweep(Tick now) {
 void ReplicaCacheIndex::reset_marks(ReplicaId r) {
   for (const ReplicaId s : targets(r)) {
     tree_.clear_replica(s);
+    tiers_.clear_replica(s);
     drop_pending(s, false);
   }
   replicas_[r].last_seq = 0;
@@ -155,6 +158,8 @@ EventOutcome ReplicaCacheIndex::apply_config(ReplicaId r, const KvEventMessage& 
       return resync(r, "replica restarted (new instance): starting over from seq 0");
     }
   }
+  if (tiers_.shared_id(r) != e.shared_tier && !tiers_.set_shared(r, e.shared_tier))
+    log("replica " + std::to_string(r) + ": shared KV tier " + hex(e.shared_tier) + " not tracked (64 shared tiers known)");
   rep.stream_ok = true;
   rep.mode = CacheMode::exact;
   rep.reason = "kv events";
@@ -195,6 +200,7 @@ EventOutcome ReplicaCacheIndex::apply_event(ReplicaId r, const KvEventMessage& e
   if (e.type == Type::cleared) {
     for (const ReplicaId s : targets(r)) {
       tree_.clear_replica(s);
+      tiers_.clear_replica(s);
       drop_pending(s, false);
     }
     rep.last_seq = e.seq;
@@ -224,7 +230,11 @@ EventOutcome ReplicaCacheIndex::apply_event(ReplicaId r, const KvEventMessage& e
 EventOutcome ReplicaCacheIndex::apply_change(ReplicaId stream, const KvEventMessage& e, Tick now) {
   std::string why;
   const ReplicaId r = target_of(stream, e, why).value_or(stream);  // checked by apply_event
-  if (e.lower_tier) return {};  // a KV tier below the device pool: its seq counts, the tree holds device blocks
+  if (!e.medium) return {};  // a medium this router does not know: its seq counts, nothing else
+  if (*e.medium != Medium::device) {
+    apply_tier_change(r, e, now);
+    return {};
+  }
   if (e.type == KvEventMessage::Type::stored) {
     if (!e.parent || *e.parent == config_.root) {
       tree_.insert(r, e.block_hashes, now);
@@ -237,6 +247,19 @@ EventOutcome ReplicaCacheIndex::apply_change(ReplicaId stream, const KvEventMess
     confirm_pending(r, e.block_hashes);  // gone for real: nothing pending about them any more
   }
   return {};
+}
+
+// A lower tier's stored/removed: per block, no prefix closure (TierIndex). A `stored` continuing a chain
+// is still placed: the tier holds that block whatever holds its parent.
+void ReplicaCacheIndex::apply_tier_change(ReplicaId r, const KvEventMessage& e, Tick now) {
+  const bool stored = e.type == KvEventMessage::Type::stored;
+  if (*e.medium == Medium::shared) {
+    if (stored) tiers_.stored_shared(r, e.block_hashes, now);  // shared files are never removed by a replica
+  } else if (stored) {
+    tiers_.stored(r, *e.medium, e.block_hashes, now);
+  } else if (e.type == KvEventMessage::Type::removed) {
+    tiers_.removed(r, *e.medium, e.block_hashes);
+  }
 }
 
 }  // namespace kvfleet::router

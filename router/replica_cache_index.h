@@ -45,6 +45,13 @@
 // reconnect's dropped guesses and a removal apply to every rank. Without ranks dp_rank is ignored (the
 // union stream of older replicas).
 //
+// Tiers. Events with a `medium` below the device pool (host, disk, shared) go to a TierIndex next to the
+// tree (router/tier_index.h): per block, the replicas whose host or disk tier holds it and the shared tiers
+// that do. The config event's `shared_tier` puts the replica in that shared tier's group. A cleared event, a
+// restart, a reconnect that starts over and a removal drop the replica's host and disk marks (the snapshot
+// that follows lists them again, with their medium); shared marks belong to the group and stay. match_tiers() walks a prompt as the
+// replica's engine would: its device prefix, then host, disk or shared block after block.
+//
 // Thread-safety: none (as PrefixTree). The router owns one index behind its own lock or strand.
 #pragma once
 
@@ -70,6 +77,7 @@ struct ReplicaCacheConfig {
   Tick approximate_ttl = 120'000;     // ticks (the router: ms) an approximate mark outlives its last use
   Tick pending_ttl = 20'000;          // exact mode: how long a pending mark waits for its stored event
   PrefixTreeConfig tree{};
+  TierIndexConfig tiers{};
 };
 
 enum class EventStatus : std::uint8_t {
@@ -109,6 +117,11 @@ class ReplicaCacheIndex {
   bool in_snapshot(ReplicaId r) const;
 
   MatchResult match(std::span<const BlockHash> hashes) const { return tree_.match(hashes); }
+  // Per replica, the leading blocks it reaches through its device pool and its lower tiers, by medium;
+  // `device` is match(hashes).
+  TierMatch match_tiers(std::span<const BlockHash> hashes, const MatchResult& device) const {
+    return tiers_.match(hashes, device);
+  }
   // The request with these prompt hashes was routed to r at `now`.
   void on_routed(ReplicaId r, std::span<const BlockHash> hashes, Tick now);
   // Drops approximate marks unused for approximate_ttl and pending marks older than pending_ttl;
@@ -125,6 +138,7 @@ class ReplicaCacheIndex {
   void end_stream(ReplicaId r, std::string_view why);
 
   const PrefixTree& tree() const { return tree_; }
+  const TierIndex& tiers() const { return tiers_; }
 
  private:
   struct Replica {
@@ -155,6 +169,7 @@ class ReplicaCacheIndex {
   EventOutcome apply_config(ReplicaId r, const KvEventMessage& event);
   EventOutcome resync(ReplicaId r, std::string why);
   EventOutcome apply_change(ReplicaId r, const KvEventMessage& event, Tick now);
+  void apply_tier_change(ReplicaId r, const KvEventMessage& event, Tick now);
   enum class Restart : std::uint8_t { no, new_instance, seq_went_back };
   Restart restarted(ReplicaId r, const KvEventMessage& config);
   void log(const std::string& line) const;
@@ -181,6 +196,7 @@ class ReplicaCacheIndex {
   ReplicaCacheConfig config_;
   Log log_;
   PrefixTree tree_;
+  TierIndex tiers_;
   std::array<Replica, kMaxReplicas> replicas_;
   std::unordered_map<PendingKey, Tick, PendingKeyHash> pending_;  // -> expiry (the latest route's)
   std::deque<PendingRoute> pending_routes_;                       // expiry order (one TTL for all)

@@ -42,6 +42,9 @@ void read_usage(const json::object& chunk, RequestResult& out) {
   if (const auto* p = u.if_contains("prompt_tokens"); p && p->is_number()) out.prompt_tokens = p->to_number<std::int64_t>();
   if (const auto* c = u.if_contains("completion_tokens"); c && c->is_number())
     out.output_tokens = c->to_number<std::int64_t>();
+  if (const auto* d = u.if_contains("prompt_tokens_details"); d && d->is_object())
+    if (const auto* c = d->as_object().if_contains("cached_tokens"); c && c->is_number())
+      out.cached_tokens = c->to_number<std::int64_t>();
 }
 
 struct StreamState {

@@ -1,7 +1,8 @@
 // One streamed OpenAI request, timed the way `vllm bench serve` times it: TTFT is the arrival of the
 // first SSE chunk that carries text, ITL the gaps between later text chunks, latency the time to the
 // end of the stream. Token counts come from the final usage chunk (stream_options.include_usage), or
-// are the number of text chunks when the server sends none.
+// are the number of text chunks when the server sends none; prompt tokens the server found cached come
+// from usage.prompt_tokens_details.cached_tokens.
 //
 // Threading: stream_request runs on the caller's executor; nothing is shared between requests.
 #pragma once
@@ -36,6 +37,7 @@ struct RequestResult {
   std::vector<double> itl;  // seconds between text chunks
   std::int64_t prompt_tokens = -1;  // from usage; -1 when the server sent none
   std::int64_t output_tokens = 0;
+  std::int64_t cached_tokens = -1;  // usage.prompt_tokens_details.cached_tokens; -1 when the server sent none
   std::string text;      // generated text (multi-turn feeds it back)
   std::string replica;   // the router's x-kvfleet-replica header
   int group = -1;        // the workload chain's group (shared prefix), for per-group analysis

@@ -80,10 +80,13 @@ void ServerProcess::stop() {
 Fleet::Fleet(const FleetConfig& c) {
   std::filesystem::create_directories(c.log_dir);
   const auto timeout = std::chrono::seconds(120);
+  const std::string name = c.name.empty() ? c.policy : c.name;
   for (int i = 0; i < c.replicas; ++i) {
     std::vector<std::string> argv{(c.bin_dir / "kvfleet-replica").string(), "--model", c.model, "--port", "0"};
     argv.insert(argv.end(), c.replica_flags.begin(), c.replica_flags.end());
-    const auto log = c.log_dir / (c.policy + "-replica-" + std::to_string(i) + ".log");
+    if (static_cast<std::size_t>(i) < c.own_replica_flags.size())
+      argv.insert(argv.end(), c.own_replica_flags[i].begin(), c.own_replica_flags[i].end());
+    const auto log = c.log_dir / (name + "-replica-" + std::to_string(i) + ".log");
     replicas_.push_back(std::make_unique<ServerProcess>(argv, log, timeout));
   }
   std::vector<std::string> argv{(c.bin_dir / "kvfleet-router").string(), "--model", c.model, "--port", "0",
@@ -93,7 +96,7 @@ Fleet::Fleet(const FleetConfig& c) {
     argv.push_back(r->url());
   }
   argv.insert(argv.end(), c.router_flags.begin(), c.router_flags.end());
-  router_ = std::make_unique<ServerProcess>(argv, c.log_dir / (c.policy + "-router.log"), timeout);
+  router_ = std::make_unique<ServerProcess>(argv, c.log_dir / (name + "-router.log"), timeout);
 }
 
 std::vector<std::string> Fleet::replica_urls() const {

@@ -38,6 +38,8 @@ struct FleetConfig {
   int replicas = 4;
   std::string policy = "cache_aware";
   std::vector<std::string> replica_flags;    // e.g. --num-kv-blocks 256 --cpu-threads 1
+  std::vector<std::vector<std::string>> own_replica_flags;  // [i]: more flags for replica i only (its disk dir)
+  std::string name;                          // log file prefix (default: the policy)
   std::vector<std::string> router_flags;
   std::filesystem::path log_dir;
 };

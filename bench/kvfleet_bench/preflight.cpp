@@ -29,7 +29,9 @@ std::string advice(const WorkloadOptions& o) {
     return "lower --turns (" + std::to_string(o.turns) + "), --random-input-len (" + std::to_string(o.random_input_len) +
            "), --random-output-len (" + std::to_string(o.random_output_len) + ") or --system-prompt-len (" +
            std::to_string(o.system_prompt_len) + ")";
-  if (o.dataset == "trace") return "shorten the input_len/output_len of the trace's longest lines";
+  if (o.dataset == "trace")
+    return "lower --trace-block-tokens (" + std::to_string(o.trace_block_tokens) + ", Mooncake traces) or --trace-max-output (" +
+           std::to_string(o.trace_max_output) + "), or shorten the trace's longest lines";
   return "lower --random-input-len (" + std::to_string(o.random_input_len) + "), --random-output-len (" +
          std::to_string(o.random_output_len) + ") or --random-range-ratio (" + std::to_string(o.random_range_ratio) + ")";
 }

@@ -101,6 +101,11 @@ std::optional<double> BenchResult::prefix_cache_hit_rate() const {
   return fleet->prefix_hits / fleet->prefix_queries;
 }
 
+std::optional<double> BenchResult::prompt_hit_ratio() const {
+  if (cached_reported == 0 || total_input_tokens <= 0) return std::nullopt;
+  return static_cast<double>(total_cached_tokens) / static_cast<double>(total_input_tokens);
+}
+
 std::string error_message(const RequestResult& r) {
   boost::system::error_code ec;
   const json::value v = json::parse(r.error, ec);
@@ -129,6 +134,10 @@ BenchResult compute_result(const RunOutput& run, const Goodput& goodput) {
     ++b.completed;
     b.total_input_tokens += std::max<std::int64_t>(0, r.prompt_tokens);
     b.total_output_tokens += r.output_tokens;
+    if (r.cached_tokens >= 0) {
+      b.total_cached_tokens += r.cached_tokens;
+      ++b.cached_reported;
+    }
     ttft.push_back(r.ttft);
     e2el.push_back(r.latency);
     itl.insert(itl.end(), r.itl.begin(), r.itl.end());
@@ -209,6 +218,13 @@ json::object result_json(const BenchResult& b, const RunInfo& info, const RunOut
   const auto rate = b.prefix_cache_hit_rate();
   o["prefix_cache_hit_rate"] = rate ? json::value(*rate) : json::value(nullptr);
   o["preemptions"] = b.fleet ? json::value(b.fleet->preemptions) : json::value(nullptr);
+  o["total_cached_tokens"] = b.total_cached_tokens;
+  const auto hit = b.prompt_hit_ratio();
+  o["prefix_hit_ratio"] = hit ? json::value(*hit) : json::value(nullptr);
+  o["infinite_cache_hit_ratio"] = b.infinite_cache_hit_ratio ? json::value(*b.infinite_cache_hit_ratio) : json::value(nullptr);
+  if (b.fleet)
+    o["kv_tier_hit_tokens"] = json::object{{"host", b.fleet->tier_hits_host}, {"disk", b.fleet->tier_hits_disk},
+                                           {"shared", b.fleet->tier_hits_shared}};
   if (detailed) {
     json::array input_lens, output_lens, ttfts, itls, texts, errors_list, replica_list, groups;
     for (const RequestResult& r : run.results) {
@@ -258,10 +274,19 @@ void print_result(std::ostream& out, const BenchResult& b) {
   section("Time per Output Token (excl. 1st token)", "TPOT", b.tpot_ms);
   section("Inter-token Latency", "ITL", b.itl_ms);
   section("End-to-end Latency", "E2EL", b.e2el_ms);
+  if (b.prompt_hit_ratio() || b.infinite_cache_hit_ratio) {
+    out << fmt::format("{:-^50}\n", " Prefix reuse ");
+    if (auto hit = b.prompt_hit_ratio()) line("Prefix hit ratio (cached_tokens):", fmt::format("{:.3f}", *hit));
+    if (b.infinite_cache_hit_ratio) line("Infinite-cache hit ratio:", fmt::format("{:.3f}", *b.infinite_cache_hit_ratio));
+  }
   if (auto rate = b.prefix_cache_hit_rate()) {
     out << fmt::format("{:-^50}\n", " Fleet ");
     line("Prefix cache hit rate:", fmt::format("{:.1f}%", *rate * 100));
     line("Preemptions:", fmt::format("{:.0f}", b.fleet->preemptions));
+    const FleetCounters& f = *b.fleet;
+    if (f.tier_hits_host + f.tier_hits_disk + f.tier_hits_shared > 0)
+      line("KV tier hit tokens (host/disk/shared):",
+           fmt::format("{:.0f}/{:.0f}/{:.0f}", f.tier_hits_host, f.tier_hits_disk, f.tier_hits_shared));
   }
   for (const auto& [kind, n] : b.errors) line("Errors (" + kind + "):", std::to_string(n));
   if (!b.error_samples.empty()) {

@@ -27,6 +27,8 @@ Goodput parse_goodput(const std::vector<std::string>& items);
 // Counter deltas summed over the scraped replicas (tokens for the prefix cache).
 struct FleetCounters {
   double prefix_queries = 0, prefix_hits = 0, preemptions = 0;
+  // kvfleet_kv_tier_hit_tokens_total by medium: prompt tokens found below the device pool (within prefix_hits).
+  double tier_hits_host = 0, tier_hits_disk = 0, tier_hits_shared = 0;
 };
 
 struct RunInfo {  // what was asked for, echoed into the JSON
@@ -48,6 +50,8 @@ inline constexpr std::size_t kMaxErrorSamples = 5;
 struct BenchResult {
   std::size_t completed = 0, failed = 0;
   std::int64_t total_input_tokens = 0, total_output_tokens = 0;
+  std::int64_t total_cached_tokens = 0;  // usage.prompt_tokens_details.cached_tokens, summed
+  std::size_t cached_reported = 0;       // completed requests whose usage said how many were cached
   double duration = 0, request_throughput = 0, request_goodput = 0, output_throughput = 0, total_token_throughput = 0;
   double max_output_tokens_per_s = 0;
   std::size_t max_concurrent_requests = 0;
@@ -56,7 +60,10 @@ struct BenchResult {
   std::vector<ErrorSample> error_samples;          // the first kMaxErrorSamples distinct messages, in order seen
   std::map<std::string, std::size_t> per_replica;  // x-kvfleet-replica -> completed requests
   std::optional<FleetCounters> fleet;              // set when /metrics was scraped
+  std::optional<double> infinite_cache_hit_ratio;  // the workload's (Mooncake traces), set by the caller
   std::optional<double> prefix_cache_hit_rate() const;
+  // Cached prompt tokens over prompt tokens, from the responses' usage; nullopt when none reported it.
+  std::optional<double> prompt_hit_ratio() const;
 };
 
 BenchResult compute_result(const RunOutput& run, const Goodput& goodput);

@@ -11,6 +11,7 @@
 #include <boost/json.hpp>
 #include <deque>
 #include <memory>
+#include <stdexcept>
 
 #include "bench/kvfleet_bench/arrivals.h"
 
@@ -148,7 +149,10 @@ std::string request_body(const RunConfig& config, const History& history, const 
                     {"temperature", 0.0},
                     {"stream", true},
                     {"stream_options", json::object{{"include_usage", true}}}};
-  if (chat) {
+  if (!turn.prompt_ids.empty()) {
+    if (chat) throw std::invalid_argument("a Mooncake trace sends token ids: use --endpoint /v1/completions");
+    body["prompt"] = json::array(turn.prompt_ids.begin(), turn.prompt_ids.end());
+  } else if (chat) {
     json::array messages;
     for (const auto& [role, content] : history) messages.push_back(json::object{{"role", role}, {"content", content}});
     messages.push_back(json::object{{"role", "user"}, {"content", turn.user_text}});

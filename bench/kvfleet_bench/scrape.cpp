@@ -23,6 +23,13 @@ bool sample_of(const std::string& line, const std::string& name, double& value) 
   return true;
 }
 
+// The counter of the sample's medium label (host, disk or shared).
+double& tier_of(const std::string& line, FleetCounters& c) {
+  if (line.find("medium=\"disk\"") != std::string::npos) return c.tier_hits_disk;
+  if (line.find("medium=\"shared\"") != std::string::npos) return c.tier_hits_shared;
+  return c.tier_hits_host;
+}
+
 }  // namespace
 
 FleetCounters parse_metrics_text(const std::string& text) {
@@ -37,6 +44,8 @@ FleetCounters parse_metrics_text(const std::string& text) {
       c.prefix_hits += v;
     else if (sample_of(line, "kvfleet_preemptions_total", v))
       c.preemptions += v;
+    else if (sample_of(line, "kvfleet_kv_tier_hit_tokens_total", v))
+      tier_of(line, c) += v;
   }
   return c;
 }
@@ -59,6 +68,9 @@ FleetCounters counters_delta(const std::vector<FleetCounters>& before, const std
     d.prefix_queries += after[i].prefix_queries - before[i].prefix_queries;
     d.prefix_hits += after[i].prefix_hits - before[i].prefix_hits;
     d.preemptions += after[i].preemptions - before[i].preemptions;
+    d.tier_hits_host += after[i].tier_hits_host - before[i].tier_hits_host;
+    d.tier_hits_disk += after[i].tier_hits_disk - before[i].tier_hits_disk;
+    d.tier_hits_shared += after[i].tier_hits_shared - before[i].tier_hits_shared;
   }
   return d;
 }

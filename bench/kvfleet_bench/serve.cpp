@@ -55,7 +55,13 @@ void add_serve_flags(CLI::App& app, ServeOptions& o) {
   app.add_option("--shared-prefix-output-len,--output-len", w.output_len, "Output tokens (shared-prefix)");
   app.add_option("--num-sessions", w.num_sessions, "multi-turn: sessions");
   app.add_option("--turns", w.turns, "multi-turn: turns per session");
-  app.add_option("--trace-file", w.trace_file, "JSONL: timestamp (s), input_len, output_len[, prefix_id, prefix_len]");
+  app.add_option("--trace-file", w.trace_file,
+                 "JSONL: Mooncake lines (timestamp ms, input_length, output_length, hash_ids) or "
+                 "timestamp (s), input_len, output_len[, prefix_id, prefix_len]");
+  app.add_option("--trace-block-tokens", w.trace_block_tokens,
+                 "Mooncake traces: tokens per hash id block (512 in the trace; fewer scales prompts down)");
+  app.add_option("--trace-time-scale", w.trace_time_scale, "Trace arrival gaps multiplied by this (0: all at once)");
+  app.add_option("--trace-max-output", w.trace_max_output, "Trace output lengths capped at this (0: no cap)");
   add_mixed_chat_flags(app, w);
 }
 
@@ -140,6 +146,8 @@ ServeReport run_serve(const ServeOptions& o, std::ostream& log) {
   WorkloadOptions wo = o.workload;
   wo.seed = o.seed;
   const Workload workload = make_workload(wo, prompts);
+  if (workload.sends_token_ids() && config.target.chat())
+    throw std::invalid_argument("a Mooncake trace sends its prompts as token ids: use --endpoint /v1/completions");
   if (!o.skip_length_check) check_server_lengths(o, config.model, wo, workload);
   raise_open_file_limit();
 
@@ -154,6 +162,7 @@ ServeReport run_serve(const ServeOptions& o, std::ostream& log) {
 
   report.result = compute_result(report.run, goodput);
   if (!o.metrics_urls.empty()) report.result.fleet = counters_delta(before, after);
+  if (workload.infinite_cache) report.result.infinite_cache_hit_ratio = workload.infinite_cache->hit_ratio();
   RunInfo info{config.model, o.base_url, o.endpoint, wo.dataset, o.request_rate, o.burstiness, o.max_concurrency,
                workload.request_count(), o.seed};
   report.json = result_json(report.result, info, report.run, o.save_detailed);

@@ -87,11 +87,41 @@ std::int32_t field_int(const boost::json::object& o, const char* key, const std:
   return static_cast<std::int32_t>(v->to_number<std::int64_t>());
 }
 
+// A Mooncake trace (mooncake_trace.h): one chain per line, its prompt as token ids.
+Workload mooncake_workload(const WorkloadOptions& o, const PromptBuilder& p, std::istream& in) {
+  if (o.trace_block_tokens < 1 || o.trace_block_tokens > kMooncakeBlockTokens)
+    throw std::invalid_argument("--trace-block-tokens must be in [1, " + std::to_string(kMooncakeBlockTokens) + "]");
+  if (!(o.trace_time_scale >= 0)) throw std::invalid_argument("--trace-time-scale must be >= 0");
+  if (o.trace_max_output < 0) throw std::invalid_argument("--trace-max-output must be >= 0 (0: no cap)");
+  const std::vector<TraceRequest> trace = parse_mooncake_trace(in, o.trace_file, o.num_prompts_set ? o.num_prompts : 0);
+  Workload w{"trace", {}};
+  w.infinite_cache = infinite_cache(trace, o.trace_block_tokens);
+  const double first = trace.empty() ? 0.0 : trace.front().timestamp_ms;
+  for (const TraceRequest& r : trace) {
+    Turn t;
+    t.prompt_ids = trace_prompt(r, o.trace_block_tokens, p.word_ids(), o.seed);
+    t.user_tokens = static_cast<std::int32_t>(t.prompt_ids.size());
+    const std::int64_t out = o.trace_max_output > 0 ? std::min<std::int64_t>(r.output_length, o.trace_max_output) : r.output_length;
+    t.output_len = static_cast<std::int32_t>(std::min<std::int64_t>(out, INT32_MAX));
+    Chain c;
+    c.arrival = std::max(0.0, r.timestamp_ms - first) / 1000.0 * o.trace_time_scale;
+    c.turns.push_back(std::move(t));
+    w.chains.push_back(std::move(c));
+  }
+  return w;
+}
+
 // One request per line; requests with the same prefix_id share their first prefix_len tokens
 // (default: half of the first such request's input).
 Workload trace_workload(const WorkloadOptions& o, const PromptBuilder& p, std::mt19937_64& rng) {
   std::ifstream in(o.trace_file);
   if (!in) throw std::invalid_argument("cannot read --trace-file " + o.trace_file);
+  std::string first_line;
+  while (first_line.find_first_not_of(" \t\r") == std::string::npos && std::getline(in, first_line)) {
+  }
+  in.clear();
+  in.seekg(0);
+  if (is_mooncake_line(first_line)) return mooncake_workload(o, p, in);
   Workload w{"trace", {}};
   std::map<std::string, std::pair<int, std::string>> prefixes;  // id -> (index, text)
   std::string line;
@@ -133,6 +163,13 @@ Workload trace_workload(const WorkloadOptions& o, const PromptBuilder& p, std::m
 
 }  // namespace
 
+bool Workload::sends_token_ids() const {
+  for (const auto& c : chains)
+    for (const auto& t : c.turns)
+      if (!t.prompt_ids.empty()) return true;
+  return false;
+}
+
 std::size_t Workload::request_count() const {
   std::size_t n = 0;
   for (const auto& c : chains) n += c.turns.size();
@@ -146,7 +183,9 @@ PromptBuilder::PromptBuilder(const Tokenizer& tokenizer) {
     const std::string text = tokenizer.decode(std::span<const TokenId>(&token, 1));
     if (!is_word(text)) continue;
     const std::vector<TokenId> back = tokenizer.encode(text, false);
-    if (back.size() == 1 && back[0] == token) words_.push_back(text);
+    if (back.size() != 1 || back[0] != token) continue;
+    words_.push_back(text);
+    ids_.push_back(token);
   }
   if (words_.size() < 16) throw std::runtime_error("the tokenizer has too few plain word tokens to build prompts");
 }

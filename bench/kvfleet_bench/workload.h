@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/kvfleet_bench/mooncake_trace.h"
 #include "kvfleet/tokenizer.h"
 
 namespace kvfleet::bench {
@@ -22,6 +23,7 @@ struct Turn {
   std::string user_text;  // the prompt (single turn) or the new user message
   std::int32_t user_tokens = 0;
   std::int32_t output_len = 0;
+  std::vector<TokenId> prompt_ids{};  // Mooncake trace replay: the whole prompt as token ids (user_text empty)
 };
 
 struct Chain {
@@ -35,7 +37,9 @@ struct Chain {
 struct Workload {
   std::string name;
   std::vector<Chain> chains;
+  std::optional<InfiniteCache> infinite_cache{};  // Mooncake traces: what a cache that never evicts would hit
   std::size_t request_count() const;
+  bool sends_token_ids() const;
 };
 
 struct WorkloadOptions {
@@ -49,7 +53,12 @@ struct WorkloadOptions {
   std::int32_t num_groups = 64, prompts_per_group = 16, system_prompt_len = 2048, question_len = 128,
                output_len = 256;
   std::int32_t num_sessions = 16, turns = 4;  // multi-turn: each turn random_input_len user tokens
-  std::string trace_file;                     // JSONL: timestamp, input_len, output_len[, prefix_id, prefix_len]
+  // trace: Mooncake lines (timestamp ms, input_length, output_length, hash_ids; mooncake_trace.h) or
+  // kvfleet's older lines (timestamp s, input_len, output_len[, prefix_id, prefix_len]), told apart by the first line.
+  std::string trace_file;
+  std::int32_t trace_block_tokens = kMooncakeBlockTokens;  // tokens per Mooncake hash id block
+  double trace_time_scale = 1.0;                           // arrival gaps multiplied by this (0: all at once)
+  std::int32_t trace_max_output = 0;                       // output lengths capped at this (0: no cap)
   // mixed-chat (workload_mixed.cpp): short chat turns with long prompts among them.
   std::int32_t mixed_short_input_len = 64, mixed_long_input_len = 1024;
   double mixed_long_fraction = 0.2;
@@ -61,9 +70,11 @@ class PromptBuilder {
   // `tokens` word tokens drawn uniformly, each with its leading space.
   std::string text(std::int32_t tokens, std::mt19937_64& rng) const;
   std::size_t vocabulary_size() const { return words_.size(); }
+  const std::vector<TokenId>& word_ids() const { return ids_; }  // the words' token ids, in the same order
 
  private:
   std::vector<std::string> words_;
+  std::vector<TokenId> ids_;
 };
 
 // Throws std::invalid_argument on a bad option or trace line (naming the line).

@@ -91,4 +91,12 @@ void FileTier::forget(BlockHash hash) {
   index_.erase(it);
 }
 
+std::vector<BlockHash> FileTier::held() const {
+  std::vector<BlockHash> out;
+  out.reserve(lru_.size());
+  for (const Entry& e : lru_)
+    if (e.written) out.push_back(e.hash);
+  return out;
+}
+
 }  // namespace kvfleet::kvtier

@@ -41,6 +41,8 @@ class FileTier {
 
   std::uint64_t bytes() const { return static_cast<std::uint64_t>(index_.size()) * format_.file_bytes(); }
   std::size_t blocks() const { return index_.size(); }
+  // The blocks whose files are in place (not those being written), most recently used first.
+  std::vector<BlockHash> held() const;
 
  private:
   struct Entry {

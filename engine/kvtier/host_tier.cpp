@@ -36,4 +36,11 @@ std::vector<BlockHash> HostTier::lru_order() const {
   return out;
 }
 
+std::vector<std::pair<BlockHash, BlockHash>> HostTier::held() const {
+  std::vector<std::pair<BlockHash, BlockHash>> out;
+  out.reserve(lru_.size());
+  for (const auto& b : lru_) out.emplace_back(b->hash, b->parent);
+  return out;
+}
+
 }  // namespace kvfleet::kvtier

@@ -31,6 +31,8 @@ class HostTier {
   std::size_t size() const { return index_.size(); }
   // Most recent first (tests).
   std::vector<BlockHash> lru_order() const;
+  // Every block held, as (hash, parent), most recent first (a KV event snapshot).
+  std::vector<std::pair<BlockHash, BlockHash>> held() const;
 
  private:
   const std::uint64_t max_bytes_;

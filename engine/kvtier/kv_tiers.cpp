@@ -1,5 +1,7 @@
 #include "engine/kvtier/kv_tiers.h"
 
+#include "engine/kvtier/tier_identity.h"
+
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
@@ -55,7 +57,10 @@ KvTiers::KvTiers(const KvTierConfig& config, std::uint64_t compat, Scheduler& sc
     if (config.disk_bytes <= 0) throw std::invalid_argument("the disk KV tier needs a size (kv_disk_gib)");
     disk_ = std::make_unique<FileTier>(KvMedium::disk, config.disk_dir, format, static_cast<std::uint64_t>(config.disk_bytes));
   }
-  if (!config.shared_dir.empty()) shared_ = std::make_unique<FileTier>(KvMedium::shared, config.shared_dir, format, 0);
+  if (!config.shared_dir.empty()) {
+    shared_ = std::make_unique<FileTier>(KvMedium::shared, config.shared_dir, format, 0);
+    stats_.shared_tier_id = folder_identity(shared_->folder());
+  }
   io_threads_ = std::max(1, config.io_threads);
   if (disk_ || shared_) io_ = std::make_unique<IoPool>(io_threads_);
   stats_.enabled = true;
@@ -70,6 +75,10 @@ KvTiers::KvTiers(const KvTierConfig& config, std::uint64_t compat, Scheduler& sc
 }
 
 KvTiers::~KvTiers() {
+  {
+    std::lock_guard lock(wake_mu_);
+    wake_ = nullptr;  // the writes finished below report to nobody
+  }
   kv_.set_block_hooks({});
   io_.reset();  // every queued write finishes (renamed into place or not at all)
 }
@@ -137,14 +146,24 @@ void KvTiers::on_commit(BlockId block, BlockHash hash, BlockHash parent, std::sp
       }
       d.seconds = seconds_since(t0);
       queued_bytes_ -= block_bytes_;
-      std::lock_guard lock(mu_);
-      done_.push_back(std::move(d));
+      finished(std::move(d));
     });
     if (!doomed.empty()) kv_.events()->publish(KvEvent::Type::removed, doomed, 0, -1, m);
   }
 }
 
+void KvTiers::finished(Done d) {
+  {
+    std::lock_guard lock(mu_);
+    done_.push_back(std::move(d));
+  }
+  if (wake_pending_.exchange(true)) return;
+  std::lock_guard lock(wake_mu_);
+  if (wake_) wake_();
+}
+
 void KvTiers::take_done() {
+  wake_pending_ = false;  // a report from now on wakes the engine again
   std::vector<Done> done;
   {
     std::lock_guard lock(mu_);
@@ -286,8 +305,7 @@ void KvTiers::start_load(Sequence& seq, std::vector<std::pair<BlockHash, KvMediu
         d.found.push_back({std::move(r.block), m});
       }
       d.seconds = seconds_since(load->start);
-      std::lock_guard lock(mu_);
-      done_.push_back(std::move(d));
+      finished(std::move(d));
     });
   }
 }
@@ -309,6 +327,15 @@ std::size_t KvTiers::land(std::span<const BlockId> device, std::span<const Found
   }
   kv_.unpin(pin);
   return landed;
+}
+
+void KvTiers::add_to_snapshot(KvSnapshot& snapshot) const {
+  if (host_)
+    for (const auto& [hash, parent] : host_->held()) snapshot.blocks.push_back({hash, parent, KvMedium::host});
+  for (const FileTier* tier : {disk_.get(), shared_.get()}) {
+    if (!tier) continue;
+    for (const BlockHash hash : tier->held()) snapshot.blocks.push_back({hash, 0, tier->medium()});
+  }
 }
 
 KvTierStats KvTiers::stats() const {

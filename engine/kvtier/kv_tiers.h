@@ -26,12 +26,15 @@
 //   block simply is not in that tier. No request fails because of a tier.
 // - Outputs do not change: the bytes that come back are the bytes that went down, and the engine is batch
 //   invariant (a sequence's logits do not depend on where its prefix's K/V came from).
-// - KV events (Contract 2): blocks entering or leaving a lower tier are published with their medium.
+// - KV events (Contract 2): blocks entering or leaving a lower tier are published with their medium. The
+//   shared tier's identity (tier_identity.h, in stats().shared_tier_id) goes in the replica's config event, so
+//   that routers know which replicas read the same shared blocks.
 // Engine thread only (construction included), except stats(), which copies figures under a lock.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -61,9 +64,22 @@ class KvTiers {
   // blocks of the first waiting sequences' prefixes in the device pool, or starts reading them.
   void before_schedule();
 
-  // The figures as of the last before_schedule(): writes that finish while the engine is idle show at its next
-  // step.
+  // The figures as of the last before_schedule() or collect().
   KvTierStats stats() const;
+
+  // `wake` is called (from an I/O thread, at most once until the next collect() or before_schedule()) when
+  // I/O finished, so that an idle engine runs collect() on its thread: the KV events of blocks written while
+  // it idles go out at once, not at its next step. Set once, before any I/O.
+  void set_wake(std::function<void()> wake) {
+    std::lock_guard lock(wake_mu_);
+    wake_ = std::move(wake);
+  }
+  // Takes in what the I/O threads finished (their blocks' KV events, counts).
+  void collect() { if (io_) take_done(); }
+
+  // Appends what the tiers hold to a prefix cache snapshot (KV events, Contract 2): host blocks with their
+  // parents, then the disk tier's files and the shared files this replica wrote or read, with parent 0.
+  void add_to_snapshot(KvSnapshot& snapshot) const;
 
  private:
   struct Found {
@@ -86,6 +102,7 @@ class KvTiers {
   void on_evict(BlockId block, BlockHash hash, BlockHash parent, std::span<const TokenId> tokens);
   void on_commit(BlockId block, BlockHash hash, BlockHash parent, std::span<const TokenId> tokens);
   void take_done();
+  void finished(Done d);  // an I/O thread's report
   void apply_write(Done& d);
   void apply_load(Done& d);
   void onload_prefix(Sequence& seq);
@@ -112,6 +129,9 @@ class KvTiers {
   KvTierStats stats_;      // guarded by mu_
   std::vector<Done> done_;  // guarded by mu_
   std::atomic<std::uint64_t> queued_bytes_{0};  // bytes of writes submitted and not finished
+  std::function<void()> wake_;
+  std::mutex wake_mu_;                     // wake_ is called under it; the destructor clears it under it
+  std::atomic<bool> wake_pending_{false};  // woken, and no collect() since
   std::unique_ptr<IoPool> io_;  // last: destroyed (its queue finished) before what its tasks report to
 };
 

@@ -41,6 +41,14 @@ Engine::Engine(const Model& model, const EngineConfig& config)
     const std::uint64_t compat = kvtier::block_compat_hash(config_.served_model_name, mc.model_type, *impl_->backend);
     impl_->tiers = std::make_unique<kvtier::KvTiers>(config.kv_tiers, compat, *impl_->scheduler, *impl_->backend);
     impl_->stats.kv_tiers = impl_->tiers->stats();
+    // An idle engine takes in finished I/O at once (its blocks' KV events go out), as a task between steps.
+    impl_->tiers->set_wake([this] {
+      run_kv_task([this](Scheduler&, Backend&) {
+        impl_->tiers->collect();
+        std::lock_guard lock(impl_->stats_mu);
+        impl_->stats.kv_tiers = impl_->tiers->stats();
+      });
+    });
   }
   impl_->lockstep = make_lockstep(config_.ep, impl_->mu, impl_->wake);
   set_up_speculation();
@@ -62,6 +70,7 @@ Engine::~Engine() {
   impl_->wake.notify_all();
   impl_->lockstep->wake_peers();  // the other ranks must come to the vote that ends the group
   thread_.join();
+  impl_->tiers.reset();  // its I/O threads finish while what they report to still exists
 }
 
 void Engine::set_tokenizer(const Tokenizer* tokenizer) { impl_->tokenizer = tokenizer; }

@@ -47,7 +47,9 @@ bool Engine::take_inbox(Inbox& inbox) {
   inbox.stopping = m.stop;
   for (auto& done : m.snapshots) {
     try {
-      done(sched.kv().snapshot());
+      KvSnapshot snapshot = sched.kv().snapshot();
+      if (m.tiers) m.tiers->add_to_snapshot(snapshot);
+      done(std::move(snapshot));
     } catch (const std::exception& e) {  // the reader goes without; the engine goes on
       std::fprintf(stderr, "kvfleet: KV snapshot failed: %s\n", e.what());
     }

@@ -129,6 +129,9 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
                       {"heartbeat_ms", heartbeat.count()}};
   if (ep_) config["dp_size"] = ep_->size();
   if (per_rank) config["per_rank"] = true;
+  // Replicas naming the same shared KV tier read each other's blocks there (routers count them for each).
+  if (!ep_)
+    if (const std::uint64_t shared = engine_->stats().kv_tiers.shared_tier_id; shared != 0) config["shared_tier"] = shared;
   const std::string opening = "data: " + json::serialize(config) + "\n\n";
   if (!co_await w.write(opening)) co_return;
 
@@ -173,7 +176,8 @@ awaitable<void> Replica::kv_events(const http::Request& req, http::ResponseWrite
     std::string out = "data: " + json::serialize(cleared) + "\n\n";
     for (std::size_t i = 0; i < snap->blocks.size(); ++i) {
       const auto& b = snap->blocks[i];
-      out += event_line({snap->seq, KvEvent::Type::stored, {b.hash}, b.parent, i < ranks.size() ? ranks[i] : -1}, tier, true);
+      out += event_line({snap->seq, KvEvent::Type::stored, {b.hash}, b.parent, i < ranks.size() ? ranks[i] : -1, b.medium},
+                        tier, true);
       if ((i + 1) % kEventsPerWrite == 0) {
         if (!co_await w.write(out)) co_return;
         out.clear();

@@ -91,6 +91,10 @@ void Replica::start() {
   hc.read_timeout = config_.read_timeout;
   hc.body_limit = config_.max_body_bytes;
   hc.header_limit = config_.max_header_bytes;
+  hc.header_timeout = config_.header_timeout;
+  hc.max_connections = config_.max_connections;
+  hc.max_connections_per_peer = config_.max_connections_per_peer;
+  hc.priority_paths = {"/health", "/metrics"};  // probes answer past the connection caps; they never queue
   server_ = std::make_unique<http::HttpServer>(hc, routes());
   server_->start();
 }

@@ -18,6 +18,7 @@ namespace kvfleet::server {
 namespace {
 
 using settings::bad;
+using settings::positive;
 using settings::scalar;
 
 void check_role(const std::string& role, const std::string& where) {
@@ -148,6 +149,9 @@ void apply_replica_yaml(const std::string& text, const std::string& source, Repl
     else if (key == "max_body_bytes") c.max_body_bytes = scalar<std::size_t>(v, source, key);
     else if (key == "max_header_bytes") c.max_header_bytes = scalar<std::size_t>(v, source, key);
     else if (key == "read_timeout_ms") c.read_timeout = ms();
+    else if (key == "header_timeout_ms") c.header_timeout = ms();
+    else if (key == "max_connections") c.max_connections = positive<std::size_t>(v, source, key);
+    else if (key == "max_connections_per_peer") c.max_connections_per_peer = scalar<std::size_t>(v, source, key);
     else if (key == "drain_timeout_ms") c.drain_timeout = ms();
     else if (key == "kv_events_heartbeat_ms") c.kv_events_heartbeat = ms();
     else if (key == "max_waiting_requests") c.max_waiting_requests = scalar<std::size_t>(v, source, key);
@@ -251,8 +255,17 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
                    "The only key /v1/kv_events and /internal/* accept (default: --api-key)");
   flags.add_flag("--open-internal-endpoints", c.open_internal_endpoints,
                  "Without keys, serve /v1/kv_events and /internal/* to non-loopback clients too (trusted networks)");
-  flags.add_flag("!--no-special-tokens-in-content", c.special_tokens_in_content,
-                 "Tokenize message content without special-token matching (the template's own specials stay)");
+  flags.add_flag("--special-tokens-in-content,!--no-special-tokens-in-content", c.special_tokens_in_content,
+                 "Let special-token text in message content become special tokens (default: plain text; the "
+                 "template's own specials stay)");
+  std::int64_t header_ms = c.header_timeout.count();
+  std::int64_t per_peer = c.max_connections_per_peer ? std::int64_t(*c.max_connections_per_peer) : -1;
+  flags.add_option("--header-timeout-ms", header_ms, "Deadline of a request's line and headers")
+      ->check(CLI::PositiveNumber);
+  flags.add_option("--max-connections", c.max_connections, "Open connections at most")->check(CLI::PositiveNumber);
+  flags.add_option("--max-connections-per-peer", per_peer,
+                   "Connections one client address may hold (default: half of --max-connections; 0: no cap)")
+      ->check(CLI::NonNegativeNumber);
   flags.add_option("--tool-call-parser", c.tool_call_parser,
                    "Parse chat answers' tool calls in this format: " + tools::tool_parser_names());
   flags.add_flag("--enable-auto-tool-choice", c.enable_auto_tool_choice,
@@ -292,6 +305,8 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
     }
   }
   c.read_timeout = std::chrono::milliseconds(read_ms);
+  c.header_timeout = std::chrono::milliseconds(header_ms);
+  if (per_peer >= 0) c.max_connections_per_peer = static_cast<std::size_t>(per_peer);
   c.drain_timeout = std::chrono::milliseconds(drain_ms);
   c.kv_events_heartbeat = std::chrono::milliseconds(heartbeat_ms);
   c.pd.lease = std::chrono::milliseconds(lease_ms);

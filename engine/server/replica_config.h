@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,13 @@ struct ReplicaConfig {
   EngineConfig engine;             // backend, blocks, batching, chunked prefill, prefix caching
   std::size_t max_body_bytes = 8 << 20;
   std::size_t max_header_bytes = 16 << 10;
-  std::chrono::milliseconds read_timeout{30'000};
+  std::chrono::milliseconds read_timeout{30'000};    // a request's body, and keep-alive idle time
+  std::chrono::milliseconds header_timeout{10'000};  // a request's line and headers
+  // Connections in all, and per client address (unset: half of max_connections; 0: no cap). Past a cap the
+  // oldest idle half-request is closed, and /health and /metrics still answer
+  // (engine/include/kvfleet/http/server.h).
+  std::size_t max_connections = 4096;
+  std::optional<std::size_t> max_connections_per_peer;
   std::chrono::milliseconds drain_timeout{30'000};
   std::chrono::milliseconds kv_events_heartbeat{3'000};  // `: ping` on an idle /v1/kv_events stream
   std::size_t max_waiting_requests = 1024;  // more in the queue -> 429
@@ -36,8 +43,9 @@ struct ReplicaConfig {
   // others) unless this is set: for a network where every client is trusted.
   bool open_internal_endpoints = false;
   // false: special-token text inside message content is tokenized as plain text (only the chat
-  // template's own special tokens are special). true: as vLLM does.
-  bool special_tokens_in_content = true;
+  // template's own special tokens are special), so a user cannot close its turn and open another.
+  // true: such text becomes the special token, as vLLM does. Routers must be given the same value.
+  bool special_tokens_in_content = false;
   // Tool calling and reasoning (vLLM's flags): the format chat answers' tool calls are parsed in
   // (kvfleet/tool_parser.h; empty: none), whether tool_choice "auto" is served (it needs a parser), and the
   // format of reasoning (kvfleet/reasoning_parser.h; empty: none).

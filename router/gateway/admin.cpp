@@ -115,6 +115,10 @@ awaitable<void> Gateway::list_replicas(const http::Request&, http::ResponseWrite
                                   {"events_applied", l->events_applied},
                                   {"orphans_dropped", index_.orphans_dropped(l->slot)},
                                   {"snapshots", index_.snapshots(l->slot)},
+                                  {"shared_tier", index_.tiers().shared_id(l->slot)},
+                                  {"tier_blocks", json::object{{"host", index_.tiers().count(l->slot, Medium::host)},
+                                                               {"disk", index_.tiers().count(l->slot, Medium::disk)},
+                                                               {"shared", index_.tiers().count(l->slot, Medium::shared)}}},
                                   {"in_flight_requests", l->in_flight},
                                   {"in_flight_tokens", l->in_flight_tokens},
                                   {"routed", l->routed},
@@ -130,7 +134,9 @@ awaitable<void> Gateway::list_replicas(const http::Request&, http::ResponseWrite
                         {"entries", s.entries}, {"bytes", s.bytes},
                         {"pending_blocks", index_.pending_blocks()},
                         {"pending_confirmed", index_.pending_confirmed()},
-                        {"pending_expired", index_.pending_expired()}};
+                        {"pending_expired", index_.pending_expired()},
+                        {"tier_index_blocks", index_.tiers().size()},
+                        {"tier_index_evicted", index_.tiers().evicted()}};
   }
   http::Response r = http::json_response(200, json::object{{"policy", policy()->name()}, {"active", active},
                                                            {"queued", queued}, {"replicas", list}, {"tree", tree}});

@@ -35,6 +35,7 @@ ReplicaCacheConfig cache_config(const RouterConfig& c, BlockHash root) {
   r.approximate_ttl = static_cast<Tick>(c.approximate_ttl.count());
   r.pending_ttl = static_cast<Tick>(c.pending_ttl.count());
   r.tree.max_bytes = c.tree_max_bytes;
+  r.tiers.max_blocks = static_cast<std::size_t>(c.tier_index_max_blocks);
   return r;
 }
 
@@ -65,7 +66,11 @@ Gateway::Gateway(RouterConfig config, Discovery::Resolver resolver)
   hc.read_timeout = config_.read_timeout;
   hc.body_limit = config_.max_body_bytes;
   hc.write_timeout = config_.client_write_timeout;
+  hc.header_timeout = config_.header_timeout;
   hc.max_connections = config_.max_concurrency + config_.max_queue + 64;
+  hc.max_connections_per_peer = config_.max_connections_per_peer;
+  // Probes and the operator's endpoints answer past the connection caps (their handlers never queue).
+  hc.priority_paths = {"/health", "/readiness", "/liveness", "/metrics", "/admin/"};
   server_ = std::make_unique<http::HttpServer>(hc, make_routes());
   for (const auto& url : config_.replicas) add_replica(url);
   for (const auto& url : config_.decode_replicas) add_replica(url, ReplicaPool::decode);

@@ -206,7 +206,7 @@ class Gateway {
     std::size_t link;
     int rank;
   };
-  void targets_locked(const MatchResult& match, const std::vector<ReplicaId>& exclude, Tick now,
+  void targets_locked(const TierMatch& match, const std::vector<ReplicaId>& exclude, Tick now,
                       std::vector<ReplicaState>& states, std::vector<Target>& targets);
   // A per-rank stream's config: the link's ranks follow its dp_size; mutex_ held.
   void set_ranks_locked(ReplicaLink& link, const KvEventMessage& config);

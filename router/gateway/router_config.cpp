@@ -156,6 +156,7 @@ void apply_router_yaml(const std::string& text, const std::string& source, Route
     else if (key == "pending_ttl_ms") c.pending_ttl = ms();
     else if (key == "discovery") c.discovery = discovery_yaml(v, source, c.discovery);
     else if (key == "tree_max_bytes") c.tree_max_bytes = scalar<std::uint64_t>(v, source, key);
+    else if (key == "tier_index_max_blocks") c.tier_index_max_blocks = scalar<std::uint64_t>(v, source, key);
     else if (key == "health_interval_ms") c.health_interval = ms();
     else if (key == "health_timeout_ms") c.health_timeout = ms();
     else if (key == "unhealthy_after") c.unhealthy_after = positive<int>(v, source, key);
@@ -191,6 +192,8 @@ void apply_router_yaml(const std::string& text, const std::string& source, Route
     }
     else if (key == "max_body_bytes") c.max_body_bytes = positive<std::size_t>(v, source, key);
     else if (key == "read_timeout_ms") c.read_timeout = ms();
+    else if (key == "header_timeout_ms") c.header_timeout = ms();
+    else if (key == "max_connections_per_peer") c.max_connections_per_peer = scalar<std::size_t>(v, source, key);
     else if (key == "drain_timeout_ms") c.drain_timeout = ms();
     else if (key == "special_tokens_in_content") c.special_tokens_in_content = scalar<bool>(v, source, key);
     else if (key == "tool_call_parser") c.tool_call_parser = scalar<std::string>(v, source, key);
@@ -262,8 +265,17 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
   std::int64_t kv_timeout_ms = c.kv_events_timeout.count();
   flags.add_option("--kv-events-timeout-ms", kv_timeout_ms, "Reconnect a KV event stream silent this long")
       ->check(CLI::PositiveNumber);
-  flags.add_flag("!--no-special-tokens-in-content", c.special_tokens_in_content,
-                 "Hash chat prompts as replicas run with --no-special-tokens-in-content do");
+  flags.add_flag("--special-tokens-in-content,!--no-special-tokens-in-content", c.special_tokens_in_content,
+                 "Hash chat prompts as replicas run with --special-tokens-in-content do (default: off)");
+  std::int64_t header_ms = c.header_timeout.count(), read_ms = c.read_timeout.count();
+  std::int64_t per_peer = c.max_connections_per_peer ? std::int64_t(*c.max_connections_per_peer) : -1;
+  flags.add_option("--header-timeout-ms", header_ms, "Deadline of a request's line and headers")
+      ->check(CLI::PositiveNumber);
+  flags.add_option("--read-timeout-ms", read_ms, "Deadline of a request's body, and of keep-alive idle time")
+      ->check(CLI::PositiveNumber);
+  flags.add_option("--max-connections-per-peer", per_peer,
+                   "Client connections one address may hold (default: half of all; 0: no cap)")
+      ->check(CLI::NonNegativeNumber);
   flags.add_option("--tool-call-parser", c.tool_call_parser,
                    "The replicas' --tool-call-parser, so that chat prompts with tools hash as theirs do");
   std::int64_t pending_ms = c.pending_ttl.count(), discovery_ms = c.discovery.interval.count();
@@ -312,6 +324,9 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
   c.pending_ttl = milliseconds(pending_ms);
   c.stream_stall_timeout = milliseconds(stall_ms);
   c.tenant_idle = milliseconds(tenant_idle_ms);
+  c.header_timeout = milliseconds(header_ms);
+  c.read_timeout = milliseconds(read_ms);
+  if (per_peer >= 0) c.max_connections_per_peer = static_cast<std::size_t>(per_peer);
   c.discovery.interval = milliseconds(discovery_ms);
   const std::string where = config_file.empty() ? "flags" : config_file;
   for (std::size_t i = 0; i < knob_values.size(); ++i)

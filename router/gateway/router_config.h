@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -35,6 +36,7 @@ struct RouterConfig {
   // the stored event that confirms it (router/replica_cache_index.h).
   milliseconds pending_ttl{20'000};
   std::uint64_t tree_max_bytes = 256ull << 20;
+  std::uint64_t tier_index_max_blocks = 1ull << 20;  // blocks of the replicas' lower KV tiers the router keeps
   // Active health checks: GET /health every interval; this many failures in a row -> unhealthy,
   // this many successes in a row -> healthy again. A failed connect marks unhealthy at once.
   milliseconds health_interval{1'000};
@@ -82,7 +84,13 @@ struct RouterConfig {
   // Stored responses (/v1/responses) whose replica the router remembers, for follow-ups and GET/DELETE
   // by id (router/gateway/response_owners.h); one it forgot is looked for by asking the replicas.
   std::size_t responses_affinity_entries = 100'000;
-  milliseconds read_timeout{30'000};
+  milliseconds read_timeout{30'000};  // a request's body, and keep-alive idle time between requests
+  // A request's line and headers (shorter than read_timeout: a slowloris holds a slot this long at most).
+  milliseconds header_timeout{10'000};
+  // Client connections are capped at max_concurrency + max_queue + 64; one client address may hold at most
+  // this many of them (unset: half; 0: no cap). Past a cap the oldest idle half-request is closed, and
+  // /health, /readiness, /liveness, /metrics and /admin/* still answer (engine/include/kvfleet/http/server.h).
+  std::optional<std::size_t> max_connections_per_peer;
   milliseconds drain_timeout{30'000};
   // Non-empty: the OpenAI endpoints require `Authorization: Bearer <one of these>` (401 otherwise).
   std::vector<std::string> api_keys;
@@ -96,7 +104,7 @@ struct RouterConfig {
   std::string replica_api_key;
   bool forward_authorization = false;
   // Must match the replicas' special_tokens_in_content, so that chat prompts hash the same (Contract 1).
-  bool special_tokens_in_content = true;
+  bool special_tokens_in_content = false;
   // Must match the replicas' --tool-call-parser: a chat template without a tools section gets that
   // parser's tool instructions, in the replica and so in the router's hashes (kvfleet/chat_tools.h).
   std::string tool_call_parser;

@@ -89,7 +89,7 @@ RoutePlan Gateway::plan(std::string_view path, const json::object& body, const h
   return plan;
 }
 
-void Gateway::targets_locked(const MatchResult& match, const std::vector<ReplicaId>& exclude, Tick now,
+void Gateway::targets_locked(const TierMatch& match, const std::vector<ReplicaId>& exclude, Tick now,
                              std::vector<ReplicaState>& states, std::vector<Target>& targets) {
   const Tick stale_after = static_cast<Tick>(config_.kv_events_timeout.count());
   for (std::size_t i = 0; i < links_.size(); ++i) {
@@ -104,7 +104,11 @@ void Gateway::targets_locked(const MatchResult& match, const std::vector<Replica
     const auto fill = [&](ReplicaState& r, const auto& src, std::size_t slot) {
       r.in_flight_requests = src.in_flight;
       r.in_flight_tokens = src.in_flight_tokens;
-      r.matched_blocks = match.of(slot);
+      const auto r_slot = static_cast<ReplicaId>(slot);
+      r.matched_blocks = match.of(r_slot, Medium::device);
+      r.host_blocks = match.of(r_slot, Medium::host);
+      r.disk_blocks = match.of(r_slot, Medium::disk);
+      r.shared_blocks = match.of(r_slot, Medium::shared);
       if (src.load_reported && now - src.load_at <= stale_after) {
         r.load_reported = true;
         r.reported_waiting = src.reported_waiting;
@@ -147,7 +151,7 @@ std::shared_ptr<ReplicaLink> Gateway::route(RoutePlan& plan, const std::vector<R
     std::vector<ReplicaState> states;
     std::vector<Target> targets;
     states.reserve(links_.size());
-    targets_locked(match, exclude, now, states, targets);
+    targets_locked(index_.match_tiers(plan.hashes, match), exclude, now, states, targets);
     RoutingRequest request;
     request.prompt_blocks = static_cast<std::uint32_t>(plan.hashes.size());
     request.prompt_tokens = plan.prompt_tokens;

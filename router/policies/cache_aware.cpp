@@ -20,8 +20,16 @@ std::unique_ptr<Policy> CacheAwarePolicy::from_yaml(const YAML::Node& node) {
   c.new_prefix_slack = static_cast<std::uint32_t>(knobs.integer("new_prefix_slack", c.new_prefix_slack, 0, 1u << 30));
   c.kv_usage_limit = knobs.number("kv_usage_limit", c.kv_usage_limit, 0.0, 1.0);
   c.rendezvous_blocks = static_cast<std::uint32_t>(knobs.integer("rendezvous_blocks", c.rendezvous_blocks, 1, 1u << 20));
+  c.host_tier_weight = knobs.number("host_tier_weight", c.host_tier_weight, 0.0, 1.0);
+  c.disk_tier_weight = knobs.number("disk_tier_weight", c.disk_tier_weight, 0.0, 1.0);
+  c.shared_tier_weight = knobs.number("shared_tier_weight", c.shared_tier_weight, 0.0, 1.0);
   knobs.finish();
   return std::make_unique<CacheAwarePolicy>(c);
+}
+
+double CacheAwarePolicy::weighted_match(const ReplicaState& r) const {
+  return r.matched_blocks + config_.host_tier_weight * r.host_blocks + config_.disk_tier_weight * r.disk_blocks +
+         config_.shared_tier_weight * r.shared_blocks;
 }
 
 Decision CacheAwarePolicy::choose(const RoutingRequest& request, std::span<const ReplicaState> replicas) {
@@ -41,8 +49,9 @@ Decision CacheAwarePolicy::choose(const RoutingRequest& request, std::span<const
   double best_score = 0;
   for (std::size_t i = 0; i < replicas.size(); ++i) {
     const ReplicaState& r = replicas[i];
-    if (!r.available() || r.matched_blocks == 0 || request.prompt_blocks == 0) continue;
-    const double ratio = static_cast<double>(std::min(r.matched_blocks, request.prompt_blocks)) / request.prompt_blocks;
+    const double weighted = weighted_match(r);
+    if (!r.available() || weighted <= 0 || request.prompt_blocks == 0) continue;
+    const double ratio = std::min<double>(weighted, request.prompt_blocks) / request.prompt_blocks;
     if (ratio < config_.cache_threshold) continue;
     const double usage = r.load_reported ? r.kv_usage : 0.0;
     const double score =
@@ -54,7 +63,11 @@ Decision CacheAwarePolicy::choose(const RoutingRequest& request, std::span<const
       best_score = score;
     }
   }
-  if (best != Decision::kNone) return Decision{best, "cache_hit"};
+  if (best != Decision::kNone) {
+    const ReplicaState& r = replicas[best];
+    const bool tiers = static_cast<double>(r.matched_blocks) < weighted_match(r);
+    return Decision{best, tiers ? "tier_hit" : "cache_hit"};
+  }
   if (const std::size_t placed = place_new_prefix(request, replicas, min_load); placed != Decision::kNone)
     return Decision{placed, "new_prefix"};
   return Decision{*least, "no_match"};

@@ -47,9 +47,13 @@ TEST_CASE("the result JSON has exactly vllm's keys where they overlap, plus ours
   RequestResult failed;
   failed.error_kind = "http_429";
   run.results.push_back(failed);
+  run.results[0].cached_tokens = 4;
+  run.results[1].cached_tokens = 6;
   run.duration = 2.0;
   run.max_in_flight = 2;
   BenchResult b = compute_result(run, Goodput{});
+  CHECK(b.total_cached_tokens == 10);
+  CHECK(*b.prompt_hit_ratio() == doctest::Approx(0.5));  // 10 of 20 prompt tokens
   b.fleet = FleetCounters{200, 150, 1};
   const boost::json::object o = result_json(b, RunInfo{"m", "http://x:1", "/v1/completions", "random", 5, 1, 4, 3, 0}, run, false);
   std::set<std::string> keys;
@@ -59,7 +63,8 @@ TEST_CASE("the result JSON has exactly vllm's keys where they overlap, plus ours
                                  "total_input_tokens", "total_output_tokens", "request_throughput", "request_goodput",
                                  "output_throughput", "total_token_throughput", "max_output_tokens_per_s",
                                  "max_concurrent_requests", "errors_by_kind", "error_messages", "per_replica_requests",
-                                 "prefix_cache_hit_rate", "preemptions"};
+                                 "prefix_cache_hit_rate", "preemptions", "total_cached_tokens", "prefix_hit_ratio",
+                                 "infinite_cache_hit_ratio", "kv_tier_hit_tokens"};
   for (const char* m : {"ttft", "tpot", "itl", "e2el"})
     for (const char* s : {"mean", "median", "std", "p50", "p90", "p99"}) expected.insert(std::string(s) + "_" + m + "_ms");
   CHECK(keys == expected);

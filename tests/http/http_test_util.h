@@ -59,8 +59,15 @@ inline boost::json::object error_of(const std::string& body) {
 // A blocking loopback socket with a receive timeout; closes on destruction.
 class RawSocket {
  public:
-  explicit RawSocket(uint16_t port, bool connect_now = true) : port_(port) {
+  // `from`: the client's own loopback address (e.g. "127.0.0.2": another peer to the server).
+  explicit RawSocket(uint16_t port, bool connect_now = true, const char* from = nullptr) : port_(port) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (from) {
+      sockaddr_in local{};
+      local.sin_family = AF_INET;
+      ::inet_pton(AF_INET, from, &local.sin_addr);
+      if (::bind(fd_, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0) throw std::runtime_error("bind failed");
+    }
     if (connect_now) connect();
   }
   // Connects the socket made by the constructor (needs no new descriptor).

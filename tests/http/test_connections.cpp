@@ -140,27 +140,6 @@ TEST_CASE("deadlines: read_timeout is the default of the three") {
   CHECK(elapsed < 1500ms);
 }
 
-TEST_CASE("max_connections_per_peer: one more connection from the same address is closed at once") {
-  WaitStats stats;
-  HttpServerConfig config = small_config();
-  config.max_connections_per_peer = 2;
-  TestServer t(test_router(stats), config);
-  RawSocket a(t.port());
-  RawSocket b(t.port());
-  REQUIRE(a.send_all("GET /wait?ms=0 HTTP/1.1\r\nHost: x\r\n\r\n"));
-  REQUIRE(a.poll_input(2000ms) == 1);
-  std::this_thread::sleep_for(50ms);  // b, queued behind a, is registered by now
-  RawSocket c(t.port());
-  CHECK(c.poll_input(1000ms) == 0);  // closed without a word
-  CHECK(b.send_all("GET /wait?ms=0 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
-  CHECK(status_of(b.read_until_close()) == 200);
-  a.close_now();
-  // Both slots free again once the server has seen the closes.
-  auto until = Clock::now() + 2000ms;
-  while (t.server.connection_count() > 0 && Clock::now() < until) std::this_thread::sleep_for(5ms);
-  CHECK(http_request("127.0.0.1", t.port(), "GET", "/wait?ms=0").status == 200);
-}
-
 TEST_CASE("out of descriptors: the accept loop pauses instead of spinning, then serves the waiting client") {
   WaitStats stats;
   TestServer t(test_router(stats));

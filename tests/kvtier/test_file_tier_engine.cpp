@@ -207,3 +207,25 @@ TEST_CASE("the disk tier drops what a killed writer left, and keeps working when
   const auto& d = medium(engine.stats(), KvMedium::disk);
   CHECK(d.errors[static_cast<std::size_t>(KvTierError::corrupt)] == 0);
 }
+
+TEST_CASE("an idle engine publishes the KV events of block files written after its last step") {
+  TempDir dir, disk;
+  const Model model = tier_model(dir.path());
+  Engine engine(model, disk_config(disk.path()));
+  Collector col;
+  GenerationRequest convo;
+  convo.prompt = tier_tokens(160, 1);
+  convo.max_tokens = 1;
+  convo.sampling = greedy();
+  engine.submit(convo, col.callback(0));
+  engine.wait_idle();  // no step after this one: the writes finish while the engine waits
+  const auto disk_events = [&] {
+    std::size_t n = 0;
+    for (const KvEvent& e : engine.kv_events()->since(0).events)
+      if (e.type == KvEvent::Type::stored && e.medium == KvMedium::disk) n += e.block_hashes.size();
+    return n;
+  };
+  for (int i = 0; i < 500 && disk_events() < 10; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(disk_events() == 10);
+  CHECK(medium(engine.stats(), KvMedium::disk).blocks == 10);
+}

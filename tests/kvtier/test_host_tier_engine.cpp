@@ -60,3 +60,29 @@ TEST_CASE("tiers need prefix caching") {
   c.kv_tiers.host_bytes = 1 << 20;
   CHECK_THROWS_WITH_AS(Engine(model, c), "KV cache tiers need prefix caching", std::invalid_argument);
 }
+
+TEST_CASE("a KV snapshot lists the prefix cache, then the host tier's blocks with their medium and parent") {
+  TempDir dir;
+  const Model model = tier_model(dir.path());
+  EngineConfig c = tier_config();
+  c.kv_tiers.host_bytes = 64 << 20;
+  Engine engine(model, c);
+  run_tier_scenario(engine, greedy());
+  const KvSnapshot snap = engine.kv_snapshot();
+  std::size_t device = 0, host = 0;
+  bool device_first = true;
+  for (const KvSnapshot::Entry& e : snap.blocks) {
+    if (e.medium == KvMedium::device) {
+      device_first = device_first && host == 0;
+      ++device;
+    } else {
+      CHECK(e.medium == KvMedium::host);
+      CHECK(e.parent != 0);
+      ++host;
+    }
+  }
+  CHECK(device_first);
+  CHECK(device == static_cast<std::size_t>(engine.stats().scheduler.kv.num_cached_blocks));
+  CHECK(host == medium(engine.stats(), KvMedium::host).blocks);
+  CHECK(host > 0);
+}

@@ -126,8 +126,8 @@ TEST_CASE("make_policy rejects unknown names, unknown knobs and bad values, nami
         "consistent_hash, random)");
   CHECK(message_of([] { make_policy(YAML::Load("{name: cache_aware, cache_treshold: 0.5}")); }) ==
         "policy 'cache_aware': unknown knob 'cache_treshold' (known: balance_abs_threshold, "
-        "balance_rel_threshold, cache_threshold, kv_usage_limit, kv_usage_weight, load_weight, "
-        "new_prefix_slack, rendezvous_blocks)");
+        "balance_rel_threshold, cache_threshold, disk_tier_weight, host_tier_weight, kv_usage_limit, "
+        "kv_usage_weight, load_weight, new_prefix_slack, rendezvous_blocks, shared_tier_weight)");
   CHECK(message_of([] { make_policy(YAML::Load("{name: round_robin, seed: 1}")); }) ==
         "policy 'round_robin': unknown knob 'seed' (known: none)");
   CHECK(message_of([] { make_policy(YAML::Load("{name: cache_aware, cache_threshold: 1.5}")); }) ==

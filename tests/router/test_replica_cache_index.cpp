@@ -78,7 +78,7 @@ TEST_CASE("exact mode: stored, removed and cleared events drive the tree; routin
   CHECK(f.matched(Chain{21}) == 1);
 }
 
-TEST_CASE("events about a KV tier below the device pool count their seq and leave the tree alone") {
+TEST_CASE("events about a KV tier below the device pool count their seq and go to the tier index, not the tree") {
   Fixture f;
   f.open_exact();
   CHECK(f.feed(stored(1, "11,12", "11259375")).status == EventStatus::applied);
@@ -87,6 +87,7 @@ TEST_CASE("events about a KV tier below the device pool count their seq and leav
         EventStatus::applied);
   CHECK(f.feed(removed(3, "12")).status == EventStatus::applied);
   CHECK(f.matched(Chain{11, 12}) == 1);
+  CHECK(f.index.match_tiers(Chain{11, 12}, f.index.match(Chain{11, 12})).of(0, Medium::host) == 1);
   CHECK(f.feed(R"({"seq":4,"type":"removed","block_hashes":[11],"medium":"disk"})").status == EventStatus::applied);
   CHECK(f.matched(Chain{11, 12}) == 1);  // still on the device
   CHECK(f.feed(R"({"seq":5,"type":"stored","block_hashes":[12],"parent":11,"medium":"device"})").status ==

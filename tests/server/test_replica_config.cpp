@@ -38,23 +38,48 @@ TEST_CASE("unknown keys and bad values fail, naming the key") {
 
 TEST_CASE("API keys and special_tokens_in_content: YAML keys and flags") {
   ReplicaConfig c;
-  apply_replica_yaml("api_key: k1\ninternal_api_key: k2\nspecial_tokens_in_content: false\n", "r.yaml", c);
+  apply_replica_yaml("api_key: k1\ninternal_api_key: k2\nspecial_tokens_in_content: true\n", "r.yaml", c);
   CHECK(c.api_key == "k1");
   CHECK(c.internal_api_key == "k2");
-  CHECK(!c.special_tokens_in_content);
+  CHECK(c.special_tokens_in_content);
   CHECK_THROWS_AS(apply_replica_yaml("special_tokens_in_content: maybe\n", "r.yaml", c), std::invalid_argument);
   const ReplicaConfig defaults = parse({"--model", "m"});
   CHECK(defaults.api_key.empty());
-  CHECK(defaults.special_tokens_in_content);
+  CHECK(!defaults.special_tokens_in_content);  // typed special-token text is plain text unless asked
   const ReplicaConfig flags = parse({"--model", "m", "--api-key", "a", "--internal-api-key", "b",
-                                     "--no-special-tokens-in-content"});
+                                     "--special-tokens-in-content"});
   CHECK(flags.api_key == "a");
   CHECK(flags.internal_api_key == "b");
-  CHECK(!flags.special_tokens_in_content);
+  CHECK(flags.special_tokens_in_content);
+  CHECK(!parse({"--model", "m", "--no-special-tokens-in-content"}).special_tokens_in_content);  // the default, spelled out
   // The example documents every new key with its default.
   const ReplicaConfig example = parse({"--config", std::string(KVFLEET_SOURCE_DIR) + "/examples/replica.yaml"});
   CHECK(example.api_key.empty());
-  CHECK(example.special_tokens_in_content);
+  CHECK(!example.special_tokens_in_content);
+}
+
+TEST_CASE("connection caps and the header deadline: YAML keys, flags, defaults") {
+  const ReplicaConfig defaults = parse({"--model", "m"});
+  CHECK(defaults.header_timeout == std::chrono::milliseconds(10'000));
+  CHECK(defaults.header_timeout < defaults.read_timeout);
+  CHECK(defaults.max_connections == 4096);
+  CHECK(!defaults.max_connections_per_peer);  // half of max_connections (HttpServerConfig::peer_cap)
+  ReplicaConfig c;
+  apply_replica_yaml("header_timeout_ms: 2000\nmax_connections: 100\nmax_connections_per_peer: 0\n", "r.yaml", c);
+  CHECK(c.header_timeout == std::chrono::milliseconds(2000));
+  CHECK(c.max_connections == 100);
+  CHECK(c.max_connections_per_peer == std::optional<std::size_t>(0));
+  CHECK_THROWS_WITH_AS(apply_replica_yaml("max_connections: 0\n", "r.yaml", c), doctest::Contains("max_connections"),
+                       std::invalid_argument);
+  const ReplicaConfig flags = parse({"--model", "m", "--header-timeout-ms", "500", "--max-connections", "64",
+                                     "--max-connections-per-peer", "8"});
+  CHECK(flags.header_timeout == std::chrono::milliseconds(500));
+  CHECK(flags.max_connections == 64);
+  CHECK(flags.max_connections_per_peer == std::optional<std::size_t>(8));
+  CHECK_THROWS_AS(parse({"--model", "m", "--max-connections-per-peer", "-1"}), std::invalid_argument);
+  const ReplicaConfig example = parse({"--config", std::string(KVFLEET_SOURCE_DIR) + "/examples/replica.yaml"});
+  CHECK(example.header_timeout == std::chrono::milliseconds(10'000));
+  CHECK(example.max_connections == 4096);
 }
 
 TEST_CASE("speculative_config: the flag, the YAML key as JSON or as a mapping, errors naming the key") {

@@ -41,6 +41,27 @@ std::string peer_address(const Socket& socket) {
   return ec ? std::string() : endpoint.address().to_string();
 }
 
+// Registers an accepted connection (or closes it, over the caps) and starts its coroutine.
+void start_session(HttpServer::State& server, tcp::socket socket) {
+  boost::system::error_code ec;
+  socket.set_option(tcp::no_delay(true), ec);  // stream pieces must not wait for Nagle
+  std::string peer = peer_address(socket);
+  auto session = std::make_shared<Session>(server, std::move(socket));
+  std::shared_ptr<Session> victim;
+  ActivitySlot* slot = nullptr;
+  const auto admission = server.add_session(session.get(), session, std::move(peer), victim, slot);
+  if (victim) asio::post(victim->executor(), [victim] { victim->evict(); });
+  if (admission == HttpServer::State::Admission::refused) return;  // closed on leaving scope
+  session->set_activity_slot(slot);
+  if (admission == HttpServer::State::Admission::probe_only) session->set_probe_only();
+  asio::co_spawn(session->executor(), session->run(), log_session_exception);
+}
+
+// Connections accepted per wake-up beyond the first. Under load every handler waits its turn behind the
+// connections' reads and writes; accepting one connection per turn left thousands in the kernel's queue
+// for seconds (a health probe among them), so each turn takes what the queue holds, up to this many.
+constexpr int accept_batch = 256;
+
 asio::awaitable<void> accept_loop(HttpServer::State& server) {
   asio::steady_timer pause(server.acceptor.get_executor());
   std::chrono::milliseconds backoff{0};
@@ -62,11 +83,15 @@ asio::awaitable<void> accept_loop(HttpServer::State& server) {
     backoff = std::chrono::milliseconds{0};
     if (ec) continue;  // e.g. the peer reset before accept
     if (server.stopping) continue;  // closed on leaving scope
-    socket.set_option(tcp::no_delay(true), ec);  // stream pieces must not wait for Nagle
-    std::string peer = peer_address(socket);
-    auto session = std::make_shared<Session>(server, std::move(socket));
-    if (!server.add_session(session.get(), session, std::move(peer))) continue;  // over a cap: closed
-    asio::co_spawn(session->executor(), session->run(), log_session_exception);
+    start_session(server, std::move(socket));
+    // The rest of the kernel's queue, without waiting (the acceptor is non-blocking): would_block ends
+    // the batch, and any other error is left to the next async_accept, which handles it as above.
+    for (int i = 0; i < accept_batch && !server.stopping; ++i) {
+      tcp::socket more(asio::make_strand(server.ioc));
+      server.acceptor.accept(more, ec);
+      if (ec) break;
+      start_session(server, std::move(more));
+    }
   }
 }
 
@@ -124,6 +149,7 @@ void HttpServer::start() {
   s.acceptor.set_option(tcp::acceptor::reuse_address(true));
   s.acceptor.bind(endpoint);
   s.acceptor.listen(asio::socket_base::max_listen_connections);
+  s.acceptor.non_blocking(true);  // accept_loop drains the queue in batches
   s.port = s.acceptor.local_endpoint().port();
   asio::co_spawn(s.acceptor.get_executor(), accept_loop(s), asio::detached);
   int threads = std::max(1, s.config.io_threads);

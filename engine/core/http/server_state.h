@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <deque>
 #include <vector>
 
 #include "kvfleet/http/server.h"
@@ -19,32 +20,27 @@ namespace kvfleet::http {
 
 class Session;
 
+// A connection's activity, read under the server's lock to pick a half-request to close. Slots live in
+// one deque (stable addresses, reused), so scanning an address's connections stays in a few cache lines
+// instead of visiting every Session. Written by the connection's strand, read by the accept loop.
+struct ActivitySlot {
+  std::atomic<int64_t> last_active{0};  // steady clock ticks of the last byte read or phase change
+  std::atomic<bool> half_request{true};  // idle or reading a head
+  Session* session = nullptr;
+  size_t peer_index = 0;  // where it is in its address's list
+};
+
 struct HttpServer::State {
   State(HttpServerConfig c, HttpRouter r) : config(std::move(c)), router(std::move(r)) {}
 
-  // Registers a new connection; false (and nothing registered) when it is over max_connections
-  // or over max_connections_per_peer for `peer` (its address; empty: unknown, not capped).
-  bool add_session(Session* session, std::weak_ptr<Session> weak, std::string peer) {
-    std::lock_guard lock(mutex);
-    if (sessions.size() >= config.max_connections) return false;
-    if (config.max_connections_per_peer > 0 && !peer.empty()) {
-      size_t& count = per_peer[peer];
-      if (count >= config.max_connections_per_peer) return false;
-      ++count;
-    }
-    sessions.emplace(session, Entry{std::move(weak), std::move(peer)});
-    return true;
-  }
-  void remove_session(Session* session) {
-    std::lock_guard lock(mutex);
-    auto it = sessions.find(session);
-    if (it == sessions.end()) return;
-    if (auto peer = per_peer.find(it->second.peer); peer != per_peer.end() && --peer->second == 0) {
-      per_peer.erase(peer);
-    }
-    sessions.erase(it);
-    if (sessions.empty()) sessions_empty.notify_all();
-  }
+  // Where a new connection goes (connection_caps.cpp, see server.h): admitted, into the probe
+  // reserve, or refused (nothing registered). `victim`: a half-request to close in its place (on its
+  // strand, through Session::evict), already uncounted.
+  enum class Admission { admitted, probe_only, refused };
+  // `slot` gets the connection's ActivitySlot (always, also in the probe reserve) unless refused.
+  Admission add_session(Session* session, std::weak_ptr<Session> weak, std::string peer,
+                        std::shared_ptr<Session>& victim, ActivitySlot*& slot);
+  void remove_session(Session* session);
 
   size_t connection_count() const;
 
@@ -56,11 +52,18 @@ struct HttpServer::State {
   struct Entry {
     std::weak_ptr<Session> session;
     std::string peer;
+    ActivitySlot* slot = nullptr;
+    bool counted = true;  // counts against the caps: not evicted, not in the probe reserve
+    bool probe_only = false;  // in the probe reserve
   };
-  mutable std::mutex mutex;  // guards sessions, per_peer, started, stopped
+  mutable std::mutex mutex;  // guards everything below up to `threads`
   std::condition_variable sessions_empty;
-  std::unordered_map<Session*, Entry> sessions;
-  std::unordered_map<std::string, size_t> per_peer;  // open connections per client address
+  std::unordered_map<Session*, Entry> sessions;  // every open connection
+  std::unordered_map<std::string, std::vector<ActivitySlot*>> per_peer;  // counted ones per client address
+  std::deque<ActivitySlot> slots;         // every slot ever made; reused through free_slots
+  std::vector<ActivitySlot*> free_slots;
+  size_t counted = 0;      // counted connections in all
+  size_t probe_only = 0;   // connections in the probe reserve
   bool started = false;
   bool stopped = false;
   std::vector<std::thread> threads;

@@ -166,6 +166,14 @@ asio::awaitable<void> Session::run() {
     request = Request();
     complete = co_await read_request(request, keep_alive, failure);
     if (!complete) break;
+    if (probe_only_) {
+      keep_alive = false;  // the reserve slot is freed after one answer
+      if (!server_.config.is_priority_path(request.target)) {
+        complete = false;
+        failure = {503, "the server is at its connection limit; retry shortly"};
+        break;
+      }
+    }
     bool again = co_await serve(request, keep_alive);
     if (!again || !keep_alive) break;
   }
@@ -264,6 +272,13 @@ void Session::mark_gone() {
 
 void Session::on_server_stop() {
   if (reading_ && phase_ == Phase::idle) stream_.cancel();
+}
+
+void Session::evict() {
+  if (phase_ != Phase::idle && phase_ != Phase::head) return;  // it finished its head meanwhile: keep it
+  error_code ignored;
+  stream_.socket().cancel(ignored);  // the pending read ends as `closed`: no answer
+  stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
 }
 
 void Session::force_close() {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -36,6 +37,15 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_server_stop();
   // On the strand: the grace period is over.
   void force_close();
+  // On the strand: closed for a newcomer past a connection cap (connection_caps.cpp). Closes the
+  // connection, without an answer, if it still has not finished a request head.
+  void evict();
+  // Before run(): this connection takes a probe reserve slot; it serves one request on a priority
+  // path and answers anything else 503.
+  void set_probe_only() { probe_only_ = true; }
+
+  // Before run(): where this connection's activity is kept (connection_caps.cpp).
+  void set_activity_slot(ActivitySlot* slot) { activity_ = slot; }
 
   // Bytes of a pipelined next request kept while a handler runs; more are discarded.
   static constexpr size_t pipeline_limit = 64 * 1024;
@@ -61,6 +71,10 @@ class Session : public std::enable_shared_from_this<Session> {
   boost::asio::awaitable<void> watch_disconnect(uint64_t generation);
   void take_pipelined();
   void mark_gone();
+  void set_phase(Phase phase);
+  void touch() {
+    if (activity_) activity_->last_active.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  }
 
   HttpServer::State& server_;
   boost::beast::tcp_stream stream_;
@@ -74,6 +88,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool timed_out_ = false;        // the current read was cancelled by its deadline
   bool reading_ = false;          // a socket read is pending
   Phase phase_ = Phase::idle;
+  ActivitySlot* activity_ = nullptr;  // last activity, and whether phase_ is idle or head
+  bool probe_only_ = false;
   bool first_request_ = true;
   Clock::time_point accepted_at_;
 

@@ -34,6 +34,12 @@ void copy_head(const bhttp::request_header<>& head, Request& request) {
 
 }  // namespace
 
+void Session::set_phase(Phase phase) {
+  phase_ = phase;
+  if (activity_) activity_->half_request.store(phase == Phase::idle || phase == Phase::head, std::memory_order_relaxed);
+  touch();
+}
+
 std::chrono::milliseconds Session::timeout_or_default(std::chrono::milliseconds timeout) const {
   return timeout.count() > 0 ? timeout : server_.config.read_timeout;
 }
@@ -42,10 +48,10 @@ std::chrono::milliseconds Session::timeout_or_default(std::chrono::milliseconds 
 asio::awaitable<bool> Session::read_request(Request& request, bool& keep_alive, ReadFailure& failure) {
   const HttpServerConfig& config = server_.config;
   RequestParser& parser = reader_.start(config.body_limit);
-  phase_ = Phase::idle;
+  set_phase(Phase::idle);
   // A connection's first request has header_timeout from accept; a later one idle_timeout for its
   // first byte, then header_timeout from there.
-  const auto header_timeout = timeout_or_default(config.header_timeout);
+  const auto header_timeout = config.effective_header_timeout();
   Clock::time_point deadline = accepted_at_ + header_timeout;
   if (!first_request_ && buffer_.size() == 0) deadline = Clock::now() + timeout_or_default(config.idle_timeout);
   if (buffer_.size() == 0) {  // (never co_await in an operand of && or ?: : GCC 12 miscompiles it)
@@ -53,7 +59,7 @@ asio::awaitable<bool> Session::read_request(Request& request, bool& keep_alive, 
     if (first != ReadResult::data) co_return false;  // idle: closed without an answer
   }
   if (!first_request_) deadline = Clock::now() + header_timeout;
-  phase_ = Phase::head;
+  set_phase(Phase::head);
   for (;;) {
     error_code ec = bhttp::error::need_more;
     if (buffer_.size() > 0) {
@@ -71,7 +77,7 @@ asio::awaitable<bool> Session::read_request(Request& request, bool& keep_alive, 
       copy_head(parser.get(), request);
       request.from_loopback = peer_loopback_;
       keep_alive = parser.get().keep_alive();
-      phase_ = Phase::body;
+      set_phase(Phase::body);
       if (!parser.is_done() && expects_continue(parser.get())) {
         bool written = co_await write_continue();
         if (!written) co_return false;
@@ -90,7 +96,7 @@ asio::awaitable<bool> Session::read_request(Request& request, bool& keep_alive, 
   request.body = std::move(parser.get().body());
   reader_.reset();
   first_request_ = false;
-  phase_ = Phase::serving;
+  set_phase(Phase::serving);
   co_return true;
 }
 
@@ -116,7 +122,10 @@ asio::awaitable<Session::ReadResult> Session::read_more(Clock::time_point deadli
   ++read_generation_;
   deadline_timer_.cancel();
   buffer_.commit(n);
-  if (n > 0) co_return ReadResult::data;
+  if (n > 0) {
+    touch();
+    co_return ReadResult::data;
+  }
   co_return timed_out_ && !server_.stopping ? ReadResult::timeout : ReadResult::closed;
 }
 

@@ -62,7 +62,8 @@ struct KvSnapshot {
   std::uint64_t seq = 0;
   struct Entry {
     BlockHash hash;
-    BlockHash parent;  // the root for a first block
+    BlockHash parent;  // the root for a first block; 0 for a file tier's block (its parent is not kept)
+    KvMedium medium = KvMedium::device;  // a KV tier's block (engine/kvtier) after the prefix cache's
   };
   std::vector<Entry> blocks;  // a parent that is cached comes before its children
 };

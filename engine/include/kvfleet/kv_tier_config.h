@@ -42,6 +42,7 @@ struct KvTierMediumStats {
 
 struct KvTierStats {
   bool enabled = false;  // some tier is configured
+  std::uint64_t shared_tier_id = 0;  // the shared tier's identity (engine/kvtier/tier_identity.h); 0: none
   std::array<KvTierMediumStats, kNumKvMedia> media{};  // by KvMedium
 };
 

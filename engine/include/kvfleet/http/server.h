@@ -15,11 +15,20 @@
 //   - Framing (RFC 9112, against request smuggling): Transfer-Encoding must end in chunked (400),
 //     other codings are not supported (501), no Content-Length with it (400), one valid
 //     Content-Length (400). HTTP/1.1 needs exactly one Host (400).
-//   - Deadlines: header_timeout, body_timeout (408 once a request has begun), idle_timeout between
-//     requests (silent close); each defaults to read_timeout (30 s). write_timeout (30 s) per write.
-//   - Connections: max_connections (4096) in all, max_connections_per_peer (0: no cap; a replica's
-//     only peer is usually the router) per client address; more are closed at once. On EMFILE/ENFILE
-//     the accept loop pauses (accept_backoff, 50 ms, doubling up to 1 s) instead of spinning.
+//   - Deadlines: header_timeout (10 s, or read_timeout when that is shorter), body_timeout (408 once
+//     a request has begun), idle_timeout between requests (silent close); the last two default to
+//     read_timeout (30 s). write_timeout (30 s) per write.
+//   - Connections: max_connections (4096) in all, max_connections_per_peer per client address (half
+//     of max_connections unless set; 0: no cap). A connection over a cap closes a half-request in its
+//     place: the one of its address (over the address's cap) or of the address holding the most
+//     connections (over max_connections) whose last activity is oldest. A half-request is a
+//     connection that has not finished its request head (idle keep-alive connections included); it
+//     closes without an answer. With no half-request to close, the new connection takes one of
+//     probe_reserve spare slots, where only priority_paths (health probes, metrics, admin) are
+//     served and anything else is answered 503; with none left it is closed at once. The accept loop
+//     takes up to 256 queued connections per wake-up (a probe must not wait in the kernel's queue
+//     behind a flood's connections); on EMFILE/ENFILE it pauses (accept_backoff, 50 ms, doubling up
+//     to 1 s) instead of spinning.
 //   - `Expect: 100-continue` gets `100 Continue` once the head passed its checks.
 // An exception in one connection (Beast, a handler, our code) ends that connection only, logged.
 //
@@ -44,9 +53,11 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kvfleet/http/message.h"
 
@@ -60,7 +71,8 @@ struct HttpServerConfig {
   // connection waiting for its next request is closed without a word. 0 for the three: read_timeout.
   std::chrono::milliseconds read_timeout{30'000};
   std::chrono::milliseconds header_timeout{0};  // request line + headers: from accept (a connection's
-                                                 // first request) or from the first byte (later ones)
+                                                 // first request) or from the first byte (later ones);
+                                                 // 0: 10 s, or read_timeout when shorter
   std::chrono::milliseconds body_timeout{0};    // the whole body, from the end of the head
   std::chrono::milliseconds idle_timeout{0};    // keep-alive: from a response to the next first byte
   std::chrono::milliseconds write_timeout{30'000};  // each write (a response, or one stream piece)
@@ -69,8 +81,17 @@ struct HttpServerConfig {
   size_t chunk_extension_limit = 4 * 1024;  // all chunk extensions of one body; more -> 400
   size_t body_limit = 8 * 1024 * 1024;      // bytes of body; more -> 413 (at once from Content-Length)
   size_t max_connections = 4096;            // more are accepted and closed at once
-  size_t max_connections_per_peer = 0;      // per client IP address, 0: no cap; more: closed at once
+  // Per client IP address; unset: max_connections / 2; 0: no cap. See the header comment.
+  std::optional<size_t> max_connections_per_peer;
+  size_t probe_reserve = 64;  // spare slots past a cap that serve priority_paths only
+  // Paths served ahead of connection caps (exact, or a prefix when it ends in '/'); the query is ignored.
+  std::vector<std::string> priority_paths;
   std::chrono::milliseconds accept_backoff{50};  // out of descriptors: first pause, doubled up to 1 s
+
+  // The caps and the deadline in effect (the defaults above resolved).
+  size_t peer_cap() const;
+  std::chrono::milliseconds effective_header_timeout() const;
+  bool is_priority_path(std::string_view target) const;
 };
 
 // The handler's side of one response. Every call returns false once the client is gone (a write
