@@ -51,7 +51,9 @@ struct ReplicaState {
 struct RoutingRequest {
   std::uint32_t prompt_blocks = 0;  // full blocks of the prompt (the hashes looked up)
   std::uint64_t prompt_tokens = 0;
-  std::string_view session_key{};   // consistent_hash: the configured header's value ("" = none)
+  // The request's session: the policy's own header (consistent_hash), else the router's session header,
+  // else the body's `user` when the router takes it ("" = none). cache_aware places by it.
+  std::string_view session_key{};
   // The prompt's block hashes (Contract 1), for choices every router must compute alike (cache_aware
   // places a prefix no replica holds by rendezvous hashing of one of them).
   std::span<const BlockHash> block_hashes{};

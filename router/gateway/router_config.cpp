@@ -163,6 +163,8 @@ void apply_router_yaml(const std::string& text, const std::string& source, Route
     else if (key == "healthy_after") c.healthy_after = positive<int>(v, source, key);
     else if (key == "max_attempts") c.max_attempts = positive<int>(v, source, key);
     else if (key == "responses_affinity_entries") c.responses_affinity_entries = scalar<std::size_t>(v, source, key);
+    else if (key == "session_header") c.session_header = scalar<std::string>(v, source, key);
+    else if (key == "session_from_user") c.session_from_user = scalar<bool>(v, source, key);
     else if (key == "retry_backoff_ms") c.retry_backoff = ms();
     else if (key == "connect_timeout_ms") c.connect_timeout = ms();
     else if (key == "upstream_timeout_ms") c.upstream_timeout = ms();
@@ -250,6 +252,10 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
       ->check(CLI::PositiveNumber);
   flags.add_option("--responses-affinity-entries", c.responses_affinity_entries,
                    "Stored responses whose replica the router remembers (follow-ups, GET/DELETE by id)");
+  flags.add_option("--session-header", c.session_header,
+                   "Request header naming a session; its requests stay on one replica (\"\": none)");
+  flags.add_flag("--session-from-user,!--no-session-from-user", c.session_from_user,
+                 "Take the body's `user` as the session when the header is absent (default: off)");
   flags.add_option("--max-concurrency", c.max_concurrency, "Requests forwarded at once")->check(CLI::PositiveNumber);
   flags.add_option("--max-queue", c.max_queue, "Requests waiting beyond that (then 429)");
   std::vector<std::string> tenant_weights;

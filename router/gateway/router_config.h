@@ -84,6 +84,12 @@ struct RouterConfig {
   // Stored responses (/v1/responses) whose replica the router remembers, for follow-ups and GET/DELETE
   // by id (router/gateway/response_owners.h); one it forgot is looked for by asking the replicas.
   std::size_t responses_affinity_entries = 100'000;
+  // Session affinity: a request's session key is this header's value, else (with session_from_user) the
+  // body's `user` field. cache_aware places a session's uncached prompt on the replica its key hashes
+  // to, so a conversation's turns stay on one replica (router/policies/cache_aware.h). Empty header and
+  // session_from_user false: no session keys (consistent_hash reads its own `header` knob either way).
+  std::string session_header = "x-session-id";
+  bool session_from_user = false;
   milliseconds read_timeout{30'000};  // a request's body, and keep-alive idle time between requests
   // A request's line and headers (shorter than read_timeout: a slowloris holds a slot this long at most).
   milliseconds header_timeout{10'000};

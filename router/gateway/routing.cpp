@@ -84,8 +84,12 @@ RoutePlan Gateway::plan(std::string_view path, const json::object& body, const h
     if (const auto* m = body.if_contains(key); m && m->is_int64() && m->as_int64() > 0) max_tokens = m->as_int64();
   plan.expected_tokens = plan.prompt_tokens + max_tokens;
   const std::shared_ptr<Policy> policy = this->policy();
-  if (const std::string_view header = policy->session_header(); !header.empty())
+  std::string_view header = policy->session_header();
+  if (header.empty()) header = config_.session_header;
+  if (!header.empty())
     if (const std::string* v = request.headers.find(header)) plan.session_key = *v;
+  if (plan.session_key.empty() && config_.session_from_user)
+    if (const auto* u = body.if_contains("user"); u && u->is_string()) plan.session_key = u->as_string();
   return plan;
 }
 

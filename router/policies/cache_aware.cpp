@@ -69,15 +69,19 @@ Decision CacheAwarePolicy::choose(const RoutingRequest& request, std::span<const
     return Decision{best, tiers ? "tier_hit" : "cache_hit"};
   }
   if (const std::size_t placed = place_new_prefix(request, replicas, min_load); placed != Decision::kNone)
-    return Decision{placed, "new_prefix"};
+    return Decision{placed, request.session_key.empty() ? "new_prefix" : "session"};
   return Decision{*least, "no_match"};
 }
 
 std::size_t CacheAwarePolicy::place_new_prefix(const RoutingRequest& request, std::span<const ReplicaState> replicas,
                                                std::uint32_t min_load) const {
-  if (request.block_hashes.empty()) return Decision::kNone;
-  const std::size_t at = std::min<std::size_t>(config_.rendezvous_blocks, request.block_hashes.size()) - 1;
-  const BlockHash key = request.block_hashes[at];
+  std::uint64_t key = 0;
+  if (!request.session_key.empty()) {
+    key = XXH3_64bits(request.session_key.data(), request.session_key.size());
+  } else {
+    if (request.block_hashes.empty()) return Decision::kNone;
+    key = request.block_hashes[std::min<std::size_t>(config_.rendezvous_blocks, request.block_hashes.size()) - 1];
+  }
   std::size_t best = Decision::kNone;
   std::uint64_t best_weight = 0;
   for (std::size_t i = 0; i < replicas.size(); ++i) {

@@ -34,7 +34,13 @@
 //      min(rendezvous_blocks, prompt_blocks) - 1 (it names the whole prefix up to there, e.g. a shared
 //      system prompt); among the replicas whose load <= min_load + new_prefix_slack and whose
 //      reported kv_usage <= kv_usage_limit, the highest XXH3(replica id, seed = key) wins, reason
-//      "new_prefix". A prompt without a full block, or no replica passing the filter: least loaded,
+//      "new_prefix". A request with a session key (RoutingRequest::session_key: the router's session
+//      header or the body's `user`, router/gateway/router_config.h) is placed the same way with
+//      XXH3(session key) as the key, reason "session": every turn of a conversation goes to one
+//      replica even when its prompt shares no leading block with the last turn's (a system prompt
+//      that carries the time) or the router runs without KV events, and every router agrees. A
+//      cache or tier hit above the threshold still wins, and so does the load check. A prompt
+//      without a full block and no session key, or no replica passing the filter: least loaded,
 //      reason "no_match".
 // "Least loaded" is the lowest load, then fewest tokens in flight, then lowest index.
 //

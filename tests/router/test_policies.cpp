@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "router/policies/cache_aware.h"
@@ -162,4 +164,68 @@ TEST_CASE("random: uniform over available replicas, repeatable with a seed") {
     CHECK(counts[i] > 240);
     CHECK(counts[i] < 360);
   }
+}
+
+TEST_CASE("cache_aware: a session's uncached prompts all go to the replica its key hashes to") {
+  CacheAwarePolicy p;
+  const auto replicas = fleet({{1, 0}, {1, 0}, {1, 0}, {1, 0}});
+  // Different prompts (different block hashes) of one session: one replica, reason "session".
+  std::vector<std::size_t> chosen;
+  for (kvfleet::BlockHash h = 1; h <= 6; ++h) {
+    const std::vector<kvfleet::BlockHash> hashes{h * 7919, h * 104729};
+    RoutingRequest r = prompt(2);
+    r.block_hashes = hashes;
+    r.session_key = "conversation-42";
+    const Decision d = p.choose(r, replicas);
+    check_decision(d, d.replica, "session");
+    chosen.push_back(d.replica);
+  }
+  CHECK(std::count(chosen.begin(), chosen.end(), chosen[0]) == 6);
+  // Without the key the same prompts spread by their own hashes.
+  std::vector<std::size_t> spread;
+  for (kvfleet::BlockHash h = 1; h <= 6; ++h) {
+    const std::vector<kvfleet::BlockHash> hashes{h * 7919, h * 104729};
+    RoutingRequest r = prompt(2);
+    r.block_hashes = hashes;
+    const Decision d = p.choose(r, replicas);
+    CHECK(d.reason == "new_prefix");
+    spread.push_back(d.replica);
+  }
+  CHECK(std::count(spread.begin(), spread.end(), spread[0]) < 6);
+  // Many sessions use every replica; a prompt shorter than a block still follows its session.
+  std::vector<int> per_replica(replicas.size());
+  for (int s = 0; s < 64; ++s) {
+    const std::string key = "session-" + std::to_string(s);
+    RoutingRequest r = prompt(0);
+    r.session_key = key;
+    const Decision d = p.choose(r, replicas);
+    REQUIRE(d.ok());
+    CHECK(d.reason == "session");
+    per_replica[d.replica] += 1;
+  }
+  for (int n : per_replica) CHECK(n > 0);
+}
+
+TEST_CASE("cache_aware: a cache hit and the load check win over the session") {
+  CacheAwarePolicy p;
+  RoutingRequest r = prompt(10);
+  r.session_key = "conversation-7";
+  auto replicas = fleet({{1, 0}, {1, 0}, {1, 0}});
+  const std::size_t home = p.choose(r, replicas).replica;
+  const std::size_t other = (home + 1) % replicas.size();
+  replicas[other].matched_blocks = 8;
+  check_decision(p.choose(r, replicas), other, "cache_hit");
+  replicas[other].matched_blocks = 0;
+  // The session's replica far busier than the rest (beyond new_prefix_slack): it yields.
+  replicas[home].in_flight_requests = 6;
+  const Decision d = p.choose(r, replicas);
+  CHECK(d.replica != home);
+  // Back to a balanced fleet: home again.
+  replicas[home].in_flight_requests = 1;
+  check_decision(p.choose(r, replicas), home, "session");
+  // Unavailable: another replica, and home again once it recovers.
+  replicas[home].healthy = false;
+  CHECK(p.choose(r, replicas).replica != home);
+  replicas[home].healthy = true;
+  check_decision(p.choose(r, replicas), home, "session");
 }

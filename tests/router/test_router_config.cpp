@@ -55,3 +55,18 @@ TEST_CASE("router: special-token text in content is plain text unless --special-
   const RouterConfig example = parse({"--config", std::string(KVFLEET_SOURCE_DIR) + "/examples/router.yaml"});
   CHECK(!example.special_tokens_in_content);
 }
+
+TEST_CASE("router: the session header and session_from_user as flags and YAML") {
+  const RouterConfig defaults = parse({"--model", "/m"});
+  CHECK(defaults.session_header == "x-session-id");
+  CHECK_FALSE(defaults.session_from_user);
+  RouterConfig y;
+  apply_router_yaml("session_header: x-conversation\nsession_from_user: true\n", "r.yaml", y);
+  CHECK(y.session_header == "x-conversation");
+  CHECK(y.session_from_user);
+  CHECK_THROWS_WITH_AS(apply_router_yaml("session_from_user: sometimes\n", "r.yaml", y),
+                       doctest::Contains("session_from_user"), std::invalid_argument);
+  const RouterConfig flags = parse({"--model", "/m", "--session-header", "", "--session-from-user"});
+  CHECK(flags.session_header.empty());
+  CHECK(flags.session_from_user);
+}
