@@ -122,6 +122,9 @@ awaitable<void> Gateway::list_replicas(const http::Request&, http::ResponseWrite
                                   {"in_flight_requests", l->in_flight},
                                   {"in_flight_tokens", l->in_flight_tokens},
                                   {"routed", l->routed},
+                                  {"prefix_hit_ratio", l->routed_blocks ? json::value(double(l->matched_blocks) /
+                                                                                      double(l->routed_blocks))
+                                                                        : json::value(nullptr)},
                                   {"dp_ranks", ranks_json(*l)},
                                   {"pd_pool", l->pd_pool == ReplicaPool::prefill  ? "prefill"
                                               : l->pd_pool == ReplicaPool::decode ? "decode"
@@ -138,8 +141,15 @@ awaitable<void> Gateway::list_replicas(const http::Request&, http::ResponseWrite
                         {"tier_index_blocks", index_.tiers().size()},
                         {"tier_index_evicted", index_.tiers().evicted()}};
   }
+  json::array events;
+  {
+    std::lock_guard lock(events_mutex_);
+    for (const RecentEvent& e : recent_events_)
+      events.push_back(json::object{{"time_ms", e.time_ms}, {"replica", e.replica}, {"what", e.what}});
+  }
   http::Response r = http::json_response(200, json::object{{"policy", policy()->name()}, {"active", active},
-                                                           {"queued", queued}, {"replicas", list}, {"tree", tree}});
+                                                           {"queued", queued}, {"replicas", list}, {"tree", tree},
+                                                           {"recent_errors", events}});
   co_await w.send(std::move(r));
 }
 

@@ -1,6 +1,7 @@
 #include "router/gateway/gateway.h"
 
 #include "kvfleet/chat_tools.h"
+#include "router/dashboard/dashboard.h"
 
 #include <algorithm>
 
@@ -169,6 +170,7 @@ http::HttpRouter Gateway::make_routes() {
   r.get("/readiness", bind(&Gateway::health));
   r.get("/liveness", bind(&Gateway::liveness));
   r.get("/metrics", bind(&Gateway::metrics));
+  r.get("/dashboard", bind(&Gateway::dashboard));
   auto admin = [this](AdminHandler method) {
     return [this, method](const http::Request& req, http::ResponseWriter& w) { return admin_guard(method, req, w); };
   };
@@ -343,6 +345,31 @@ void Gateway::count_series(const char* family, const char* help, const std::stri
 
 void Gateway::count_request(const std::string& replica, const std::string& status, const ReplicaLink* link) {
   count_series("kvfleet_router_requests_total", "Requests answered, by replica and HTTP status", replica, status, link);
+  // A client's own mistake (4xx other than 429) is not the fleet's error.
+  const bool client_error = status.size() == 3 && status[0] == '4' && status != "429";
+  if (status.empty() || status[0] == '2' || client_error) return;
+  note_event(replica, status[0] >= '0' && status[0] <= '9' ? "answered " + status : status);
+}
+
+void Gateway::note_event(const std::string& replica, std::string what) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::system_clock::now().time_since_epoch()).count();
+  std::lock_guard lock(events_mutex_);
+  if (recent_events_.size() == kRecentEvents) recent_events_.pop_front();
+  recent_events_.push_back({ms, replica, std::move(what)});
+}
+
+// The page is static (router/dashboard/dashboard.h); its data comes from the admin API, which checks the key.
+awaitable<void> Gateway::dashboard(const http::Request&, http::ResponseWriter& w) {
+  http::Response r;
+  r.status = 200;
+  r.headers.set("Content-Type", "text/html; charset=utf-8");
+  r.headers.set("Cache-Control", "no-store");
+  // Nothing from elsewhere: the page's own inline script and style, fetches to this router only.
+  r.headers.set("Content-Security-Policy",
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'");
+  r.body = std::string(dashboard_html());
+  co_await w.send(std::move(r));
 }
 
 void Gateway::count_overloaded(const ReplicaLink& link, int status) {

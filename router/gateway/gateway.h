@@ -85,6 +85,7 @@ struct ReplicaLink {
   std::uint32_t in_flight = 0;
   std::uint64_t in_flight_tokens = 0;
   std::uint64_t routed = 0;
+  std::uint64_t routed_blocks = 0, matched_blocks = 0;  // prompt blocks routed to it, and those it held
   std::uint64_t events_applied = 0;
   bool discovered = false;  // added by DNS discovery (which may remove it again), not configured
   // The replica's own load (`load` events on its KV event stream); stale after kv_events_timeout.
@@ -180,6 +181,7 @@ class Gateway {
   awaitable<void> health(const http::Request& req, http::ResponseWriter& w);
   awaitable<void> liveness(const http::Request& req, http::ResponseWriter& w);
   awaitable<void> metrics(const http::Request& req, http::ResponseWriter& w);
+  awaitable<void> dashboard(const http::Request& req, http::ResponseWriter& w);
   // admin.cpp
   using AdminHandler = awaitable<void> (Gateway::*)(const http::Request&, http::ResponseWriter&);
   awaitable<void> admin_guard(AdminHandler method, const http::Request& req, http::ResponseWriter& w);
@@ -288,6 +290,8 @@ class Gateway {
   void count_overloaded(const ReplicaLink& link, int status);
   void count_series(const char* family, const char* help, const std::string& replica, const std::string& status,
                     const ReplicaLink* link);
+  // The dashboard's recent errors: failed or refused requests and replicas going down or coming back.
+  void note_event(const std::string& replica, std::string what);
   awaitable<void> read_max_model_len(ReplicaLink& link);
   // True when the request may use the API (no keys configured, or a configured Bearer key).
   bool authorized(const http::Request& req) const;
@@ -332,6 +336,14 @@ class Gateway {
   // (replica, status, family, help) of the {replica, status} counters made so far: a removal deletes them all.
   std::set<std::tuple<std::string, std::string, std::string, std::string>> request_series_;
   std::set<std::string> tenant_labels_;  // tenants with their own metric series (bounded; the rest are "other")
+
+  struct RecentEvent {
+    std::int64_t time_ms;  // Unix time
+    std::string replica, what;
+  };
+  std::mutex events_mutex_;
+  std::deque<RecentEvent> recent_events_;  // the last kRecentEvents, oldest first
+  static constexpr std::size_t kRecentEvents = 50;
 };
 
 }  // namespace kvfleet::router

@@ -179,6 +179,8 @@ std::shared_ptr<ReplicaLink> Gateway::route(RoutePlan& plan, const std::vector<R
             .Increment();
       }
       matched = match.of(slot);
+      chosen->routed_blocks += plan.hashes.size();
+      chosen->matched_blocks += std::min<std::uint64_t>(matched, plan.hashes.size());
       chosen->in_flight += 1;
       chosen->in_flight_tokens += plan.expected_tokens;
       chosen->routed += 1;
@@ -227,6 +229,7 @@ void Gateway::note_connect_refused(ReplicaLink& link) {
   std::lock_guard lock(mutex_);
   link.ok_streak = 0;
   link.fail_streak += 1;
+  if (link.healthy) note_event(link.url, "down: connection refused");
   link.healthy = false;
 }
 
@@ -234,10 +237,16 @@ void Gateway::record_health(ReplicaLink& link, bool ok) {
   std::lock_guard lock(mutex_);
   if (ok) {
     link.fail_streak = 0;
-    if (++link.ok_streak >= config_.healthy_after) link.healthy = true;
+    if (++link.ok_streak >= config_.healthy_after && !link.healthy) {
+      link.healthy = true;
+      note_event(link.url, "up: health checks pass");
+    }
   } else {
     link.ok_streak = 0;
-    if (++link.fail_streak >= config_.unhealthy_after) link.healthy = false;
+    if (++link.fail_streak >= config_.unhealthy_after && link.healthy) {
+      link.healthy = false;
+      note_event(link.url, "down: health checks fail");
+    }
   }
 }
 
