@@ -83,18 +83,25 @@ Gateway::Gateway(RouterConfig config, Discovery::Resolver resolver)
     discovery_ = std::make_unique<Discovery>(config_.discovery, std::move(resolver),
                                              [this](const std::vector<std::string>& urls) { apply_discovered(urls); });
   }
+  // Last: nothing after it may throw (a joinable thread must not be destroyed).
+  health_work_.emplace(asio::make_work_guard(health_ioc_));
+  health_thread_ = std::thread([this] { health_ioc_.run(); });
 }
 
 // Order matters (ASan found the old one): the suspended loops' frames hold their links, whose strands
-// and timers belong to the io_context. So: stop the server (no new requests, connections closed, io
-// threads joined), end every loop on the io_context, close pooled sockets, drop the links, and only
-// then destroy the server with its io_context.
+// and timers belong to the io_contexts. So: stop the server (no new requests, connections closed, io
+// threads joined), end every loop (the event loops on the server's io_context, the health loops on the
+// health thread), stop the health thread, close pooled sockets, drop the links, and only then destroy
+// the server with its io_context (the health io_context, a member, goes after).
 Gateway::~Gateway() {
   discovery_.reset();  // its thread adds and removes replicas
   stopping_ = true;
   draining_ = true;
   server_->stop(std::chrono::milliseconds(0));
   finish_loops();
+  health_work_.reset();
+  health_ioc_.stop();
+  if (health_thread_.joinable()) health_thread_.join();
   std::vector<std::shared_ptr<ReplicaLink>> links;
   {
     std::lock_guard lock(mutex_);
@@ -115,7 +122,7 @@ void Gateway::finish_loops() {
   // The server's io threads are joined: this thread runs the io_context until the loops are done.
   auto& ioc = static_cast<asio::io_context&>(asio::query(server_->executor(), asio::execution::context));
   ioc.restart();
-  for (const auto& link : links) asio::post(link->strand, [link] { link->stop_io(); });
+  for (const auto& link : links) ReplicaLink::stop_io(link);
   asio::post(server_->executor(), [this] {
     if (maintenance_timer_) maintenance_timer_->cancel();
   });
@@ -258,7 +265,8 @@ std::shared_ptr<ReplicaLink> Gateway::add_replica(const std::string& url, Replic
   UpstreamPoolConfig pool;
   pool.max_idle = config_.upstream_keepalive;
   pool.idle_timeout = config_.upstream_idle_timeout;
-  auto link = std::make_shared<ReplicaLink>(url, address, slot, server_->executor(), pool, config_.circuit_breaker);
+  auto link = std::make_shared<ReplicaLink>(url, address, slot, server_->executor(), health_ioc_.get_executor(), pool,
+                                            config_.circuit_breaker);
   link->pd_pool = pd_pool;
   index_.add_replica(slot);
   links_.push_back(link);
@@ -282,7 +290,7 @@ bool Gateway::remove_replica(const std::string& url) {
   }
   link->pool.clear();
   response_owners_.forget_replica(url);
-  asio::post(link->strand, [link] { link->stop_io(); });  // its loops end at once
+  ReplicaLink::stop_io(link);  // its loops end at once
   return true;
 }
 

@@ -17,6 +17,9 @@
 #include <deque>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/json/object.hpp>
 #include <memory>
@@ -24,6 +27,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -64,15 +68,21 @@ struct RankTarget {
 
 struct ReplicaLink {
   ReplicaLink(std::string url_, ReplicaAddress address_, ReplicaId slot_, boost::asio::any_io_executor executor,
-              UpstreamPoolConfig pool_config, CircuitBreakerConfig breaker_config)
+              boost::asio::any_io_executor health_executor, UpstreamPoolConfig pool_config,
+              CircuitBreakerConfig breaker_config)
       : url(std::move(url_)), address(std::move(address_)), slot(slot_), strand(boost::asio::make_strand(executor)),
-        health_timer(strand), events_timer(strand), pool(pool_config), breaker(breaker_config) {}
+        health_strand(boost::asio::make_strand(health_executor)), health_timer(health_strand), events_timer(strand),
+        pool(pool_config), breaker(breaker_config) {}
 
   const std::string url;
   const ReplicaAddress address;
   const ReplicaId slot;
-  boost::asio::strand<boost::asio::any_io_executor> strand;
-  // On `strand`: the loops' sleeps, cancelled (with the clients below closed) by stop_io().
+  // The KV event loop runs on `strand` (the server's io threads); the health loop on `health_strand`, an
+  // io_context and thread of its own, so that a flood of client traffic on the io threads cannot delay a
+  // health check past its timeout and mark a healthy replica down.
+  boost::asio::strand<boost::asio::any_io_executor> strand, health_strand;
+  // The loops' sleeps (health_timer on health_strand, events_timer on strand), cancelled with the clients
+  // below closed by stop_health() and stop_events().
   boost::asio::steady_timer health_timer, events_timer;
   std::atomic<bool> removed{false};
   UpstreamPool pool;  // idle keep-alive connections (thread-safe on its own)
@@ -99,15 +109,23 @@ struct ReplicaLink {
   std::uint32_t most_ranks = 0;  // the most it had: its dp_rank metric series to forget on removal
   std::optional<std::int64_t> max_model_len;  // from its /v1/models (read by the health loop)
   bool models_read = false;                   // its /v1/models answered 200 (with or without max_model_len)
-  // Used on `strand` only: the open KV event stream and health check, closed when the replica is removed.
+  // The open KV event stream (used on `strand`) and health check (on `health_strand`), closed when the
+  // replica is removed.
   std::shared_ptr<http::HttpClient> events_client, health_client;
 
-  // On `strand`: wakes both loops at once (they then see `removed` or the gateway stopping and end).
-  void stop_io() {
-    health_timer.cancel();
+  // Each on its strand: wakes that loop at once (it then sees `removed` or the gateway stopping and ends).
+  void stop_events() {
     events_timer.cancel();
     if (events_client) events_client->close();
+  }
+  void stop_health() {
+    health_timer.cancel();
     if (health_client) health_client->close();
+  }
+  // Posts both wake-ups to their strands.
+  static void stop_io(const std::shared_ptr<ReplicaLink>& link) {
+    boost::asio::post(link->strand, [link] { link->stop_events(); });
+    boost::asio::post(link->health_strand, [link] { link->stop_health(); });
   }
 };
 
@@ -308,6 +326,10 @@ class Gateway {
   std::unique_ptr<tools::ToolParser> tool_parser_;  // the replicas' --tool-call-parser (prompt side only)
   std::int64_t created_ = 0;
   http::MetricsRegistry metrics_;
+  // Replica health checks run here, on a thread of their own (ReplicaLink::health_strand).
+  boost::asio::io_context health_ioc_{1};
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> health_work_;
+  std::thread health_thread_;
   std::unique_ptr<http::HttpServer> server_;
   std::atomic<bool> draining_{false};
   std::atomic<bool> stopping_{false};

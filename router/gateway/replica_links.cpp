@@ -1,4 +1,5 @@
-// Per replica, on its strand: active health checks, and the KV event subscription (exact mode).
+// Per replica: active health checks (on its health strand, the gateway's health thread), and the KV event
+// subscription (exact mode, on its strand).
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -26,7 +27,7 @@ constexpr std::size_t kMaxEventBytes = 4 << 20;  // one SSE event (a full kMaxEv
 constexpr std::size_t kApplyBatch = 1024;        // hashes applied per hold of the routing lock
 constexpr milliseconds kMinBackoff{100}, kMaxBackoff{5'000};
 
-// Sleeps on the link's own timer, so that stop_io() can cut the sleep short (no exception then).
+// Sleeps on the link's own timer, so that ReplicaLink::stop_io() can cut the sleep short (no exception then).
 awaitable<void> sleep_for(asio::steady_timer& timer, milliseconds d) {
   timer.expires_after(d);
   boost::system::error_code ec;
@@ -39,7 +40,7 @@ awaitable<void> sleep_for(asio::steady_timer& timer, milliseconds d) {
 void Gateway::start_loops(const std::shared_ptr<ReplicaLink>& link) {
   auto done = [this](const std::exception_ptr&) { loops_ -= 1; };
   loops_ += 1;
-  asio::co_spawn(link->strand, health_loop(link), done);
+  asio::co_spawn(link->health_strand, health_loop(link), done);
   if (!config_.kv_events) return;
   loops_ += 1;
   asio::co_spawn(link->strand, events_loop(link), done);
