@@ -7,8 +7,10 @@ namespace kvfleet::kvtier {
 
 namespace fs = std::filesystem;
 
-FileTier::FileTier(KvMedium medium, const fs::path& dir, const BlockFileFormat& format, std::uint64_t max_bytes)
-    : medium_(medium), folder_(block_folder(dir, format.compat)), format_(format), max_bytes_(max_bytes) {
+FileTier::FileTier(KvMedium medium, const fs::path& dir, const BlockFileFormat& format, std::uint64_t max_bytes,
+                   std::size_t max_entries)
+    : medium_(medium), folder_(block_folder(dir, format.compat)), format_(format), max_bytes_(max_bytes),
+      max_entries_(max_entries) {
   std::error_code ec;
   fs::create_directories(folder_, ec);
   if (ec || !fs::is_directory(folder_))
@@ -43,11 +45,16 @@ void FileTier::scan() {
 bool FileTier::may_hold(BlockHash hash) {
   const auto it = index_.find(hash);
   if (max_bytes_ == 0) {  // shared: other replicas add files
-    if (it != index_.end()) return it->second->written;
+    if (it != index_.end()) {
+      if (!it->second->written) return false;
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return true;
+    }
     std::error_code ec;
     if (!fs::exists(block_file(folder_, hash), ec)) return false;
     lru_.push_front({hash, true});
     index_.emplace(hash, lru_.begin());
+    forget_oldest();
     return true;
   }
   if (it == index_.end() || !it->second->written) return false;
@@ -59,7 +66,10 @@ bool FileTier::want_write(BlockHash hash, std::vector<BlockHash>& doomed) {
   if (index_.contains(hash)) return false;
   lru_.push_front({hash, false});
   index_.emplace(hash, lru_.begin());
-  if (max_bytes_ == 0) return true;
+  if (max_bytes_ == 0) {
+    forget_oldest();
+    return true;
+  }
   while (bytes() > max_bytes_ && lru_.size() > 1) {
     const Entry& victim = lru_.back();
     if (!victim.written) break;  // in flight: dropped once written, if still the oldest
@@ -72,6 +82,17 @@ bool FileTier::want_write(BlockHash hash, std::vector<BlockHash>& doomed) {
     return false;
   }
   return true;
+}
+
+void FileTier::forget_oldest() {
+  if (max_entries_ == 0) return;
+  // From the back, past writes in flight (they stay until written: the index is what stops a second write).
+  for (auto it = lru_.end(); index_.size() > max_entries_ && it != lru_.begin();) {
+    --it;
+    if (!it->written) continue;
+    index_.erase(it->hash);
+    it = lru_.erase(it);
+  }
 }
 
 void FileTier::wrote(BlockHash hash, bool ok) {

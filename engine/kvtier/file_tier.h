@@ -2,7 +2,8 @@
 // directory: a byte bound, least recently used files deleted first, its index rebuilt from the directory at
 // start, oldest file first, so a restarted replica finds its blocks again) or the shared tier (a directory
 // several replicas write: no replica deletes from it, so its size is the operator's to bound; a lookup asks
-// the file system, since other replicas add files).
+// the file system, since other replicas add files). The shared tier's index holds at most `max_entries`
+// blocks, least recently used forgotten first (their files stay; a later lookup finds them again).
 // The index is the engine thread's alone; the file I/O itself runs on KvTiers' I/O threads, which report
 // back through KvTiers, so this class does no I/O except the start-up scan and, for the shared tier, stat().
 #pragma once
@@ -21,8 +22,9 @@ namespace kvfleet::kvtier {
 class FileTier {
  public:
   // Creates dir/<compat> if needed; throws std::runtime_error naming the directory when it cannot.
-  // max_bytes 0: no bound (the shared tier).
-  FileTier(KvMedium medium, const std::filesystem::path& dir, const BlockFileFormat& format, std::uint64_t max_bytes);
+  // max_bytes 0: no byte bound and nothing deleted (the shared tier), its index bounded by max_entries instead.
+  FileTier(KvMedium medium, const std::filesystem::path& dir, const BlockFileFormat& format, std::uint64_t max_bytes,
+           std::size_t max_entries = 0);
 
   KvMedium medium() const { return medium_; }
   const std::filesystem::path& folder() const { return folder_; }
@@ -50,11 +52,13 @@ class FileTier {
     bool written;  // false while its write is in flight
   };
   void scan();
+  void forget_oldest();  // shared: over max_entries_, the least recently used written blocks leave the index
 
   const KvMedium medium_;
   const std::filesystem::path folder_;
   const BlockFileFormat format_;
   const std::uint64_t max_bytes_;
+  const std::size_t max_entries_;
   // Disk: every block, most recently used first. Shared: the blocks this replica wrote or found.
   std::list<Entry> lru_;
   std::unordered_map<BlockHash, std::list<Entry>::iterator> index_;

@@ -58,7 +58,8 @@ KvTiers::KvTiers(const KvTierConfig& config, std::uint64_t compat, Scheduler& sc
     disk_ = std::make_unique<FileTier>(KvMedium::disk, config.disk_dir, format, static_cast<std::uint64_t>(config.disk_bytes));
   }
   if (!config.shared_dir.empty()) {
-    shared_ = std::make_unique<FileTier>(KvMedium::shared, config.shared_dir, format, 0);
+    shared_ = std::make_unique<FileTier>(KvMedium::shared, config.shared_dir, format, 0,
+                                         static_cast<std::size_t>(config.shared_index_blocks));
     stats_.shared_tier_id = folder_identity(shared_->folder());
   }
   io_threads_ = std::max(1, config.io_threads);

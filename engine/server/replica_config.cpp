@@ -144,6 +144,7 @@ void apply_replica_yaml(const std::string& text, const std::string& source, Repl
     else if (key == "kv_disk_dir") c.engine.kv_tiers.disk_dir = scalar<std::string>(v, source, key);
     else if (key == "kv_disk_gib") c.engine.kv_tiers.disk_bytes = gib_bytes(scalar<double>(v, source, key), "kv_disk_gib");
     else if (key == "kv_shared_dir") c.engine.kv_tiers.shared_dir = scalar<std::string>(v, source, key);
+    else if (key == "kv_shared_index_blocks") c.engine.kv_tiers.shared_index_blocks = positive<std::int64_t>(v, source, key);
     else if (key == "max_model_len") c.engine.max_model_len = scalar<std::int64_t>(v, source, key);
     else if (key == "speculative_config") c.engine.speculative = speculative_of(v, source);
     else if (key == "max_body_bytes") c.max_body_bytes = scalar<std::size_t>(v, source, key);
@@ -235,6 +236,9 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   flags.add_option("--kv-disk-gib", disk_gib, "KV disk tier: its size in GiB (required with --kv-disk-dir)");
   flags.add_option("--kv-shared-dir", c.engine.kv_tiers.shared_dir,
                    "KV shared tier: a directory of block files that several replicas read and write");
+  flags.add_option("--kv-shared-index-blocks", c.engine.kv_tiers.shared_index_blocks,
+                   "KV shared tier: blocks this replica remembers finding or writing (least recently used forgotten)")
+      ->check(CLI::PositiveNumber);
   flags.add_option("--max-model-len", c.engine.max_model_len, "Context length (0: the model's)");
   std::string speculative;
   flags.add_option("--speculative-config", speculative,

@@ -19,6 +19,9 @@ struct KvTierConfig {
   std::string disk_dir;         // --kv-disk-dir: this replica's block files; empty: no disk tier
   std::int64_t disk_bytes = 0;  // --kv-disk-gib: the disk tier's bound (required with disk_dir)
   std::string shared_dir;       // --kv-shared-dir: block files several replicas read and write; empty: none
+  // --kv-shared-index-blocks: shared blocks this replica remembers (written or found), least recently used
+  // forgotten first; a forgotten block is looked up in the directory again (its file stays).
+  std::int64_t shared_index_blocks = 1 << 18;
   std::int32_t io_threads = 2;  // threads writing and reading block files
   bool enabled() const { return host_bytes > 0 || !disk_dir.empty() || !shared_dir.empty(); }
 };
