@@ -35,8 +35,11 @@ TEST_CASE("grafana: every panel's metrics exist on a live fleet and the dashboar
   const std::string dashboard = std::string(KVFLEET_SOURCE_DIR) + "/examples/grafana/kvfleet-fleet.json";
   const std::string check = std::string(KVFLEET_SOURCE_DIR) + "/scripts/grafana/check.mjs --source " +
                             KVFLEET_SOURCE_DIR + "/engine --source " + KVFLEET_SOURCE_DIR + "/router";
-  const auto r = run_command("NODE_PATH=" + modules + " node " + check + " " + dashboard + " " + router_metrics + " " +
-                             replica_metrics + " 2>&1");
+  const auto run_check = [&](const std::string& file) {
+    return run_command("NODE_PATH=" + modules + " node " + check + " " + file + " " + router_metrics + " " +
+                       replica_metrics + " 2>&1");
+  };
+  const auto r = run_check(dashboard);
   CHECK_MESSAGE(r.status == 0, r.out);
   CHECK(r.out.find("[check-grafana] ok: 29 panels") == 0);
 
@@ -45,14 +48,12 @@ TEST_CASE("grafana: every panel's metrics exist on a live fleet and the dashboar
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::string bad_metric = text;
   bad_metric.replace(bad_metric.find("kvfleet_router_replica_healthy"), 30, "kvfleet_router_replica_healthz");
-  const auto r1 = run_command("NODE_PATH=" + modules + " node " + check + " " + save("bad1.json", bad_metric) + " " +
-                              router_metrics + " " + replica_metrics + " 2>&1");
+  const auto r1 = run_check(save("bad1.json", bad_metric));
   CHECK(r1.status == 1);
   CHECK(r1.out.find("kvfleet_router_replica_healthz is not exported") != std::string::npos);
   std::string bad_schema = text;
   bad_schema.replace(bad_schema.find("\"graphTooltip\": 1"), 17, "\"graphTooltip\": \"shared\"");
-  const auto r2 = run_command("NODE_PATH=" + modules + " node " + check + " " + save("bad2.json", bad_schema) + " " +
-                              router_metrics + " " + replica_metrics + " 2>&1");
+  const auto r2 = run_check(save("bad2.json", bad_schema));
   CHECK(r2.status == 1);
   CHECK(r2.out.find("schema: ") != std::string::npos);
 }
