@@ -12,7 +12,7 @@
 //   required, additionalProperties (bool or schema), items/prefixItems (and draft-4 items arrays with
 //   additionalItems), enum/const, anyOf, oneOf (branches that cannot overlap: different types or a
 //   required property with different constant values), allOf (merged when the subschemas do not share a
-//   keyword), $ref/$defs/definitions (JSON pointers into the document, recursion included),
+//   keyword; keywords next to anyOf/oneOf apply to every branch), $ref/$defs/definitions (JSON pointers into the document, recursion included),
 //   minLength/maxLength, minItems/maxItems, minimum/maximum/exclusive* (integer-valued bounds),
 //   pattern (not together with min/maxLength), format date/time/date-time/email/uuid/uri.
 //   Annotations (title, description, examples, default, $comment, ...) are ignored; every other keyword

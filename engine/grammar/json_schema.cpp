@@ -191,6 +191,28 @@ ExprPtr SchemaConverter::convert_object_schema(const json::object& s, const std:
     return by_ref(std::string(r->get_string()), path);
   }
   if (s.contains("allOf")) return convert(json::value(merge_all_of(s, path)), path);
+  // Keywords next to anyOf/oneOf hold in every branch: {base, anyOf: [A, B]} is anyOf [allOf [base, A],
+  // allOf [base, B]] (and the same for oneOf: with base true, exactly one of base&A, base&B is exactly one
+  // of A, B).
+  for (const char* keyword : {"anyOf", "oneOf"}) {
+    const auto* branches = s.if_contains(keyword);
+    if (!branches) continue;
+    json::object base;
+    for (const auto& [key, v] : s) {
+      if (key != keyword && !kAnnotations.contains(key) && !(key == "uniqueItems" && v.is_bool() && !v.get_bool())) {
+        base[key] = v;
+      }
+    }
+    if (base.empty()) break;
+    if (!branches->is_array() || branches->get_array().empty()) {
+      throw GrammarError(std::string(keyword) + " must be a non-empty array", path, keyword);
+    }
+    json::array distributed;
+    for (const auto& branch : branches->get_array()) {
+      distributed.push_back(merge_all_of(json::object{{"allOf", json::array{base, branch}}}, path));
+    }
+    return convert(json::value(json::object{{keyword, std::move(distributed)}}), path);
+  }
   if (const auto* any = s.if_contains("anyOf")) {
     siblings_except({"anyOf"}, "anyOf");
     if (!any->is_array() || any->get_array().empty()) throw GrammarError("anyOf must be a non-empty array", path, "anyOf");

@@ -46,7 +46,7 @@ const char* format_regex(std::string_view format) {
   }
   if (format == "email") return R"([a-zA-Z0-9_+-]+(\.[a-zA-Z0-9_+-]+)*@([a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?\.)+[a-zA-Z]{2,10})";
   if (format == "uuid") return R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})";
-  if (format == "uri") return R"([a-zA-Z][a-zA-Z0-9+.-]{0,15}://[a-zA-Z0-9]([a-zA-Z0-9-]{0,30}[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,30}[a-zA-Z0-9])?)*(/[a-zA-Z0-9._~-]*)*)";
+  if (format == "uri") return R"([a-zA-Z][a-zA-Z0-9+.-]{0,15}://[a-zA-Z0-9]([a-zA-Z0-9-]{0,30}[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,30}[a-zA-Z0-9])?)*(/[a-zA-Z0-9._~%-]*)*(\?[a-zA-Z0-9._~%!$&'()*+,;=:@/?-]*)?(#[a-zA-Z0-9._~%!$&'()*+,;=:@/?-]*)?)";
   return nullptr;
 }
 

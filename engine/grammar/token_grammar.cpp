@@ -152,12 +152,23 @@ PositionMask CompiledGrammar::compute_position_mask(std::int32_t state) const {
   };
   const auto& subtrees = vocab_->subtrees();
   std::vector<std::pair<std::uint64_t, std::int32_t>> horizons;  // this walk's plain_horizon answers
+  std::uint64_t last_key = ~0ull;
+  std::int32_t last_horizon = 0;
   auto horizon = [&](std::uint8_t utf8, std::int32_t set) {
     const std::uint64_t key = (static_cast<std::uint64_t>(set) << 4) | utf8;
+    if (key == last_key) return last_horizon;
+    last_key = key;
     for (const auto& [k, h] : horizons) {
-      if (k == key) return h;
+      if (k == key) return last_horizon = h;
     }
-    return horizons.emplace_back(key, plain_horizon(utf8, set)).second;
+    return last_horizon = horizons.emplace_back(key, plain_horizon(utf8, set)).second;
+  };
+  auto accept_subtree = [&](const Vocabulary::Node& node) {
+    const std::int32_t last = nodes[node.subtree_end - 1].tokens_end;
+    for (std::int32_t t = node.tokens_begin; t < last; ++t) {
+      const auto id = static_cast<std::uint32_t>(node_tokens[t]);
+      accepted[id / 32] |= 1u << (id % 32);
+    }
   };
   for (std::size_t n = 0; n < node_count;) {
     const Vocabulary::Node& node = nodes[n];
@@ -165,16 +176,19 @@ PositionMask CompiledGrammar::compute_position_mask(std::int32_t state) const {
     if (node.subtree >= 0) {
       const std::int32_t from = static_cast<std::int32_t>(parent & ~kEnded);
       const Vocabulary::Subtree& sub = subtrees[static_cast<std::size_t>(node.subtree)];
-      if ((sub.bytes & ~loop_bytes(from)).none() || (sub.plain && horizon(sub.utf8_before, from) >= sub.height)) {
+      if ((sub.bytes & ~loop_bytes(from)).none()) {
         // Every token below stays in `from`: accepted without a walk.
-        const std::int32_t last = nodes[node.subtree_end - 1].tokens_end;
-        for (std::int32_t t = node.tokens_begin; t < last; ++t) {
-          const auto id = static_cast<std::uint32_t>(node_tokens[t]);
-          accepted[id / 32] |= 1u << (id % 32);
-        }
+        accept_subtree(node);
         n = static_cast<std::size_t>(node.subtree_end);
         continue;
       }
+    }
+    if (node.plain && node.subtree_end > static_cast<std::int32_t>(n) + 1 &&
+        horizon(node.utf8_before, static_cast<std::int32_t>(parent & ~kEnded)) >= node.height) {
+      // Plain text no longer than any string `from` takes: every token below is accepted without a walk.
+      accept_subtree(node);
+      n = static_cast<std::size_t>(node.subtree_end);
+      continue;
     }
     const std::int32_t set = walker_.step(static_cast<std::int32_t>(parent & ~kEnded), node.byte);
     if (set == ParseEngine::kDead) {

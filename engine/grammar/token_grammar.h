@@ -7,9 +7,9 @@
 // the rest depends on the stack below). A position's table is computed on its first use and kept
 // (xgrammar's adaptive cache, lazily). A matcher's mask is then the union over its parse set's stacks of
 // the accepted bits plus those uncertain tokens that its own parser, from the whole stack, accepts.
-// A walk skips a large subtree, accepting all of it, when its parse set loops on every byte in it, or
-// when every plain-text string (valid UTF-8, no '"' or '\\' or control bytes) as long as the subtree's
-// longest path keeps the set alive (a JSON string's body, bounded or not).
+// A walk skips a large subtree, accepting all of it, when its parse set loops on every byte in it; and
+// any subtree (small ones too) when every plain-text string (valid UTF-8, no '"' or '\\' or control
+// bytes) as long as the subtree's longest path keeps the set alive (a JSON string's body, bounded or not).
 #pragma once
 
 #include <atomic>

@@ -77,6 +77,9 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<TokenId
       height[n] = std::max<std::uint16_t>(height[n], static_cast<std::uint16_t>(height[c] + 1));
       plain[n] = plain[n] && plain[c];
     }
+    nodes_[n].height = height[n];
+    nodes_[n].utf8_before = utf8_before[n];
+    nodes_[n].plain = plain[n] != 0;
     if (nodes_[n].subtree_end - static_cast<std::int32_t>(n) >= kBulkNodes) {
       nodes_[n].subtree = static_cast<std::int32_t>(subtrees_.size());
       subtrees_.push_back(Subtree{below[n], height[n], utf8_before[n], plain[n] != 0});

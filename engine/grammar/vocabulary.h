@@ -33,6 +33,11 @@ class Vocabulary {
     std::int32_t subtree_end;  // one past the last node of this node's subtree
     std::int32_t tokens_begin, tokens_end;  // into tokens_at_nodes(): ids whose bytes end here
     std::int32_t subtree = -1;              // into subtrees() for a subtree of kBulkNodes nodes or more
+    // Every node (a small subtree too): the longest path below the parent in bytes, the UTF-8 decoder's
+    // state before the node's byte, and whether every path is valid plain text from there.
+    std::uint16_t height = 0;
+    std::uint8_t utf8_before = 0;
+    bool plain = false;
   };
   // What a mask walk needs to accept a large subtree without visiting it.
   struct Subtree {

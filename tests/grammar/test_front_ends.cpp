@@ -112,6 +112,24 @@ TEST_CASE("json schema: $ref recursion, anyOf, oneOf, allOf, formats, patterns")
   CHECK(accepts(schema(R"({"type":"string","pattern":"^[a-z]+\"$"})"), R"("ab\"")"));
   CHECK(accepts(schema(R"({"type":"string","pattern":"b+"})"), R"("abbc")"));
   CHECK_FALSE(accepts(schema(R"({"type":"string","pattern":"b+"})"), R"("ac")"));
+  CHECK(accepts(schema(R"({"type":"string","format":"uri"})"), R"("https://a.example/p?q=1&r=%20#frag")"));
+  CHECK_FALSE(accepts(schema(R"({"type":"string","format":"uri"})"), R"("https://a.example/p q")"));
+}
+
+TEST_CASE("json schema: keywords next to anyOf/oneOf hold in every branch") {
+  const auto any = schema(R"({"type":"string","anyOf":[{"maxLength":2},{"minLength":4}]})");
+  CHECK(accepts(any, R"("ab")"));
+  CHECK(accepts(any, R"("abcd")"));
+  CHECK_FALSE(accepts(any, R"("abc")"));
+  CHECK_FALSE(accepts(any, "7"));
+  const auto one = schema(R"({"type":"object","required":["k"],"oneOf":[
+    {"properties":{"k":{"const":"a"},"x":{"type":"integer"}},"required":["k","x"]},
+    {"properties":{"k":{"const":"b"},"y":{"type":"boolean"}},"required":["k","y"]}]})");
+  CHECK(accepts(one, R"({"k":"a","x":1})"));
+  CHECK(accepts(one, R"({"k":"b","y":true})"));
+  CHECK_FALSE(accepts(one, R"({"k":"a","y":true})"));
+  CHECK_THROWS_WITH_AS(compile_bytes(schema(R"({"minimum":1,"oneOf":[{"type":"integer"},{"type":"number"}]})")),
+                       doctest::Contains("may both match"), GrammarError);
 }
 
 TEST_CASE("json schema: unsupported keywords are errors naming keyword and path") {

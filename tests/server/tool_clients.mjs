@@ -1,6 +1,7 @@
 // Tool calls and structured outputs through the clients people use, against a replica (or a router) serving
 // the committed default model: the openai package (tool_choice required and named, whole and streamed,
-// response_format json_schema), the AI SDK 5 (generateText with a tool over /v1/responses and over chat
+// response_format json_schema and json_object, structured_outputs choice (whole and streamed) and regex,
+// guided_choice), the AI SDK 5 (generateText with a tool over /v1/responses and over chat
 // completions, the tool's result sent back, generateObject with a zod schema) and LangChain JS (bindTools,
 // withStructuredOutput). Every call's arguments and every object are validated with ajv against the schema.
 // Usage: node tool_clients.mjs BASE_URL MODEL  (exit 0 and "ok" when every check passes)
@@ -67,6 +68,32 @@ assert.equal(multi.choices[0].message.role, "assistant");
 const structured = await client.chat.completions.create({ ...request, tools: undefined, max_tokens: 400,
   response_format: { type: "json_schema", json_schema: { name: "weather", strict: true, schema: weatherSchema } } });
 valid("get_weather", JSON.parse(structured.choices[0].message.content));
+
+// vLLM's structured_outputs (the openai client sends body fields it does not know as they are) and
+// response_format json_object; each output validated with ajv.
+function conforms(schema, value) {
+  const v = ajv.compile(schema);
+  assert.ok(v(value), `${JSON.stringify(value)}: ${ajv.errorsText(v.errors)}`);
+}
+const plain = { ...request, tools: undefined };
+const choices = ["yes", "no", "maybe"];
+const choice = await client.chat.completions.create({ ...plain, structured_outputs: { choice: choices } });
+conforms({ enum: choices }, choice.choices[0].message.content);
+let streamedChoice = "";
+for await (const chunk of await client.chat.completions.create({ ...plain, structured_outputs: { choice: choices }, stream: true })) {
+  streamedChoice += chunk.choices[0]?.delta?.content ?? "";
+}
+assert.equal(streamedChoice, choice.choices[0].message.content);
+const regex = await client.chat.completions.create({ ...plain, structured_outputs: { regex: "[0-9]{3}-[a-z]{2}" } });
+conforms({ type: "string", pattern: "^[0-9]{3}-[a-z]{2}$" }, regex.choices[0].message.content);
+const legacy = await client.chat.completions.create({ ...plain, guided_choice: choices });
+conforms({ enum: choices }, legacy.choices[0].message.content);
+// A free object's strings would run to max_tokens on this tiny model: a bias on "}" (id 125 in the default
+// model's vocabulary) closes the object as soon as the grammar allows it.
+const object = await client.chat.completions.create({ ...plain, max_tokens: 400, logit_bias: { 125: 100 },
+  response_format: { type: "json_object" } });
+assert.equal(object.choices[0].finish_reason, "stop", object.choices[0].message.content);
+conforms({ type: "object" }, JSON.parse(object.choices[0].message.content));
 
 // --- AI SDK 5 ---
 const provider = createOpenAI({ baseURL: baseURL + "/v1", apiKey: "unused" });
