@@ -1,5 +1,6 @@
 // Speculative decoding (ngram, prompt lookup) against speculation off, in one run: tokens/s at batch 1 on
-// three workloads, and the ratio on/off at larger batches (how disable_by_batch_size's default was chosen).
+// three workloads, and the ratio on/off at larger batches (how disable_by_batch_size's default was chosen);
+// then an agent loop, off vs ngram vs suffix.
 //
 // Workloads, all on one model (default: the trained models/kvfleet-default, whose tokenizer gives real text):
 //   copy      the prompt holds the text the answer repeats: S + O + S, where O is the model's own greedy
@@ -15,8 +16,20 @@
 // the cores); every request
 // generates --tokens tokens (ignore_eos). The on/off outputs of the greedy workloads are checked equal.
 //
+// agent: tool-agent loops at batch 1, one request at a time. --agent-tasks tasks, each run --agent-repeats
+// times (sessions interleaved: task 0, 1, ..., then 0, 1, ... again: an agent retrying or re-running a task,
+// its tool calls repeating the calls of an earlier run). A session is --agent-steps requests; step t's prompt
+// is a shared system prompt, the task, and every earlier (call, result) pair; its output, the call, is the
+// model's continuation (--agent-call-tokens tokens) at --agent-temperature (0.8; 0: greedy) with a seed fixed
+// per (task, step), so that a re-run of a task samples the same calls; the result is text fixed per
+// (task, step). Each
+// method runs the whole workload on a fresh engine (suffix decoding's cache of earlier outputs starts empty;
+// warmed with one request under another cache salt), best of --rounds; the outputs are checked equal.
+//
 //   build/bin/bench_speculative [--model DIR] [--tokens 160] [--k 4] [--min-n 2] [--max-n 4]
 //                               [--batches 1,2,4,8,16] [--threads 1] [--rounds 2] [--disable-by-batch-size N]
+//                               [--suffix-k 8] [--agent-tasks 4] [--agent-repeats 2] [--agent-steps 6]
+//                               [--agent-call-tokens 48] [--agent-temperature 0.8] [--only agent|batch]
 // --disable-by-batch-size: the per-step switch-off (default: none, so that the sweep measures speculation at
 // every batch; pass 4, the engine's default, to see a served configuration).
 #include <time.h>
@@ -44,6 +57,9 @@ struct Options {
   std::int32_t disable_by_batch_size = 1 << 20;  // default: speculate at every batch (the sweep)
   unsigned threads = 1;
   std::vector<int> batches{1, 2, 4, 8, 16};
+  std::int32_t suffix_k = 8, agent_tasks = 4, agent_repeats = 2, agent_steps = 6, agent_call_tokens = 48;
+  float agent_temperature = 0.8f;
+  std::string only;  // "agent" or "batch": one part alone
 };
 
 struct Result {
@@ -55,20 +71,23 @@ struct Result {
   std::uint64_t steps = 0;
 };
 
-EngineConfig engine_config(const Options& o, bool spec) {
+EngineConfig engine_config(const Options& o, const std::string& method) {
   EngineConfig c;
   c.num_blocks = 2048;
   c.block_size = 16;
   c.scheduler.max_num_seqs = 64;
   c.backend.kind = "cpu";
   c.backend.threads = o.threads;
-  if (spec) {
+  if (method == "ngram") {
     c.speculative.method = "ngram";
     c.speculative.num_speculative_tokens = o.k;
     c.speculative.prompt_lookup_min = o.min_n;
     c.speculative.prompt_lookup_max = o.max_n;
-    c.speculative.disable_by_batch_size = o.disable_by_batch_size;
+  } else if (method == "suffix") {
+    c.speculative.method = "suffix";
+    c.speculative.num_speculative_tokens = o.suffix_k;
   }
+  c.speculative.disable_by_batch_size = o.disable_by_batch_size;
   return c;
 }
 
@@ -117,7 +136,7 @@ std::vector<TokenId> greedy(const Model& model, const Options& o, const std::vec
   r.max_tokens = n;
   r.ignore_eos = true;
   r.sampling.temperature = 0.0f;
-  return run(model, engine_config(o, false), {r}).outputs[0];
+  return run(model, engine_config(o, std::string()), {r}).outputs[0];
 }
 
 std::vector<GenerationRequest> workload(const std::string& name, const std::vector<TokenId>& prompt, int batch,
@@ -134,6 +153,93 @@ std::vector<GenerationRequest> workload(const std::string& name, const std::vect
     out.push_back(r);
   }
   return out;
+}
+
+// The agent workload on a fresh engine with `method`: every session's steps one request at a time.
+Result run_agent(const Model& model, const Tokenizer& tok, const Options& o, const std::string& method) {
+  static const char* kLines[] = {
+      "In the beginning God created the heaven and the earth.",
+      "And the earth was without form, and void; and darkness was upon the face of the deep.",
+      "And the Spirit of God moved upon the face of the waters.",
+      "And God called the light Day, and the darkness he called Night.",
+      "And God made the firmament, and divided the waters which were under the firmament.",
+      "And the evening and the morning were the third day.",
+      "Let the waters under the heaven be gathered together unto one place.",
+      "And God saw every thing that he had made, and, behold, it was very good.",
+      "Thus the heavens and the earth were finished, and all the host of them.",
+      "And the LORD God planted a garden eastward in Eden.",
+      "And a river went out of Eden to water the garden.",
+  };
+  constexpr int kNumLines = sizeof(kLines) / sizeof(kLines[0]);
+  Engine engine(model, engine_config(o, method));
+  GenerationRequest warm;
+  warm.prompt = tok.encode("The LORD is my shepherd");
+  warm.max_tokens = 2;
+  warm.cache_salt = "warm-up";  // its output drafts nothing for the workload's requests
+  run(engine, {warm});
+  const std::vector<TokenId> system = tok.encode(
+      "You are an agent. Call a tool with one line, read its result, then call the next tool.\n");
+  Result total;
+  double seconds = 0.0, cpu = 0.0;
+  std::size_t tokens = 0;
+  for (int rep = 0; rep < o.agent_repeats; ++rep) {
+    for (int task = 0; task < o.agent_tasks; ++task) {
+      GenerationRequest r;
+      r.prompt = system;
+      const std::vector<TokenId> t = tok.encode(std::string("Task: ") + kLines[task % kNumLines] + "\n");
+      r.prompt.insert(r.prompt.end(), t.begin(), t.end());
+      r.max_tokens = o.agent_call_tokens;
+      r.ignore_eos = true;
+      r.sampling.temperature = o.agent_temperature;
+      for (int step = 0; step < o.agent_steps; ++step) {
+        r.sampling.seed = static_cast<std::uint64_t>(task * 1000 + step + 1);  // a re-run samples the same call
+        const auto t0 = std::chrono::steady_clock::now();
+        const double cpu0 = cpu_seconds();
+        Result one = run(engine, {r});
+        seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        cpu += cpu_seconds() - cpu0;
+        const std::vector<TokenId>& call = one.outputs[0];
+        tokens += call.size();
+        total.outputs.push_back(call);
+        total.spec.num_drafts += one.spec.num_drafts;
+        total.spec.num_draft_tokens += one.spec.num_draft_tokens;
+        total.spec.num_accepted_tokens += one.spec.num_accepted_tokens;
+        total.steps += one.steps;
+        // The next step sees the call and its result.
+        r.prompt.insert(r.prompt.end(), call.begin(), call.end());
+        const std::vector<TokenId> result = tok.encode(std::string("\nResult: ") + kLines[(task * 3 + step + 1) % kNumLines] + "\n");
+        r.prompt.insert(r.prompt.end(), result.begin(), result.end());
+      }
+    }
+  }
+  total.tokens_per_s = static_cast<double>(tokens) / seconds;
+  total.tokens_per_cpu_s = static_cast<double>(tokens) / cpu;
+  return total;
+}
+
+void agent_section(const Model& model, const Tokenizer& tok, const Options& o) {
+  std::printf("\nagent loop: %d tasks x %d runs x %d steps, %d-token calls, temperature %.2f, batch 1; ngram k=%d n=%d..%d, suffix k=%d\n",
+              o.agent_tasks, o.agent_repeats, o.agent_steps, o.agent_call_tokens, static_cast<double>(o.agent_temperature), o.k,
+              o.min_n, o.max_n, o.suffix_k);
+  std::map<std::string, Result> best;
+  std::map<std::string, double> best_cpu;
+  for (int round = 0; round < o.rounds; ++round)
+    for (const char* method : {"off", "ngram", "suffix"}) {
+      Result r = run_agent(model, tok, o, std::string(method) == "off" ? "" : method);
+      best_cpu[method] = std::max(best_cpu[method], r.tokens_per_cpu_s);
+      if (r.tokens_per_s > best[method].tokens_per_s) best[method] = std::move(r);
+    }
+  std::printf("%-8s %10s %8s %10s %10s %9s %10s\n", "method", "tok/s", "vs off", "cpu vs off", "accepted", "identical",
+              "steps");
+  for (const char* method : {"off", "ngram", "suffix"}) {
+    const Result& r = best[method];
+    const double rate = r.spec.num_draft_tokens ? static_cast<double>(r.spec.num_accepted_tokens) / r.spec.num_draft_tokens : 0.0;
+    std::printf("%-8s %10.1f %7.2fx %9.2fx %9.0f%% %9s %10llu\n", method, r.tokens_per_s,
+                r.tokens_per_s / best["off"].tokens_per_s, best_cpu[method] / best_cpu["off"], 100.0 * rate,
+                r.outputs == best["off"].outputs ? "yes" : "NO", static_cast<unsigned long long>(r.steps));
+  }
+  std::printf("suffix / ngram: %.2fx tok/s, %.2fx cpu\n", best["suffix"].tokens_per_s / best["ngram"].tokens_per_s,
+              best_cpu["suffix"] / best_cpu["ngram"]);
 }
 
 std::vector<int> parse_list(const std::string& s) {
@@ -158,6 +264,13 @@ int main(int argc, char** argv) {
     else if (a == "--threads") o.threads = static_cast<unsigned>(std::stoi(v));
     else if (a == "--batches") o.batches = parse_list(v);
     else if (a == "--disable-by-batch-size") o.disable_by_batch_size = std::stoi(v);
+    else if (a == "--suffix-k") o.suffix_k = std::stoi(v);
+    else if (a == "--agent-tasks") o.agent_tasks = std::stoi(v);
+    else if (a == "--agent-repeats") o.agent_repeats = std::stoi(v);
+    else if (a == "--agent-steps") o.agent_steps = std::stoi(v);
+    else if (a == "--agent-call-tokens") o.agent_call_tokens = std::stoi(v);
+    else if (a == "--agent-temperature") o.agent_temperature = std::stof(v);
+    else if (a == "--only") o.only = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -165,6 +278,10 @@ int main(int argc, char** argv) {
   }
   const Model model = Model::load(o.model);
   const Tokenizer tok = Tokenizer::load(o.model);
+  if (o.only == "agent") {
+    agent_section(model, tok, o);
+    return 0;
+  }
   std::string loop_text;
   for (int i = 0; i < 3; ++i) loop_text += "And God said, Let there be light: and there was light.\n";
   // copy: the seed and the model's own greedy continuation of it (2 x --tokens), whose greedy continuation in
@@ -182,7 +299,7 @@ int main(int argc, char** argv) {
     for (const int batch : o.batches) {
       if (batch > 1 && std::string(name) == "sampled") continue;
       const auto requests = workload(name, prompts.at(name), batch, o);
-      Engine engine_off(model, engine_config(o, false)), engine_on(model, engine_config(o, true));
+      Engine engine_off(model, engine_config(o, std::string())), engine_on(model, engine_config(o, std::string("ngram")));
       run(engine_off, {requests[0]});  // warm-up: the CPU backend packs its weights on the first forward
       run(engine_on, {requests[0]});
       Result best_off, best_on;
@@ -207,5 +324,6 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
+  if (o.only != "batch") agent_section(model, tok, o);
   return 0;
 }

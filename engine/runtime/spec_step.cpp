@@ -51,9 +51,18 @@ void Engine::propose_drafts(const Sequence& seq, std::int32_t max_drafts, std::v
   if (config_.propose_for_test) {
     config_.propose_for_test(seq, k, out);
   } else {
-    m.proposer->propose(seq.tokens, k, out);
+    m.proposer->propose(spec::ProposeInput{seq.id, a.request.cache_salt, seq.tokens, seq.num_prompt_tokens}, k, out);
   }
   if (static_cast<std::int32_t>(out.size()) > k) out.resize(static_cast<std::size_t>(k));
+}
+
+// The request ends: a proposer with per-request state (suffix decoding) drops it, and may keep its outputs.
+void Engine::end_speculation(SeqId id, const Active& a) {
+  Impl& m = *impl_;
+  if (!m.proposer || a.request.prefill_only) return;
+  const Sequence* seq = m.scheduler->get(id);
+  if (!seq) return;
+  m.proposer->finish(spec::ProposeInput{id, a.request.cache_salt, seq->tokens, seq->num_prompt_tokens});
 }
 
 void Engine::verify_drafts(std::span<float> logits, std::size_t vocab) {
@@ -164,6 +173,7 @@ void Engine::emit_speculated(const ScheduledChunk& c, std::size_t job) {
   if (o.finished) count_finished(o.finish_reason);
   deliver(a, o);
   if (o.finished) {
+    end_speculation(c.id, a);
     m.scheduler->finish(c.id, o.finish_reason);
     m.active.erase(it);
   }

@@ -367,6 +367,7 @@ void Engine::emit_token(SeqId id, TokenId token) {
   if (o.finished) count_finished(o.finish_reason);
   deliver(a, o);
   if (o.finished) {
+    end_speculation(id, a);
     m.scheduler->finish(id, o.finish_reason);
     m.active.erase(it);
   }
@@ -395,6 +396,7 @@ void Engine::fail(SeqId seq, const std::string& error) {
   Impl& m = *impl_;
   auto it = m.active.find(seq);
   if (it == m.active.end()) return;
+  end_speculation(seq, it->second);
   try {
     m.scheduler->abort(seq);
   } catch (const std::exception&) {

@@ -76,7 +76,12 @@ SpeculativeConfig speculative_of(const YAML::Node& v, const std::string& source)
     for (const auto& kv : v) {
       const std::string key = kv.first.as<std::string>(), value = kv.second.as<std::string>();
       if (json.size() > 1) json += ",";
-      const bool number = !value.empty() && value.find_first_not_of("-0123456789") == std::string::npos;
+      bool number = false;  // 4, 0.1, 1e-3: a JSON number; anything else a string
+      if (!value.empty() && value.find_first_not_of("-+.0123456789eE") == std::string::npos) {
+        boost::system::error_code ec;
+        const boost::json::value parsed = boost::json::parse(value, ec);
+        number = !ec && parsed.is_number();
+      }
       json += boost::json::serialize(boost::json::value(key)) + ":" +
               (number ? value : boost::json::serialize(boost::json::value(value)));
     }
@@ -243,7 +248,8 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   std::string speculative;
   flags.add_option("--speculative-config", speculative,
                    "Speculative decoding, vLLM's JSON: {\"method\":\"ngram\",\"num_speculative_tokens\":K,"
-                   "\"prompt_lookup_max\":N,\"prompt_lookup_min\":M}");
+                   "\"prompt_lookup_max\":N,\"prompt_lookup_min\":M} or {\"method\":\"suffix\",\"num_speculative_tokens\":K,"
+                   "\"suffix_decoding_max_tree_depth\":D,\"suffix_decoding_max_cached_requests\":R,...}");
   flags.add_option("--max-body-bytes", c.max_body_bytes, "Largest request body (413 beyond)");
   flags.add_option("--max-header-bytes", c.max_header_bytes, "Largest request head (431 beyond)");
   std::int64_t read_ms = c.read_timeout.count(), drain_ms = c.drain_timeout.count();

@@ -3,6 +3,8 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
+#include <algorithm>
 
 #include "kvfleet/speculative.h"
 
@@ -22,15 +24,29 @@ std::int32_t integer(const json::value& v, const std::string& key) {
   return static_cast<std::int32_t>(n);
 }
 
+double number(const json::value& v, const std::string& key) {
+  if (v.is_double()) return v.as_double();
+  if (v.is_int64()) return static_cast<double>(v.as_int64());
+  if (v.is_uint64()) return static_cast<double>(v.as_uint64());
+  bad(key, "must be a number");
+}
+
 }  // namespace
 
 void validate(const SpeculativeConfig& c) {
-  if (c.method != "ngram") {
-    if (c.method == "suffix" || c.method == "draft_model" || c.method == "eagle" || c.method == "eagle3" ||
-        c.method == "medusa" || c.method == "mtp")
-      bad("method", "\"" + c.method + "\" is not implemented by kvfleet (supported: \"ngram\")");
-    bad("method", "must be \"ngram\"");
+  if (c.method != "ngram" && c.method != "suffix") {
+    if (c.method == "draft_model" || c.method == "eagle" || c.method == "eagle3" || c.method == "medusa" ||
+        c.method == "mtp")
+      bad("method", "\"" + c.method + "\" is not implemented by kvfleet (supported: \"ngram\", \"suffix\")");
+    bad("method", "must be \"ngram\" or \"suffix\"");
   }
+  if (c.suffix_max_tree_depth < 1 || c.suffix_max_tree_depth > 64)
+    bad("suffix_decoding_max_tree_depth", "must be between 1 and 64");
+  if (c.suffix_max_cached_requests < 0) bad("suffix_decoding_max_cached_requests", "must be at least 0");
+  if (!(c.suffix_max_spec_factor > 0.0) || c.suffix_max_spec_factor > 1e6)
+    bad("suffix_decoding_max_spec_factor", "must be greater than 0 and at most 1e6");
+  if (!(c.suffix_min_token_prob >= 0.0 && c.suffix_min_token_prob <= 1.0))
+    bad("suffix_decoding_min_token_prob", "must be between 0 and 1");
   if (c.num_speculative_tokens < 1 || c.num_speculative_tokens > SpeculativeConfig::kMaxSpeculativeTokens)
     bad("num_speculative_tokens", "must be between 1 and " + std::to_string(SpeculativeConfig::kMaxSpeculativeTokens));
   if (c.prompt_lookup_min < 1) bad("prompt_lookup_min", "must be at least 1");
@@ -50,6 +66,7 @@ SpeculativeConfig parse_speculative_config(const std::string& text) {
   SpeculativeConfig c;
   bool has_k = false;
   std::optional<std::int32_t> lookup_max, lookup_min;
+  std::vector<std::string> suffix_keys;
   for (const auto& [k, v] : doc.as_object()) {
     const std::string key(k);
     if (key == "method") {
@@ -65,13 +82,33 @@ SpeculativeConfig parse_speculative_config(const std::string& text) {
       lookup_min = integer(v, key);
     } else if (key == "disable_by_batch_size") {
       c.disable_by_batch_size = integer(v, key);
+    } else if (key == "suffix_decoding_max_tree_depth") {
+      c.suffix_max_tree_depth = integer(v, key);
+      suffix_keys.push_back(key);
+    } else if (key == "suffix_decoding_max_cached_requests") {
+      c.suffix_max_cached_requests = integer(v, key);
+      suffix_keys.push_back(key);
+    } else if (key == "suffix_decoding_max_spec_factor") {
+      c.suffix_max_spec_factor = number(v, key);
+      suffix_keys.push_back(key);
+    } else if (key == "suffix_decoding_min_token_prob") {
+      c.suffix_min_token_prob = number(v, key);
+      suffix_keys.push_back(key);
     } else {
       bad(key, "is not a key kvfleet implements (method, num_speculative_tokens, prompt_lookup_max, "
-               "prompt_lookup_min, disable_by_batch_size)");
+               "prompt_lookup_min, disable_by_batch_size, suffix_decoding_max_tree_depth, "
+               "suffix_decoding_max_cached_requests, suffix_decoding_max_spec_factor, suffix_decoding_min_token_prob)");
     }
   }
   if (c.method.empty()) bad("method", "is required");
-  if (!has_k) bad("num_speculative_tokens", "is required");
+  // A key of the other method would be silently ignored: refused instead.
+  if (c.method == "suffix" && (lookup_max || lookup_min))
+    bad(lookup_max ? "prompt_lookup_max" : "prompt_lookup_min", "applies to method \"ngram\" only");
+  if (c.method == "ngram" && !suffix_keys.empty()) bad(suffix_keys.front(), "applies to method \"suffix\" only");
+  if (c.method == "suffix" && !has_k)
+    c.num_speculative_tokens = std::min(c.suffix_max_tree_depth, SpeculativeConfig::kMaxSpeculativeTokens);
+  else if (!has_k)
+    bad("num_speculative_tokens", "is required");
   // vLLM's defaults: one bound given sets the other; neither gives 5 and 5.
   c.prompt_lookup_max = lookup_max.value_or(lookup_min.value_or(5));
   c.prompt_lookup_min = lookup_min.value_or(lookup_max.value_or(5));

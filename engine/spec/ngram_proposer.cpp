@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "engine/spec/proposer.h"
+#include "engine/spec/suffix_proposer.h"
 
 namespace kvfleet::spec {
 
@@ -22,6 +23,7 @@ void NgramProposer::propose(std::span<const TokenId> tokens, std::int32_t k, std
 }
 
 std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& config) {
+  if (config.method == "suffix") return std::make_unique<SuffixProposer>(config);
   return std::make_unique<NgramProposer>(config.prompt_lookup_min, config.prompt_lookup_max);
 }
 

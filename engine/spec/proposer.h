@@ -1,10 +1,14 @@
 // Speculative decoding: propose a few tokens cheaply, verify them all in one forward of the target model,
 // keep the ones the target agrees with. The contract every method shares:
 //
-//   Proposer::propose(tokens, k, out)   tokens = the sequence's prompt + outputs so far (its last token not yet
-//                                       computed); writes at most k guesses of the tokens that follow into `out`
-//                                       (cleared first; none is a fine answer). Pure function of `tokens` and the
-//                                       proposer's own state: no randomness, so a configuration is deterministic.
+//   Proposer::propose(seq, k, out)      seq.tokens = the sequence's prompt + outputs so far (its last token not
+//                                       yet computed); writes at most k guesses of the tokens that follow into
+//                                       `out` (cleared first; none is a fine answer). A function of the tokens and
+//                                       the proposer's own state (for suffix decoding: earlier requests' outputs
+//                                       under the same cache salt): no randomness. Drafts only decide the speed;
+//                                       the output is the target model's whatever they are.
+//   Proposer::finish(seq)               the request ended (any reason) with these tokens: a proposer that keeps
+//                                       per-request state drops it here.
 //   Scheduler                           schedules a proposing sequence's last token + its d drafts as one chunk of
 //                                       d + 1 tokens, in the same batch as plain decodes and prefills; the chunk
 //                                       asks for the logits of all d + 1 rows (engine/sched, SeqChunk::Logits::all).
@@ -20,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "kvfleet/block_hash.h"
@@ -27,13 +32,22 @@
 
 namespace kvfleet::spec {
 
+// What a proposer sees of a sequence.
+struct ProposeInput {
+  std::uint64_t request = 0;        // the engine's RequestId
+  std::string_view cache_salt;      // the request's cache_salt (empty: none)
+  std::span<const TokenId> tokens;  // prompt + outputs so far
+  std::int32_t num_prompt_tokens = 0;
+};
+
 class Proposer {
  public:
   virtual ~Proposer() = default;
-  virtual void propose(std::span<const TokenId> tokens, std::int32_t k, std::vector<TokenId>& out) = 0;
+  virtual void propose(const ProposeInput& seq, std::int32_t k, std::vector<TokenId>& out) = 0;
+  virtual void finish(const ProposeInput&) {}
 };
 
-// The proposer `config.method` names (config validated: "ngram").
+// The proposer `config.method` names (config validated: "ngram" or "suffix").
 std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& config);
 
 // Prompt lookup (vLLM's "ngram" method). For n from prompt_lookup_max down to prompt_lookup_min: the last n
@@ -43,7 +57,10 @@ std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& config);
 class NgramProposer final : public Proposer {
  public:
   NgramProposer(std::int32_t min_n, std::int32_t max_n) : min_n_(min_n), max_n_(max_n) {}
-  void propose(std::span<const TokenId> tokens, std::int32_t k, std::vector<TokenId>& out) override;
+  void propose(std::span<const TokenId> tokens, std::int32_t k, std::vector<TokenId>& out);
+  void propose(const ProposeInput& seq, std::int32_t k, std::vector<TokenId>& out) override {
+    propose(seq.tokens, k, out);
+  }
 
  private:
   std::int32_t min_n_, max_n_;

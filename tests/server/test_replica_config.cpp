@@ -103,8 +103,21 @@ TEST_CASE("speculative_config: the flag, the YAML key as JSON or as a mapping, e
   CHECK(m.engine.speculative.disable_by_batch_size == 4);
   CHECK_THROWS_WITH(parse({"--model", "m", "--speculative-config", R"({"method":"ngram","num_speculative_tokens":0})"}),
                     doctest::Contains("--speculative-config: speculative_config: num_speculative_tokens must be"));
-  CHECK_THROWS_WITH(parse({"--model", "m", "--speculative-config", R"({"method":"suffix","num_speculative_tokens":2})"}),
-                    doctest::Contains("method \"suffix\" is not implemented"));
+  CHECK_THROWS_WITH(parse({"--model", "m", "--speculative-config", R"({"method":"draft_model","num_speculative_tokens":2})"}),
+                    doctest::Contains("method \"draft_model\" is not implemented"));
+  // suffix: its keys as flag JSON and as a YAML mapping (fractions are numbers there too).
+  c = parse({"--model", "m", "--speculative-config", R"({"method":"suffix","suffix_decoding_max_cached_requests":50})"});
+  CHECK(c.engine.speculative.method == "suffix");
+  CHECK(c.engine.speculative.suffix_max_cached_requests == 50);
+  ReplicaConfig s;
+  apply_replica_yaml("speculative_config:\n  method: suffix\n  num_speculative_tokens: 6\n  suffix_decoding_max_tree_depth: 16\n"
+                     "  suffix_decoding_max_spec_factor: 1.5\n  suffix_decoding_min_token_prob: 0.25\n", "r.yaml", s);
+  CHECK(s.engine.speculative.num_speculative_tokens == 6);
+  CHECK(s.engine.speculative.suffix_max_tree_depth == 16);
+  CHECK(s.engine.speculative.suffix_max_spec_factor == 1.5);
+  CHECK(s.engine.speculative.suffix_min_token_prob == 0.25);
+  CHECK_THROWS_WITH(apply_replica_yaml("speculative_config:\n  method: suffix\n  suffix_decoding_min_token_prob: high\n", "r.yaml", s),
+                    doctest::Contains("suffix_decoding_min_token_prob must be a number"));
   CHECK_THROWS_WITH(apply_replica_yaml("speculative_config:\n  method: ngram\n  num_speculative_tokens: 2\n  k: 1\n", "r.yaml", m),
                     doctest::Contains("r.yaml: speculative_config: k is not a key"));
   CHECK_THROWS_WITH(apply_replica_yaml("speculative_config: [1, 2]\n", "r.yaml", m), doctest::Contains("speculative_config"));

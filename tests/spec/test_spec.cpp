@@ -43,7 +43,7 @@ TEST_CASE("speculative_config: a bad value is refused naming its key") {
   CHECK(err(R"({"num_speculative_tokens":2})").find("method is required") != std::string::npos);
   CHECK(err(R"({"method":"ngram"})").find("num_speculative_tokens is required") != std::string::npos);
   CHECK(err(R"({"method":"bogus","num_speculative_tokens":2})").find("method must be") != std::string::npos);
-  CHECK(err(R"({"method":"suffix","num_speculative_tokens":2})").find("not implemented") != std::string::npos);
+  CHECK(err(R"({"method":"eagle","num_speculative_tokens":2})").find("not implemented") != std::string::npos);
   CHECK(err(R"({"method":"draft_model","model":"x","num_speculative_tokens":2})").find("model is not a key") != std::string::npos);
   CHECK(err(R"({"method":"ngram","num_speculative_tokens":0})").find("num_speculative_tokens must be") != std::string::npos);
   CHECK(err(R"({"method":"ngram","num_speculative_tokens":"4"})").find("num_speculative_tokens must be an integer") != std::string::npos);

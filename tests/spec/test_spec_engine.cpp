@@ -42,6 +42,15 @@ SpeculativeConfig ngram(std::int32_t k, std::int32_t min_n, std::int32_t max_n) 
   return s;
 }
 
+SpeculativeConfig suffix(std::int32_t k, std::int32_t cached = 1000) {
+  SpeculativeConfig s;
+  s.method = "suffix";
+  s.num_speculative_tokens = k;
+  s.suffix_max_cached_requests = cached;
+  s.disable_by_batch_size = 64;
+  return s;
+}
+
 // Proposes the reference output's next tokens (request i is engine id i + 1), wrong at every third
 // position, and nothing for every fourth request: full accepts, partial rejects and plain decodes, mixed.
 auto oracle(const std::map<std::size_t, test::Collected>& ref) {
@@ -114,8 +123,9 @@ void check_speculation_is_exact(const std::string& arch) {
     c.speculative = s;
     return c;
   };
-  for (const bool use_oracle : {true, false}) {
-    const SpeculativeConfig s = use_oracle ? ngram(4, 1, 3) : ngram(3, 1, 2);
+  for (const char* method : {"oracle", "ngram", "suffix"}) {
+    const bool use_oracle = std::string(method) == "oracle";
+    const SpeculativeConfig s = use_oracle ? ngram(4, 1, 3) : std::string(method) == "ngram" ? ngram(3, 1, 2) : suffix(4);
     std::vector<Case> cases{
         {"batched, prefix cache", with(test::engine_config(64, 256, true), s)},
         {"chunked prefill", with(test::engine_config(64, 24, true), s)},
@@ -123,7 +133,7 @@ void check_speculation_is_exact(const std::string& arch) {
         {"no prefix cache", with(test::engine_config(64, 64, false), s)},
     };
     for (Case& cs : cases) {
-      CAPTURE(use_oracle);
+      CAPTURE(method);
       if (use_oracle) cs.c.propose_for_test = oracle(alone);
       EngineStats stats;
       const auto got = run_checked(model, longer, cs.c, false, &stats);
@@ -410,4 +420,55 @@ TEST_CASE("speculation switches itself off: per step above disable_by_batch_size
   CHECK(stats.spec.num_accepted_tokens == 0);
   CHECK(stats.spec.num_drafts >= 2);
   CHECK(stats.spec.num_drafts <= 12);  // 2 + 2 + 2 + 2 + 2 within 2 + 16 + 2 + 32 + 2 + 64 + 2 + 128 steps
+}
+
+// Suffix decoding's agent loop: the same steps again (tool calls repeating earlier ones) draft from the
+// earlier requests' outputs; greedy and seeded outputs stay those of speculation off; a request of another
+// cache salt gets no draft from them.
+TEST_CASE("suffix speculation: earlier outputs draft repeated steps, outputs unchanged, salts isolated") {
+  test::TempDir dir;
+  const Model model = make(dir, "llama");
+  std::vector<GenerationRequest> requests = test::equivalence_requests(kVocab);
+  for (auto& r : requests) r.max_tokens = 30;
+  const auto alone = test::run_requests(model, requests, test::engine_config(256, 256, true), true, nullptr);
+  std::vector<GenerationRequest> twice = requests;
+  twice.insert(twice.end(), requests.begin(), requests.end());
+  for (const bool small_cache : {false, true}) {
+    CAPTURE(small_cache);
+    EngineConfig c = test::engine_config(small_cache ? 14 : 256, small_cache ? 24 : 256, true);
+    c.speculative = suffix(8);
+    EngineStats once_stats, twice_stats;
+    run_checked(model, requests, c, true, &once_stats);
+    const auto got = run_checked(model, twice, c, true, &twice_stats);
+    for (std::size_t i = 0; i < twice.size(); ++i) {
+      CAPTURE(i);
+      CHECK(got.at(i).tokens == alone.at(i % requests.size()).tokens);
+    }
+    // The second pass: its own outputs are in the tree, drafts accepted for most of its tokens.
+    const std::uint64_t second_accepted = twice_stats.spec.num_accepted_tokens - once_stats.spec.num_accepted_tokens;
+    std::uint64_t second_generated = 0;
+    for (std::size_t i = 0; i < requests.size(); ++i) second_generated += alone.at(i).tokens.size();
+    CAPTURE(second_accepted);
+    CAPTURE(second_generated);
+    CHECK(second_accepted * 2 > second_generated);
+  }
+  // Salts: request 0 under salt "a", then its twin under salt "b" speculates exactly as on a fresh engine
+  // (its own tokens only); under salt "a" again it drafts from the first's outputs.
+  EngineConfig c = test::engine_config(256, 256, true);
+  c.speculative = suffix(8);
+  GenerationRequest a = requests[0], b = requests[0], a2 = requests[0];
+  a.cache_salt = "a";
+  b.cache_salt = "b";
+  a2.cache_salt = "a";
+  EngineStats first, fresh, other, same;
+  run_checked(model, {a}, c, true, &first);
+  const auto got_fresh = run_checked(model, {b}, c, true, &fresh);
+  const auto got_other = run_checked(model, {a, b}, c, true, &other);
+  const auto got_same = run_checked(model, {a, a2}, c, true, &same);
+  CHECK(got_other.at(1).tokens == got_fresh.at(0).tokens);
+  CHECK(got_same.at(1).tokens == got_fresh.at(0).tokens);
+  CHECK(other.spec.num_drafts - first.spec.num_drafts == fresh.spec.num_drafts);
+  CHECK(other.spec.num_draft_tokens - first.spec.num_draft_tokens == fresh.spec.num_draft_tokens);
+  CHECK(other.spec.num_accepted_tokens - first.spec.num_accepted_tokens == fresh.spec.num_accepted_tokens);
+  CHECK(same.spec.num_accepted_tokens - first.spec.num_accepted_tokens > fresh.spec.num_accepted_tokens + 10);
 }

@@ -255,6 +255,7 @@ class Engine {
   void verify_drafts(std::span<float> logits, std::size_t vocab);
   void update_with_drafts();
   void emit_speculated(const ScheduledChunk& c, std::size_t job);
+  void end_speculation(SeqId id, const Active& a);
   void count_experts();
   void fail(SeqId seq, const std::string& error);
   void fail_all(const std::string& error);

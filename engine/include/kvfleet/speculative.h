@@ -2,10 +2,22 @@
 // replica's flag, its YAML key and `kvfleet generate` refuse a bad value with the same words.
 //
 // Keys (JSON object, vLLM's names):
-//   method                  "ngram" (prompt lookup). "suffix" and "draft_model" are refused: not built.
-//   num_speculative_tokens  K >= 1 (at most 16): draft tokens proposed per sequence and step
+//   method                  "ngram" (prompt lookup) or "suffix" (suffix decoding). "draft_model" is refused:
+//                           not built.
+//   num_speculative_tokens  K >= 1 (at most 16): draft tokens proposed per sequence and step; required for
+//                           ngram, for suffix it defaults to min(suffix_decoding_max_tree_depth, 16)
+// ngram only:
 //   prompt_lookup_max       N: the longest n-gram matched (default: prompt_lookup_min, or 5 when neither is set)
 //   prompt_lookup_min       M: the shortest n-gram matched, 1 <= M <= N (default: prompt_lookup_max, or 5)
+// suffix only (engine/spec/suffix_proposer.h):
+//   suffix_decoding_max_tree_depth      D, 1 to 64 (default 24): the longest substring a suffix tree holds;
+//                                       both the matched context and the drafts fit in it
+//   suffix_decoding_max_cached_requests finished requests' outputs kept, replica-wide, oldest out first
+//                                       (default 10000; 0: only the request's own prompt and outputs)
+//   suffix_decoding_max_spec_factor     at most factor x (matched context length) drafts (default 1.0, > 0)
+//   suffix_decoding_min_token_prob      drafting stops at a token whose estimated probability (the product of
+//                                       the path's frequencies) is under this (default 0.1, 0 to 1)
+// Both:
 //   disable_by_batch_size   a step with at least this many running sequences does not speculate (decode is
 //                           then compute-bound enough that verifying K more tokens per sequence costs more than
 //                           it saves); default kDefaultDisableByBatchSize
@@ -26,6 +38,10 @@ struct SpeculativeConfig {
   std::int32_t prompt_lookup_max = 5;
   std::int32_t prompt_lookup_min = 5;
   std::int32_t disable_by_batch_size = kDefaultDisableByBatchSize;
+  std::int32_t suffix_max_tree_depth = 24;
+  std::int32_t suffix_max_cached_requests = 10000;
+  double suffix_max_spec_factor = 1.0;
+  double suffix_min_token_prob = 0.1;
 
   bool enabled() const { return !method.empty(); }
 };
