@@ -6,11 +6,13 @@
 // a row's result still depends on nothing but its own x and the weights (every row count, tile and thread
 // runs the same instructions per element, blocks in order), so batch invariance holds within the mode.
 //
-// Blocking (rows > 1), as the exact AVX-512 kernel's: row tiles of up to kM rows (as even as possible) in
-// groups of ~1 MiB of bf16 x; for each group the thread's features in chunks of kChunk whose weights stay
-// in L2 while every row tile of the group sweeps them in tiles of kN features. x is laid out in tile order
-// (arrange_bf16): block b of a tile's row m at tile + b * M + m * 32 bf16, one pointer with constant offsets.
-// kM x kN = 6 x 4: 24 accumulators, 4 weight registers, one x register.
+// Blocking (rows > 1): row tiles of up to kM rows (as even as possible); the thread's features in chunks of
+// kChunk whose weights stay in L2 while every row tile sweeps them in tiles of kN features, the reduction
+// innermost. x is laid out in tile order (arrange_bf16): block b of a tile's row m at tile + b * M + m * 32
+// bf16, one contiguous stream a tile, one pointer with constant offsets. kM x kN = 6 x 4: 24 accumulators, 4
+// weight registers, one x register. Groups of rows whose x stays in L2 (the exact kernel's) measured no
+// faster here (Zen 5, 512 rows: 1 MiB groups 0.95-1.02x, 256-512 KiB groups no better): bf16 x is half
+// the bytes, and one stream a tile that the hardware prefetcher follows from L3.
 // This file alone is built with -mavx512bf16 (kernels/CMakeLists.txt); like linear_avx512.cpp it calls no
 // inline function of a shared header (avx512_reduce.h has internal linkage).
 #if defined(__GNUC__) && !defined(__clang__)
@@ -26,8 +28,7 @@ namespace kvfleet::cpu::detail {
 namespace {
 
 constexpr int kM = 6, kN = 4, kGemvN = 8;
-constexpr std::int64_t kChunk = 64;                // features whose weights stay in L2 across a row group
-constexpr std::int64_t kXBlockBytes = 1 << 20;     // bf16 x of a row group
+constexpr std::int64_t kChunk = 64;  // features whose weights stay in L2 while every row tile sweeps them
 
 // Row tiles: ceil(rows / kM) tiles as even as possible (8 rows: 4 + 4). arrange_bf16 and the GEMM agree on it;
 // which tile a row falls in never changes its bits.
@@ -140,14 +141,9 @@ void gemm_avx512bf16(const GemmArgs& g, std::int64_t n0, std::int64_t n1) {
     return;
   }
   const RowTiles tiles(g.rows);
-  const std::int64_t tile_bytes = kM * g.kp * static_cast<std::int64_t>(sizeof(std::uint16_t));
-  const std::int64_t group = kXBlockBytes / tile_bytes > 1 ? kXBlockBytes / tile_bytes : 1;
-  for (std::int64_t i0 = 0; i0 < tiles.count; i0 += group) {
-    const std::int64_t i1 = i0 + group < tiles.count ? i0 + group : tiles.count;
-    for (std::int64_t c0 = n0; c0 < n1; c0 += kChunk) {
-      const std::int64_t c1 = c0 + kChunk < n1 ? c0 + kChunk : n1;
-      for (std::int64_t i = i0; i < i1; ++i) row_tile(tiles.rows_of(i), g, tiles.first_row(i), c0, c1);
-    }
+  for (std::int64_t c0 = n0; c0 < n1; c0 += kChunk) {
+    const std::int64_t c1 = c0 + kChunk < n1 ? c0 + kChunk : n1;
+    for (std::int64_t i = 0; i < tiles.count; ++i) row_tile(tiles.rows_of(i), g, tiles.first_row(i), c0, c1);
   }
 }
 
