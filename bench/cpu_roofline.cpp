@@ -15,7 +15,9 @@
 //                                [--no-4k] [--batches 1,8,32] [--prefill 512,4096,8x128]  (0: none; BxP: B
 //                                                 prompts of P tokens in one step)
 //                                [--ab KNOB N]   (only: batch-1 decode with KNOB off and on, alternating, N
-//                                                 rounds each; KNOB taper, notify or gemv2; --ab-taper N = --ab taper N)
+//                                                 rounds each; KNOB taper, notify, gemv2 or bf16 (the avx512bf16
+//                                                 mode against avx512: each --prefill workload too);
+//                                                 --ab-taper N = --ab taper N)
 //                                [--json FILE]   (every figure printed, as one JSON object; bench/cpu_goals.py)
 // bench/cpu_roofline.sh makes the 125M Llama and runs this (and old-vs-new, interleaved).
 #include <immintrin.h>
@@ -346,7 +348,8 @@ void ab_knob(const Model& model, const std::string& knob, unsigned threads, int 
     if (knob == "taper") cpu::detail::set_tapered_split(on);
     else if (knob == "notify") ThreadPool::set_notify_always(!on);
     else if (knob == "gemv2") cpu::detail::set_avx2_gemv(on ? 0 : -1);
-    else throw std::invalid_argument("--ab: unknown knob " + knob + " (taper, notify, gemv2)");
+    else if (knob == "bf16") cpu::set_cpu_isa(on ? cpu::Isa::avx512bf16 : cpu::Isa::avx512);
+    else throw std::invalid_argument("--ab: unknown knob " + knob + " (taper, notify, gemv2, bf16)");
   };
   Engine engine(model, engine_config(threads, 1, 8, tokens + 1));
   engine_runs(engine, 1, 8, 2, 1);  // packs the weights
@@ -365,6 +368,27 @@ void ab_knob(const Model& model, const std::string& knob, unsigned threads, int 
               "off median %.1f (best %.1f, %.2f GB/s): on/off %.3fx (median), %.3fx (best)\n",
               threads, rounds, knob.c_str(), med[1], rate[1].back(), med[1] * step_bytes / 1e9, med[0], rate[0].back(),
               med[0] * step_bytes / 1e9, med[1] / med[0], rate[1].back() / rate[0].back());
+}
+
+// Prefill of `seqs` prompts of `tokens` with the avx512bf16 mode off (the exact AVX-512 kernels) and on,
+// alternating on one engine (A B B A ...): `rounds` wall times of each, one step's prompts a run.
+void ab_prefill(const Model& model, unsigned threads, int seqs, int tokens, int rounds) {
+  Engine engine(model, engine_config(threads, seqs, tokens, 1));
+  engine_runs(engine, seqs, tokens, 1, 1);  // packs the weights
+  std::vector<double> rate[2];
+  for (int r = 0; r < rounds; ++r)
+    for (int k = 0; k < 2; ++k) {
+      const int mode = r % 2 == 0 ? k : 1 - k;  // 1: the bf16 mode
+      cpu::set_cpu_isa(mode == 1 ? cpu::Isa::avx512bf16 : cpu::Isa::avx512);
+      rate[mode].push_back(seqs * tokens / engine_runs(engine, seqs, tokens, 1, 1));
+    }
+  cpu::set_cpu_isa(cpu::Isa::avx512);
+  for (auto& v : rate) std::sort(v.begin(), v.end());
+  const double med[2] = {rate[0][rate[0].size() / 2], rate[1][rate[1].size() / 2]};
+  std::printf("prefill %d x %d, %u threads, %d rounds alternating: avx512bf16 median %.1f tok/s (%.1f-%.1f), avx512 "
+              "median %.1f (%.1f-%.1f): bf16/exact %.3fx (median)\n",
+              seqs, tokens, threads, rounds, med[1], rate[1].front(), rate[1].back(), med[0], rate[0].front(),
+              rate[0].back(), med[1] / med[0]);
 }
 
 // The comma-separated items of s ("" -> none).
@@ -465,6 +489,8 @@ int main(int argc, char** argv) {
   std::printf("fp32 FMA peak (%s, %u threads):       %.1f GFLOP/s\n", wide ? "512-bit" : "256-bit", pool.size(),
               peak / 1e9);
   if (ab_rounds > 0) {
+    if (ab == "bf16")  // the mode against the exact kernels: each --prefill workload, then batch-1 decode
+      for (const Prefill& pf : prefills) ab_prefill(model, threads, pf.seqs, pf.tokens, ab_rounds);
     ab_knob(model, ab, threads, tokens, ab_rounds, step_bytes);
     return 0;
   }

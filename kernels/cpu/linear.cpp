@@ -120,14 +120,6 @@ void set_tapered_split(bool on) { tapered_split().store(on, std::memory_order_re
 void set_taper_tail_bytes(std::int64_t bytes) { g_tail_bytes.store(bytes, std::memory_order_relaxed); }
 std::int64_t taper_tail_bytes() { return g_tail_bytes.load(std::memory_order_relaxed); }
 
-void arrange_bf16(const float* x, std::int64_t rows, std::int64_t in, std::int64_t kp, float* xa) {
-  auto* dst = reinterpret_cast<std::uint16_t*>(xa);
-  for (std::int64_t t = 0; t < rows; ++t) {
-    for (std::int64_t k = 0; k < in; ++k) dst[t * kp + k] = f32_to_bf16(x[t * in + k]);
-    std::fill(dst + t * kp + in, dst + (t + 1) * kp, std::uint16_t{0});
-  }
-}
-
 }  // namespace detail
 
 std::size_t packed_weight_bytes(std::int64_t out, std::int64_t in, DType dtype) {

@@ -98,7 +98,8 @@ void gemm_avx512bf16(const GemmArgs& a, std::int64_t n0, std::int64_t n1);
 // the M x vectors of a block are one contiguous range (a single pointer, constant offsets). One row is
 // plain arranged x.
 void arrange_tiled(const float* x, std::int64_t rows, std::int64_t in, std::int64_t kp, DType dt, float* xa);
-// x rows rounded to bf16 (nearest even), element k at position k, zero-padded to kp: the BF16 mode's operand.
+// x rows rounded to bf16 (nearest even, as f32_to_bf16), element k of a row at position k, zero-padded to kp,
+// in the BF16 mode's row tiles (as arrange_tiled's, in bf16): the BF16 mode's operand. Needs AVX-512 BF16's CPU.
 void arrange_bf16(const float* x, std::int64_t rows, std::int64_t in, std::int64_t kp, float* xa);
 
 // A block of a weight row (`blk` points at its first element) widened into the block's lane order: lo[j]

@@ -5,6 +5,7 @@
 #include <boost/json.hpp>
 #include <cmath>
 
+#include "kernels/cpu/cpu_isa.h"
 #include "kvfleet/make_model.h"
 #include "runner_helpers.h"
 #include "support/temp_dir.h"
@@ -107,4 +108,25 @@ TEST_CASE("a 16-bit KV cache keeps logits close to the reference; fp32 KV stays 
   CHECK(bf16 < 1e-2);
   CHECK(f16 < 2e-3);
   CHECK(bf16 > f32);  // the option really changes what the cache holds
+}
+
+TEST_CASE("the avx512bf16 mode: bf16-weight logits within the mode's bound of the float64 reference") {
+  if (!cpu::cpu_supports(cpu::Isa::avx512bf16)) {
+    MESSAGE("this CPU has no AVX-512 BF16: mode not tested");
+    return;
+  }
+  MakeModelOptions o;
+  o.dtype = DType::bf16;
+  o.arch = "qwen2";
+  o.vocab = 256;
+  const auto ids = prompt(20, 256);
+  const cpu::Isa saved = cpu::cpu_isa();
+  cpu::set_cpu_isa(cpu::Isa::avx512bf16);
+  const double mode = relative_error(o, ids);
+  cpu::set_cpu_isa(saved);
+  MESSAGE("relative logit error vs the float64 reference, avx512bf16 mode: " << mode);
+  // x rounded to bf16 (8 significant bits) before each product: the error of one rounding of the
+  // activations, as a 16-bit KV cache's, not more; and more than fp32 rounding (the mode really runs).
+  CHECK(mode < 1e-2);
+  CHECK(mode > 1e-5);
 }
