@@ -120,13 +120,21 @@ void Replica::add_pd_routes(http::HttpRouter& r) {
 
 awaitable<std::vector<pd::FetchResult>> Replica::pd_prefetch(const http::Request& req,
                                                              const std::vector<std::vector<TokenId>>& prompts,
-                                                             const std::string& cache_salt, http::ResponseWriter& w) {
+                                                             const std::string& cache_salt, http::ResponseWriter& w,
+                                                             const trace::Span& parent) {
   std::vector<pd::FetchResult> out;
   const std::string* from = req.headers.find("x-kvfleet-prefill-from");
   if (!from || from->empty() || !pd_fetch_) co_return out;
   for (const auto& prompt : prompts) {
+    trace::Span span = trace::child_span(parent, "replica.kv_transfer", trace::SpanKind::client);
     out.push_back(co_await pd_fetch_->fetch(prompt, *from, w, cache_salt));
     const pd::FetchResult& r = out.back();
+    span.set("kvfleet.pd.prefill_from", *from);
+    span.set("kvfleet.pd.wanted_blocks", static_cast<std::int64_t>(r.wanted_blocks));
+    span.set("kvfleet.pd.imported_blocks", static_cast<std::int64_t>(r.imported_blocks));
+    span.set("kvfleet.pd.bytes", static_cast<std::int64_t>(r.bytes));
+    if (!r.fallback.empty()) span.set("kvfleet.pd.fallback", r.fallback);
+    end_span(span);
     if (!r.fallback.empty())
       std::fprintf(stderr, "kvfleet-replica: KV transfer from %s fell back to local prefill (%s): %s\n", from->c_str(),
                    r.fallback.c_str(), r.detail.c_str());

@@ -34,6 +34,7 @@
 #include "kvfleet/http/metrics.h"
 #include "kvfleet/http/server.h"
 #include "kvfleet/tokenizer.h"
+#include "kvfleet/trace/exporter.h"
 #include "router/circuit_breaker.h"
 #include "router/flow/fair_queue.h"
 #include "router/gateway/discovery.h"
@@ -147,6 +148,9 @@ struct RoutePlan {
   std::string session_key;
   std::string prefill_from;  // pd mode: the prefill replica route() picked (x-kvfleet-prefill-from)
   int dp_rank = -1;          // the rank route() picked on an expert-parallel replica (X-data-parallel-rank)
+  // route()'s last decision, for its trace span: the policy's reason and the blocks the chosen target holds.
+  std::string reason;
+  std::uint32_t matched_blocks = 0;
 };
 
 class Gateway {
@@ -234,8 +238,10 @@ class Gateway {
   std::string tenant_label(const std::string& tenant);
   // broke: the client's stream is open and the replica's broke mid-way, resumable (`splice`).
   enum class Outcome { done, retry, broke };
+  // `trace`: the upstream span's context, sent as the replica's traceparent (null: the client's
+  // traceparent and tracestate pass through as they came).
   awaitable<Outcome> forward(ReplicaLink& link, const http::Request& req, http::ResponseWriter& w, bool last_try,
-                             TryResult& result, SpliceState* splice = nullptr);
+                             TryResult& result, SpliceState* splice = nullptr, const trace::SpanContext* trace = nullptr);
   // Sends `upstream` and reads the answer's head on a pooled connection, or a new one; a pooled
   // connection that turns out stale is replaced by a new one once. Throws on failure; sets `connected`.
   awaitable<http::ResponseHead> exchange(ReplicaLink& link, const http::Request& upstream,
@@ -281,6 +287,9 @@ class Gateway {
   // Authorization: Bearer replica_api_key, when one is configured.
   void add_replica_auth(http::Request& req) const;
 
+  // Ends `span` now and hands it to the OTLP exporter (nothing without --otlp-endpoint).
+  void end_span(trace::Span& span);
+
   static Tick now_tick();
   // `link`: not after its removal (which dropped its series), so a request that ends then cannot re-create one.
   void count_request(const std::string& replica, const std::string& status, const ReplicaLink* link = nullptr);
@@ -304,6 +313,7 @@ class Gateway {
   std::unique_ptr<tools::ToolParser> tool_parser_;  // the replicas' --tool-call-parser (prompt side only)
   std::int64_t created_ = 0;
   http::MetricsRegistry metrics_;
+  std::unique_ptr<trace::SpanExporter> spans_;  // null without otlp_endpoint
   std::unique_ptr<http::HttpServer> server_;
   std::atomic<bool> draining_{false};
   std::atomic<bool> stopping_{false};
