@@ -153,11 +153,6 @@ bool Gateway::drain() {
   return clean;
 }
 
-void Gateway::end_span(trace::Span& span) {
-  span.end_ns = trace::unix_nanos_now();
-  if (spans_) spans_->export_span(std::move(span));
-}
-
 Tick Gateway::now_tick() {
   using namespace std::chrono;
   return static_cast<Tick>(duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count());

@@ -5,7 +5,7 @@
 // Files: gateway.cpp (setup, local endpoints, metrics, replica set), admin.cpp (admin API, API
 // keys, metric cleanup of removed replicas), routing.cpp (prompt -> hashes
 // -> decision, in-flight bookkeeping), proxy.cpp (admission, forwarding, retries, relaying),
-// replica_links.cpp (per replica: active health checks and the KV event subscription).
+// replica_links.cpp (per replica: active health checks and the KV event subscription), tracing.cpp (spans).
 //
 // Threading: the HttpServer's io threads run every handler and background loop. All routing state
 // (the index, the policy, the replica list and each ReplicaLink's fields except `removed`) sits
@@ -269,7 +269,8 @@ class Gateway {
   // Resumes a broken stream on other replicas (up to failover_max_attempts); ends it with an error event
   // and [DONE] when none can.
   awaitable<void> fail_over(const http::Request& req, const boost::json::object& body, RoutePlan& plan,
-                            std::vector<ReplicaId>& tried, http::ResponseWriter& w, SpliceState& s);
+                            std::vector<ReplicaId>& tried, http::ResponseWriter& w, SpliceState& s,
+                            const trace::Span& request_span, const std::string& trace_state);
 
   // replica_links.cpp
   void start_loops(const std::shared_ptr<ReplicaLink>& link);
@@ -287,8 +288,15 @@ class Gateway {
   // Authorization: Bearer replica_api_key, when one is configured.
   void add_replica_auth(http::Request& req) const;
 
-  // Ends `span` now and hands it to the OTLP exporter (nothing without --otlp-endpoint).
+  // tracing.cpp: ends `span` now and hands it to the OTLP exporter (nothing without --otlp-endpoint).
   void end_span(trace::Span& span);
+  // route() inside a router.route span under `parent` (ended here) that names the decision.
+  std::shared_ptr<ReplicaLink> traced_route(const trace::Span& parent, RoutePlan& plan,
+                                            const std::vector<ReplicaId>& exclude, CircuitBreaker::Ticket& ticket,
+                                            int attempt);
+  // A router.upstream span for one try at `link`; end_upstream_span() records how the try ended.
+  static trace::Span upstream_span(const trace::Span& parent, const ReplicaLink& link, int attempt);
+  void end_upstream_span(trace::Span& span, Outcome outcome, bool failed);
 
   static Tick now_tick();
   // `link`: not after its removal (which dropped its series), so a request that ends then cannot re-create one.

@@ -36,6 +36,7 @@ awaitable<void> sleep_for(std::chrono::milliseconds d) {
 awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w) {
   // The router's spans (kvfleet/trace/span.h): this request's under the client's traceparent, or a new trace.
   const auto client_trace = trace::parse_traceparent(req.headers.find("traceparent"), req.headers.find("tracestate"));
+  const std::string trace_state = client_trace ? client_trace->state : std::string();
   trace::Span request_span = trace::start_span(client_trace, "router.request", trace::SpanKind::server);
   request_span.set("http.request.method", req.method);
   request_span.set("url.path", std::string(req.path()));
@@ -123,22 +124,10 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
       co_await sleep_for(wait);
     }
     CircuitBreaker::Ticket ticket;
-    trace::Span route_span = trace::child_span(request_span, "router.route");
-    std::shared_ptr<ReplicaLink> link = route(plan, tried, ticket);
-    route_span.set("kvfleet.route.replica", link ? link->url : std::string("none"));
-    route_span.set("kvfleet.route.reason", plan.reason);
-    route_span.set("kvfleet.route.matched_blocks", static_cast<std::int64_t>(plan.matched_blocks));
-    route_span.set("kvfleet.route.prompt_blocks", static_cast<std::int64_t>(plan.hashes.size()));
-    route_span.set("kvfleet.route.attempt", static_cast<std::int64_t>(attempt));
-    if (plan.dp_rank >= 0) route_span.set("kvfleet.route.dp_rank", static_cast<std::int64_t>(plan.dp_rank));
-    if (!plan.prefill_from.empty()) route_span.set("kvfleet.route.prefill_from", plan.prefill_from);
-    end_span(route_span);
+    std::shared_ptr<ReplicaLink> link = traced_route(request_span, plan, tried, ticket, attempt);
     if (!link) break;
-    trace::Span upstream_span = trace::child_span(request_span, "router.upstream", trace::SpanKind::client);
-    upstream_span.set("server.address", link->address.host);
-    upstream_span.set("server.port", static_cast<std::int64_t>(link->address.port));
-    upstream_span.set("kvfleet.route.attempt", static_cast<std::int64_t>(attempt));
-    const trace::SpanContext upstream_trace = upstream_span.context(client_trace ? client_trace->state : std::string());
+    trace::Span try_span = upstream_span(request_span, *link, attempt);
+    const trace::SpanContext upstream_trace = try_span.context(trace_state);
     if (attempt > 0)
       metrics_.counter("kvfleet_router_retries_total", "Requests sent again to another replica").Increment();
     Outcome outcome = Outcome::done;
@@ -151,15 +140,13 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
     } catch (...) {
       error = std::current_exception();
     }
-    upstream_span.set("kvfleet.upstream.outcome", outcome == Outcome::done ? "done" : outcome == Outcome::retry ? "retry" : "broke");
-    upstream_span.error = error || result.verdict == Verdict::failure;
-    end_span(upstream_span);
+    end_upstream_span(try_span, outcome, error || result.verdict == Verdict::failure);
     release(*link, plan, ticket, error ? Verdict::unknown : result.verdict);
     if (error) std::rethrow_exception(error);
     if (outcome == Outcome::done) co_return;
     tried.push_back(link->slot);
     if (outcome == Outcome::broke) {  // the client's stream is open: it goes on elsewhere, or ends there
-      co_await fail_over(*sent_request, *sent_body, plan, tried, w, *splice);
+      co_await fail_over(*sent_request, *sent_body, plan, tried, w, *splice, request_span, trace_state);
       co_return;
     }
   }

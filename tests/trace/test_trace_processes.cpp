@@ -3,6 +3,11 @@
 // collector, which costs requests nothing but the spans (counted as dropped).
 #include <doctest/doctest.h>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <csignal>
 #include <thread>
 
 #include "otlp_receiver.h"
@@ -183,6 +188,150 @@ TEST_CASE("a stuck collector holds only the exporter: requests go on while its p
   CHECK(stuck.posts() <= 1 + std::chrono::duration_cast<std::chrono::seconds>(took).count() / 2 + 1);
   // Its deadline passes: that batch is counted as dropped.
   CHECK(eventually([&] { return router.metric("kvfleet_otlp_spans_dropped_total", "export_failed") >= 4; }));
+}
+
+}  // namespace kvfleet::test
+
+namespace kvfleet::test {
+namespace {
+
+// A program's exit status and everything it printed (stdout and stderr).
+std::pair<int, std::string> run_to_exit(const std::string& command) {
+  ChildProcess p({"/bin/sh", "-c", "exec " + command + " 2>&1"});
+  std::string out;
+  while (auto line = p.read_line(std::chrono::seconds(30))) out += *line + "\n";
+  return {p.wait(std::chrono::seconds(30)), out};
+}
+
+}  // namespace
+
+TEST_CASE("otlp_endpoint: from YAML on both programs; a bad one is refused at startup, naming the setting") {
+  for (const char* program : {"kvfleet-router", "kvfleet-replica"}) {
+    CAPTURE(program);
+    const auto [status, out] = run_to_exit(bin_dir() + "/" + program + " --model /nonexistent --otlp-endpoint https://collector:4318");
+    CHECK(status != 0);
+    CHECK(out.find("otlp_endpoint must be an http:// URL") != std::string::npos);
+  }
+  OtlpReceiver receiver;
+  TempDir dir;
+  const auto yaml = dir / "tracing.yaml";
+  std::ofstream(yaml) << "otlp_endpoint: " << receiver.url() << "\n";
+  ReplicaProcess replica({"--config", yaml.string()});
+  RouterProcess router({&replica}, {"--config", yaml.string()});
+  REQUIRE(post(router.port(), "/v1/completions", R"({"model":"tiny-qwen","prompt":"Hi","max_tokens":2})").status == 200);
+  CHECK(eventually([&] {
+    std::set<std::string> services;
+    for (const auto& s : receiver.spans()) services.insert(s.service);
+    return services == std::set<std::string>{"kvfleet-replica", "kvfleet-router"};
+  }));
+  CHECK(receiver.errors().empty());
+}
+
+}  // namespace kvfleet::test
+
+namespace kvfleet::test {
+
+TEST_CASE("pd: the decode replica's KV pull carries the trace on to the prefill replica") {
+  OtlpReceiver receiver;
+  ReplicaProcess p({"--role", "prefill", "--otlp-endpoint", receiver.url()});
+  ReplicaProcess d({"--role", "decode", "--otlp-endpoint", receiver.url()});
+  const std::string traceparent = "00-" + std::string(kClientTrace) + "-" + std::string(kClientSpan) + "-01";
+  http::Headers h{{"Content-Type", "application/json"}, {"traceparent", traceparent}, {"x-kvfleet-prefill-from", p.base_url()}};
+  const std::string body = R"({"model":"tiny-qwen","prompt":"Tell me, at some length and with examples, about the prefill )"
+                           R"(and decode phases of serving a large language model, and why they differ.","max_tokens":2})";
+  REQUIRE(http::http_request("127.0.0.1", d.port(), "POST", "/v1/completions", body, h, std::chrono::seconds(60)).status == 200);
+  std::vector<ReceivedSpan> spans;
+  REQUIRE(eventually([&] {
+    spans = of_trace(receiver.spans(), kClientTrace);
+    return named(spans, "replica.kv_prefill") && named(spans, "replica.decode");
+  }));
+  const ReceivedSpan* request = named(spans, "replica.request");
+  const ReceivedSpan* pull = named(spans, "replica.kv_transfer");
+  const ReceivedSpan* prefill_side = named(spans, "replica.kv_prefill");
+  REQUIRE(request);
+  REQUIRE(pull);
+  CHECK(request->parent_span_id == kClientSpan);
+  CHECK(pull->parent_span_id == request->span_id);
+  CHECK(pull->kind == 3);
+  CHECK(pull->attributes.at("kvfleet.pd.prefill_from") == p.base_url());
+  CHECK(std::stoll(pull->attributes.at("kvfleet.pd.imported_blocks")) > 0);
+  CHECK(pull->attributes.count("kvfleet.pd.fallback") == 0);
+  CHECK(prefill_side->parent_span_id == pull->span_id);  // P's span, under D's pull
+  CHECK(prefill_side->attributes.at("http.response.status_code") == "200");
+  CHECK(receiver.errors().empty());
+}
+
+}  // namespace kvfleet::test
+
+namespace kvfleet::test {
+namespace {
+
+// Streams `body` through the router, SIGKILLing the replica that serves it once the first bytes arrive.
+std::string stream_killing_first(std::uint16_t port, const std::string& body, const std::string& traceparent,
+                                 ReplicaProcess& a, ReplicaProcess& b) {
+  namespace asio = boost::asio;
+  asio::io_context io;
+  std::string raw;
+  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+    http::HttpClientConfig cc;
+    cc.io_timeout = std::chrono::seconds(60);
+    http::HttpClient client(co_await asio::this_coro::executor, cc);
+    const std::string host = "127.0.0.1";
+    co_await client.connect(host, port);
+    http::Request request;
+    request.method = "POST";
+    request.target = "/v1/completions";
+    request.body = body;
+    request.headers.set("content-type", "application/json");
+    request.headers.set("traceparent", traceparent);
+    co_await client.send(request);
+    const http::ResponseHead head = co_await client.read_head();
+    REQUIRE(head.status == 200);
+    const std::string* served = head.headers.find("x-kvfleet-replica");
+    REQUIRE(served);
+    ReplicaProcess& victim = *served == a.base_url() ? a : b;
+    bool first = true;
+    while (std::optional<std::string> piece = co_await client.read_some()) {
+      raw += *piece;
+      if (first) victim.process().signal(SIGKILL);
+      first = false;
+    }
+  }, [](std::exception_ptr e) { if (e) std::rethrow_exception(e); });
+  io.run();
+  return raw;
+}
+
+}  // namespace
+
+TEST_CASE("failover: a stream resumed on another replica stays one trace, the resume under its own upstream span") {
+  OtlpReceiver receiver;
+  ReplicaProcess a({"--otlp-endpoint", receiver.url()}), b({"--otlp-endpoint", receiver.url()});
+  RouterProcess router({&a, &b}, {"--otlp-endpoint", receiver.url()});
+  const std::string traceparent = "00-" + std::string(kClientTrace) + "-" + std::string(kClientSpan) + "-01";
+  const std::string body = R"({"model":"tiny-qwen","prompt":"Once upon a time in a fleet of replicas","max_tokens":400,)"
+                           R"("stream":true,"ignore_eos":true,"temperature":0})";
+  const std::string raw = stream_killing_first(router.port(), body, traceparent, a, b);
+  CHECK(raw.find("\"error\"") == std::string::npos);
+  CHECK(raw.find("[DONE]") != std::string::npos);
+  std::vector<ReceivedSpan> spans;
+  REQUIRE(eventually([&] {
+    spans = of_trace(receiver.spans(), kClientTrace);
+    return named(spans, "router.request") && named(spans, "replica.decode");
+  }));
+  std::vector<const ReceivedSpan*> tries;
+  for (const auto& s : spans)
+    if (s.name == "router.upstream") tries.push_back(&s);
+  REQUIRE(tries.size() == 2);
+  const ReceivedSpan* resumed = tries[0]->attributes.count("kvfleet.failover.resume") ? tries[0] : tries[1];
+  const ReceivedSpan* broken = resumed == tries[0] ? tries[1] : tries[0];
+  CHECK(broken->attributes.at("kvfleet.upstream.outcome") == "broke");
+  CHECK(resumed->attributes.at("kvfleet.upstream.outcome") == "done");
+  CHECK(resumed->attributes.at("kvfleet.failover.resume") == "1");
+  // The survivor's spans hang under the resume's upstream span (the killed replica exported nothing).
+  const ReceivedSpan* replica = named(spans, "replica.request");
+  REQUIRE(replica);
+  CHECK(replica->parent_span_id == resumed->span_id);
+  CHECK(receiver.errors().empty());
 }
 
 }  // namespace kvfleet::test
