@@ -8,6 +8,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>

@@ -8,8 +8,9 @@
 // batch is full or every flush_interval. A full buffer drops the new span; a post that fails (no
 // collector, a timeout, a non-2xx answer) drops its batch. Either way the spans are counted in
 // kvfleet_otlp_spans_dropped_total{reason="queue_full"|"export_failed"}; the ones a collector accepted in
-// kvfleet_otlp_spans_exported_total. A slow collector holds up only the background thread (each post has
-// a deadline of `timeout`), while new spans past the buffer's bound are dropped. The destructor makes one
+// kvfleet_otlp_spans_exported_total. A slow collector holds up only the background thread (a post's
+// connect and each of its reads and writes have a deadline of `timeout`), while new spans past the
+// buffer's bound are dropped. The destructor makes one
 // last post of what is buffered, then joins the thread.
 //
 // Threading: export() may be called from any thread.
@@ -35,7 +36,7 @@ struct ExporterConfig {
   std::size_t max_queue_spans = 4096;
   std::size_t max_batch_spans = 512;
   std::chrono::milliseconds flush_interval{1'000};
-  std::chrono::milliseconds timeout{2'000};  // connect plus the whole post
+  std::chrono::milliseconds timeout{2'000};  // a post's connect, and each of its reads and writes
 };
 
 // The collector's address from an endpoint URL: only http:// (TLS is not implemented); throws
