@@ -42,7 +42,8 @@ bool parse_peer_url(std::string_view url, std::string& host, std::uint16_t& port
 }
 
 awaitable<FetchResult> DecodeFetcher::fetch(std::span<const TokenId> prompt, std::string prefill_url,
-                                            http::ResponseWriter& client, std::string cache_salt) {
+                                            http::ResponseWriter& client, std::string cache_salt,
+                                            std::string traceparent) {
   FetchResult result;
   const auto bs = static_cast<std::size_t>(layout_.block_size);
   const std::size_t wanted = prompt.empty() ? 0 : (prompt.size() - 1) / bs;
@@ -52,6 +53,7 @@ awaitable<FetchResult> DecodeFetcher::fetch(std::span<const TokenId> prompt, std
   plan.tokens.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(wanted * bs));
   plan.root = cache_salt.empty() ? layout_.root : block_hash_root(layout_.model_name, cache_salt);
   plan.cache_salt = std::move(cache_salt);
+  plan.traceparent = std::move(traceparent);
   plan.hashes = block_hashes(plan.root, plan.tokens, bs);
   // Pin the leading blocks D holds, so they cannot be evicted before the request is admitted.
   // (Lambdas are named before a co_await: GCC 12 destroys a temporary in a co_await expression twice.)
@@ -205,6 +207,7 @@ awaitable<Accept> DecodeFetcher::handshake(Plan& plan, http::HttpClient& c) {
   req.method = "POST";
   req.target = "/internal/prefill";
   authorize(req, config_.peer_api_key);
+  if (!plan.traceparent.empty()) req.headers.set("traceparent", plan.traceparent);
   req.headers.set("Content-Type", "application/octet-stream");
   req.body = encode(hello);
   const http::Response answer = co_await c.request(req);

@@ -47,8 +47,10 @@ class DecodeFetcher {
   DecodeFetcher(Engine& engine, KvLayout layout, PdConfig config, PdMetrics* metrics)
       : engine_(engine), layout_(std::move(layout)), config_(config), metrics_(metrics) {}
 
+  // `traceparent` (W3C, may be empty) goes to P with the handshake, so that P's span joins the request's trace.
   boost::asio::awaitable<FetchResult> fetch(std::span<const TokenId> prompt, std::string prefill_url,
-                                            http::ResponseWriter& client, std::string cache_salt = {});
+                                            http::ResponseWriter& client, std::string cache_salt = {},
+                                            std::string traceparent = {});
   // The ucx transport: pulls go over UCP endpoints of `worker`, pooled per P, when config.transports
   // lists ucx and P picks it; a failed UCX connect pulls over tcp instead. Call once, before fetching.
   void enable_ucx(std::shared_ptr<UcxWorker> worker);
@@ -60,6 +62,7 @@ class DecodeFetcher {
     std::vector<BlockHash> hashes;  // D's own hashes of them
     BlockHash root = 0;             // their chain's root: the model's, or the request's salted one (Contract 1)
     std::string cache_salt;
+    std::string traceparent;
     std::uint32_t held = 0;
     PinId pin = 0;
     std::string host;

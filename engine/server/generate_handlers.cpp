@@ -46,6 +46,9 @@ struct Replica::Job {
   Reservation reservation;  // one sequence per choice, released as each finishes
   std::shared_ptr<OutputInbox> inbox;  // the engine thread's outputs, tagged with the choice
   Clock::time_point arrival = Clock::now();
+  // Tracing: the request's span (null: not traced), and the first choice's phases so far.
+  trace::Span* span = nullptr;
+  std::uint64_t submitted_ns = 0, first_token_ns = 0;
 };
 
 namespace {
@@ -118,7 +121,72 @@ void Replica::check_params(const GenerateParams& p) const {
   check_token_ids(biased, "logit_bias");
 }
 
+trace::Span Replica::start_request_span(const http::Request& req, const char* operation) const {
+  const auto parent = trace::parse_traceparent(req.headers.find("traceparent"), req.headers.find("tracestate"));
+  trace::Span span = trace::start_span(parent, "replica.request", trace::SpanKind::server);
+  span.set("url.path", std::string(req.path()));
+  span.set("gen_ai.operation.name", operation);
+  span.set("gen_ai.request.model", name_);
+  return span;
+}
+
+void Replica::end_span(trace::Span& span) {
+  span.end_ns = trace::unix_nanos_now();
+  if (spans_) spans_->export_span(std::move(span));
+}
+
+// The first choice's phases as spans under the request's: queue (submit to its first scheduled step), prefill
+// (to its first token, an event on the request span too) and decode (to its last output).
+void Replica::trace_phases(Job& job, const RequestOutput& out) {
+  const std::uint64_t now = trace::unix_nanos_now();
+  const std::uint64_t scheduled = job.submitted_ns + static_cast<std::uint64_t>(out.queue_time_s * 1e9);
+  auto phase = [&](const char* name, std::uint64_t start, std::uint64_t end) {
+    trace::Span s = trace::child_span(*job.span, name);
+    s.start_ns = start;
+    s.end_ns = std::max(start, end);
+    return s;
+  };
+  if (!out.new_tokens.empty() && job.first_token_ns == 0) {
+    job.first_token_ns = now;
+    job.span->events.push_back({"first_token", now});
+    trace::Span queue = phase("replica.queue", job.submitted_ns, scheduled);
+    if (spans_) spans_->export_span(std::move(queue));
+    trace::Span prefill = phase("replica.prefill", scheduled, now);
+    prefill.set("gen_ai.usage.input_tokens", static_cast<std::int64_t>(out.num_prompt_tokens));
+    prefill.set("kvfleet.cached_tokens", static_cast<std::int64_t>(out.num_cached_tokens));
+    if (spans_) spans_->export_span(std::move(prefill));
+  }
+  if (!out.finished) return;
+  if (job.first_token_ns == 0) {  // ended before any token (an error, an abort): only its wait
+    trace::Span queue = phase("replica.queue", job.submitted_ns, scheduled);
+    if (spans_) spans_->export_span(std::move(queue));
+    job.span->error = !out.error.empty();
+    return;
+  }
+  trace::Span decode = phase("replica.decode", job.first_token_ns, now);
+  const Job::Choice& ch = job.choices.front();
+  decode.set("gen_ai.usage.output_tokens", static_cast<std::int64_t>(ch.stream ? ch.stream->tokens().size() : 0));
+  if (spans_) spans_->export_span(std::move(decode));
+  job.span->set("gen_ai.response.id", job.id);
+  job.span->set("gen_ai.usage.input_tokens", static_cast<std::int64_t>(out.num_prompt_tokens));
+  job.span->set("gen_ai.usage.output_tokens", static_cast<std::int64_t>(ch.stream ? ch.stream->tokens().size() : 0));
+  job.span->error = !out.error.empty();
+}
+
+namespace {
+
+struct EndSpan {  // a handler's request span ends however the handler does
+  Replica& r;
+  trace::Span& span;
+  void (Replica::*end)(trace::Span&);
+  ~EndSpan() { (r.*end)(span); }
+};
+
+}  // namespace
+
 awaitable<void> Replica::completions(const http::Request& req, http::ResponseWriter& w) {
+  trace::Span span = start_request_span(req, "text_completion");
+  const EndSpan end_span_guard{*this, span, &Replica::end_span};
   const std::int64_t arrival = unix_now();
   CompletionRequest r = parse_completion_request(parse_json_body(req.body));
   apply_dp_rank_header(req.headers.find("x-data-parallel-rank"), r.params);
@@ -127,6 +195,7 @@ awaitable<void> Replica::completions(const http::Request& req, http::ResponseWri
   check_params(r.params);
   const auto grammar = co_await compile_constraint(r.params);
   Job job;
+  job.span = &span;
   job.reservation = admit(static_cast<std::int64_t>(r.prompts.size()) * r.params.n, "n");
   job.id = random_id("cmpl-");
   job.created = arrival;
@@ -149,12 +218,14 @@ awaitable<void> Replica::completions(const http::Request& req, http::ResponseWri
   std::vector<std::vector<TokenId>> prompts;  // x-kvfleet-prefill-from: fetch their KV first (Contract 3)
   for (const auto& ch : job.choices)
     if (prompts.empty() || prompts.back() != ch.request.prompt) prompts.push_back(ch.request.prompt);
-  const auto fetched = co_await pd_prefetch(req, prompts, r.params.cache_salt, w);  // holds them until the job ends
+  const auto fetched = co_await pd_prefetch(req, prompts, r.params.cache_salt, w, span);  // holds them until the job ends
   if (w.client_gone()) co_return;
   co_await run_job(job, w);
 }
 
 awaitable<void> Replica::chat(const http::Request& req, http::ResponseWriter& w) {
+  trace::Span span = start_request_span(req, "chat");
+  const EndSpan end_span_guard{*this, span, &Replica::end_span};
   const std::int64_t arrival = unix_now();
   ChatRequest r = parse_chat_request(parse_json_body(req.body));
   apply_dp_rank_header(req.headers.find("x-data-parallel-rank"), r.params);
@@ -163,6 +234,7 @@ awaitable<void> Replica::chat(const http::Request& req, http::ResponseWriter& w)
   check_params(r.params);
   if (!chat_template_) throw bad_request("this model has no chat template (tokenizer_config.json)", "messages");
   Job job;
+  job.span = &span;
   const ToolCallPlan calls = plan_tool_calls(r);
   auto grammar = co_await compile_constraint(r.params);
   if (grammar && reasoning_parser_)  // the answer after the reasoning is constrained, not the reasoning
@@ -193,7 +265,7 @@ awaitable<void> Replica::chat(const http::Request& req, http::ResponseWriter& w)
     job.choices.push_back(std::move(ch));
   }
   const std::vector<std::vector<TokenId>> prompts{ids};
-  const auto fetched = co_await pd_prefetch(req, prompts, r.params.cache_salt, w);  // x-kvfleet-prefill-from (Contract 3)
+  const auto fetched = co_await pd_prefetch(req, prompts, r.params.cache_salt, w, span);  // x-kvfleet-prefill-from (Contract 3)
   if (w.client_gone()) co_return;
   co_await run_job(job, w);
 }
@@ -276,6 +348,7 @@ std::string Replica::take_output(Job& job, std::size_t i, const RequestOutput& o
     ch.last_token = now;
   }
   std::string piece = ch.stream->push(out);
+  if (i == 0 && job.span) trace_phases(job, out);
   if (out.finished) {
     job.reservation.release(1);
     metrics_.observe_e2e(seconds(now - job.arrival));
@@ -313,6 +386,7 @@ awaitable<void> Replica::run_job(Job& job, http::ResponseWriter& w) {
       abort_unfinished();
     }
   } hook{*engine_, ep_.get(), job, w};
+  job.submitted_ns = trace::unix_nanos_now();
   try {
     for (std::size_t i = 0; i < job.choices.size(); ++i) {
       OutputCallback on_output = relay_->callback(job.inbox, i);

@@ -109,6 +109,24 @@ void Replica::add_pd_routes(http::HttpRouter& r) {
                                          "invalid_request_error", {}, "wrong_role"));
         co_return;
       }
+      if (m != &pd::PrefillService::handle_prefill) {
+        co_await (pd_prefill_.get()->*m)(req, w);
+        co_return;
+      }
+      // The handshake, where P prefills the prompt: a span in the decode replica's trace.
+      const auto parent = trace::parse_traceparent(req.headers.find("traceparent"), req.headers.find("tracestate"));
+      trace::Span span = trace::start_span(parent, "replica.kv_prefill", trace::SpanKind::server);
+      span.set("url.path", std::string(req.path()));
+      struct End {
+        Replica& r;
+        trace::Span& span;
+        const StatusRecorder& w;
+        ~End() {
+          span.set("http.response.status_code", static_cast<std::int64_t>(w.status()));
+          span.error = w.status() >= 500;
+          r.end_span(span);
+        }
+      } end{*this, span, w};
       co_await (pd_prefill_.get()->*m)(req, w);
     };
   };
@@ -120,13 +138,21 @@ void Replica::add_pd_routes(http::HttpRouter& r) {
 
 awaitable<std::vector<pd::FetchResult>> Replica::pd_prefetch(const http::Request& req,
                                                              const std::vector<std::vector<TokenId>>& prompts,
-                                                             const std::string& cache_salt, http::ResponseWriter& w) {
+                                                             const std::string& cache_salt, http::ResponseWriter& w,
+                                                             const trace::Span& parent) {
   std::vector<pd::FetchResult> out;
   const std::string* from = req.headers.find("x-kvfleet-prefill-from");
   if (!from || from->empty() || !pd_fetch_) co_return out;
   for (const auto& prompt : prompts) {
-    out.push_back(co_await pd_fetch_->fetch(prompt, *from, w, cache_salt));
+    trace::Span span = trace::child_span(parent, "replica.kv_transfer", trace::SpanKind::client);
+    out.push_back(co_await pd_fetch_->fetch(prompt, *from, w, cache_salt, trace::format_traceparent(span.context())));
     const pd::FetchResult& r = out.back();
+    span.set("kvfleet.pd.prefill_from", *from);
+    span.set("kvfleet.pd.wanted_blocks", static_cast<std::int64_t>(r.wanted_blocks));
+    span.set("kvfleet.pd.imported_blocks", static_cast<std::int64_t>(r.imported_blocks));
+    span.set("kvfleet.pd.bytes", static_cast<std::int64_t>(r.bytes));
+    if (!r.fallback.empty()) span.set("kvfleet.pd.fallback", r.fallback);
+    end_span(span);
     if (!r.fallback.empty())
       std::fprintf(stderr, "kvfleet-replica: KV transfer from %s fell back to local prefill (%s): %s\n", from->c_str(),
                    r.fallback.c_str(), r.detail.c_str());

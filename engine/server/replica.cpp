@@ -41,6 +41,12 @@ Replica::Replica(ReplicaConfig config)
     throw std::invalid_argument("unknown reasoning parser '" + config_.reasoning_parser + "' (known: " +
                                 tools::reasoning_parser_names() + ")");
   config_.engine.served_model_name = name_;
+  if (!config_.otlp_endpoint.empty()) {
+    trace::ExporterConfig ec;
+    ec.endpoint = config_.otlp_endpoint;
+    ec.service_name = "kvfleet-replica";
+    spans_ = std::make_unique<trace::SpanExporter>(ec, metrics_.registry());
+  }
   // An expert-parallel group signals no step end (remote ranks' outputs come off channel threads): there each
   // output wakes its job at once.
   relay_ = std::make_unique<OutputRelay>(/*immediate=*/config_.ep_size > 1);

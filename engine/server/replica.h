@@ -25,6 +25,7 @@
 #include "kvfleet/ep_group.h"
 #include "kvfleet/http/server.h"
 #include "kvfleet/tokenizer.h"
+#include "kvfleet/trace/exporter.h"
 
 namespace kvfleet::pd {
 class PdMetrics;
@@ -98,7 +99,7 @@ class Replica {
   boost::asio::awaitable<std::vector<pd::FetchResult>> pd_prefetch(const http::Request& req,
                                                                    const std::vector<std::vector<TokenId>>& prompts,
                                                                    const std::string& cache_salt,
-                                                                   http::ResponseWriter& w);
+                                                                   http::ResponseWriter& w, const trace::Span& parent);
 
   // The request's structured output compiled into a grammar (null: none), on compile_pool_: a slow compile
   // holds neither an HTTP thread nor the engine's steps (structured_handlers.cpp).
@@ -110,6 +111,11 @@ class Replica {
   void check_params(const GenerateParams& p) const;
   void continue_stream(Job& job, const GenerateParams& p);
   void check_model(const std::string& requested) const;
+  // Tracing (kvfleet/trace/span.h): a request's span under the caller's traceparent, and its phases
+  // (queue, prefill, decode) from the first choice's outputs. end_span() hands a span to the exporter.
+  trace::Span start_request_span(const http::Request& req, const char* operation) const;
+  void trace_phases(Job& job, const RequestOutput& out);
+  void end_span(trace::Span& span);
 
   // Sequences admitted and not finished, counted when a request is admitted (not when the engine next
   // reports): one request's fan-out (prompts x n) is reserved at once or refused. Move-only.
@@ -170,6 +176,7 @@ class Replica {
   std::unique_ptr<EpGroup> ep_;
   Engine* engine_ = nullptr;
   ReplicaMetrics metrics_;
+  std::unique_ptr<trace::SpanExporter> spans_;  // null without otlp_endpoint
   std::unique_ptr<pd::PdMetrics> pd_metrics_;
   std::unique_ptr<pd::PrefillService> pd_prefill_;  // roles prefill and mixed
   std::unique_ptr<pd::DecodeFetcher> pd_fetch_;      // roles decode and mixed

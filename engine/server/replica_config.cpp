@@ -12,6 +12,7 @@
 #include "kvfleet/files.h"
 #include "kvfleet/reasoning_parser.h"
 #include "kvfleet/tool_parser.h"
+#include "kvfleet/trace/exporter.h"
 #include "kvfleet/yaml_settings.h"
 
 namespace kvfleet::server {
@@ -164,6 +165,7 @@ void apply_replica_yaml(const std::string& text, const std::string& source, Repl
     else if (key == "default_max_tokens") c.default_max_tokens = scalar<std::int32_t>(v, source, key);
     else if (key == "api_key") c.api_key = scalar<std::string>(v, source, key);
     else if (key == "internal_api_key") c.internal_api_key = scalar<std::string>(v, source, key);
+    else if (key == "otlp_endpoint") c.otlp_endpoint = scalar<std::string>(v, source, key);
     else if (key == "open_internal_endpoints") c.open_internal_endpoints = scalar<bool>(v, source, key);
     else if (key == "special_tokens_in_content") c.special_tokens_in_content = scalar<bool>(v, source, key);
     else if (key == "tool_call_parser") c.tool_call_parser = scalar<std::string>(v, source, key);
@@ -261,6 +263,8 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   flags.add_option("--max-waiting-requests", c.max_waiting_requests, "Queued requests beyond which new ones get 429");
   flags.add_option("--default-max-tokens", c.default_max_tokens, "max_tokens of completions that give none");
   flags.add_option("--api-key", c.api_key, "Bearer key required on /v1/*, /tokenize, /detokenize");
+  flags.add_option("--otlp-endpoint", c.otlp_endpoint,
+                   "Send trace spans to this OpenTelemetry collector (OTLP/HTTP JSON, http://host:port)");
   flags.add_option("--internal-api-key", c.internal_api_key,
                    "The only key /v1/kv_events and /internal/* accept (default: --api-key)");
   flags.add_flag("--open-internal-endpoints", c.open_internal_endpoints,
@@ -332,6 +336,7 @@ ReplicaConfig parse_replica_args(int argc, const char* const* argv, std::string*
   check_kv_tiers(c);
   check_parsers(c, "flags", true);
   if (c.model.empty()) throw std::invalid_argument("--model (or 'model' in the config file) is required");
+  if (!c.otlp_endpoint.empty()) trace::parse_otlp_endpoint(c.otlp_endpoint);  // throws naming what is wrong
   return c;
 }
 

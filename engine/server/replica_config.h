@@ -42,6 +42,9 @@ struct ReplicaConfig {
   // With neither key, /v1/kv_events and /internal/* answer only clients on a loopback address (403 for
   // others) unless this is set: for a network where every client is trusted.
   bool open_internal_endpoints = false;
+  // Non-empty: trace spans go to this OpenTelemetry collector over OTLP/HTTP JSON
+  // (http://host:port; kvfleet/trace/exporter.h).
+  std::string otlp_endpoint;
   // false: special-token text inside message content is tokenized as plain text (only the chat
   // template's own special tokens are special), so a user cannot close its turn and open another.
   // true: such text becomes the special token, as vLLM does. Routers must be given the same value.

@@ -124,12 +124,17 @@ awaitable<bool> Gateway::relay_spliced(http::HttpClient& client, const http::Res
 }
 
 awaitable<void> Gateway::fail_over(const http::Request& req, const json::object& body, RoutePlan& plan,
-                                   std::vector<ReplicaId>& tried, http::ResponseWriter& w, SpliceState& s) {
+                                   std::vector<ReplicaId>& tried, http::ResponseWriter& w, SpliceState& s,
+                                   const trace::Span& request_span, const std::string& trace_state) {
   http::Request resume, routed;
   while (s.resumes < config_.failover_max_attempts && !w.client_gone()) {
     CircuitBreaker::Ticket ticket;
-    std::shared_ptr<ReplicaLink> link = route(plan, tried, ticket);
+    const int attempt = static_cast<int>(tried.size());
+    std::shared_ptr<ReplicaLink> link = traced_route(request_span, plan, tried, ticket, attempt);
     if (!link) break;
+    trace::Span try_span = upstream_span(request_span, *link, attempt);
+    try_span.set("kvfleet.failover.resume", static_cast<std::int64_t>(s.resumes + 1));
+    const trace::SpanContext upstream_trace = try_span.context(trace_state);
     // Nothing of the stream reached the client yet (its head only): the request as it came.
     resume.method = req.method;
     resume.target = req.target;
@@ -142,10 +147,11 @@ awaitable<void> Gateway::fail_over(const http::Request& req, const json::object&
     std::exception_ptr error;
     try {
       const http::Request& sent = with_routing_headers(resume, plan, routed);
-      outcome = co_await forward(*link, sent, w, false, result, &s);
+      outcome = co_await forward(*link, sent, w, false, result, &s, &upstream_trace);
     } catch (...) {
       error = std::current_exception();
     }
+    end_upstream_span(try_span, outcome, error || result.verdict == Verdict::failure);
     release(*link, plan, ticket, error ? Verdict::unknown : result.verdict);
     if (error) std::rethrow_exception(error);
     if (outcome == Outcome::done) co_return;

@@ -73,6 +73,12 @@ Gateway::Gateway(RouterConfig config, Discovery::Resolver resolver)
   // Probes and the operator's endpoints answer past the connection caps (their handlers never queue).
   hc.priority_paths = {"/health", "/readiness", "/liveness", "/metrics", "/admin/"};
   server_ = std::make_unique<http::HttpServer>(hc, make_routes());
+  if (!config_.otlp_endpoint.empty()) {
+    trace::ExporterConfig ec;
+    ec.endpoint = config_.otlp_endpoint;
+    ec.service_name = "kvfleet-router";
+    spans_ = std::make_unique<trace::SpanExporter>(ec, metrics_);
+  }
   for (const auto& url : config_.replicas) add_replica(url);
   for (const auto& url : config_.decode_replicas) add_replica(url, ReplicaPool::decode);
   for (const auto& url : config_.prefill_replicas) add_replica(url, ReplicaPool::prefill);

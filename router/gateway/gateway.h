@@ -5,7 +5,7 @@
 // Files: gateway.cpp (setup, local endpoints, metrics, replica set), admin.cpp (admin API, API
 // keys, metric cleanup of removed replicas), routing.cpp (prompt -> hashes
 // -> decision, in-flight bookkeeping), proxy.cpp (admission, forwarding, retries, relaying),
-// replica_links.cpp (per replica: active health checks and the KV event subscription).
+// replica_links.cpp (per replica: active health checks and the KV event subscription), tracing.cpp (spans).
 //
 // Threading: the HttpServer's io threads run every handler and background loop. All routing state
 // (the index, the policy, the replica list and each ReplicaLink's fields except `removed`) sits
@@ -38,6 +38,7 @@
 #include "kvfleet/http/metrics.h"
 #include "kvfleet/http/server.h"
 #include "kvfleet/tokenizer.h"
+#include "kvfleet/trace/exporter.h"
 #include "router/circuit_breaker.h"
 #include "router/flow/fair_queue.h"
 #include "router/gateway/discovery.h"
@@ -166,6 +167,9 @@ struct RoutePlan {
   std::string session_key;
   std::string prefill_from;  // pd mode: the prefill replica route() picked (x-kvfleet-prefill-from)
   int dp_rank = -1;          // the rank route() picked on an expert-parallel replica (X-data-parallel-rank)
+  // route()'s last decision, for its trace span: the policy's reason and the blocks the chosen target holds.
+  std::string reason;
+  std::uint32_t matched_blocks = 0;
 };
 
 class Gateway {
@@ -254,8 +258,10 @@ class Gateway {
   std::string tenant_label(const std::string& tenant);
   // broke: the client's stream is open and the replica's broke mid-way, resumable (`splice`).
   enum class Outcome { done, retry, broke };
+  // `trace`: the upstream span's context, sent as the replica's traceparent (null: the client's
+  // traceparent and tracestate pass through as they came).
   awaitable<Outcome> forward(ReplicaLink& link, const http::Request& req, http::ResponseWriter& w, bool last_try,
-                             TryResult& result, SpliceState* splice = nullptr);
+                             TryResult& result, SpliceState* splice = nullptr, const trace::SpanContext* trace = nullptr);
   // Sends `upstream` and reads the answer's head on a pooled connection, or a new one; a pooled
   // connection that turns out stale is replaced by a new one once. Throws on failure; sets `connected`.
   awaitable<http::ResponseHead> exchange(ReplicaLink& link, const http::Request& upstream,
@@ -283,7 +289,8 @@ class Gateway {
   // Resumes a broken stream on other replicas (up to failover_max_attempts); ends it with an error event
   // and [DONE] when none can.
   awaitable<void> fail_over(const http::Request& req, const boost::json::object& body, RoutePlan& plan,
-                            std::vector<ReplicaId>& tried, http::ResponseWriter& w, SpliceState& s);
+                            std::vector<ReplicaId>& tried, http::ResponseWriter& w, SpliceState& s,
+                            const trace::Span& request_span, const std::string& trace_state);
 
   // replica_links.cpp
   void start_loops(const std::shared_ptr<ReplicaLink>& link);
@@ -300,6 +307,16 @@ class Gateway {
   void record_health(ReplicaLink& link, bool ok);
   // Authorization: Bearer replica_api_key, when one is configured.
   void add_replica_auth(http::Request& req) const;
+
+  // tracing.cpp: ends `span` now and hands it to the OTLP exporter (nothing without --otlp-endpoint).
+  void end_span(trace::Span& span);
+  // route() inside a router.route span under `parent` (ended here) that names the decision.
+  std::shared_ptr<ReplicaLink> traced_route(const trace::Span& parent, RoutePlan& plan,
+                                            const std::vector<ReplicaId>& exclude, CircuitBreaker::Ticket& ticket,
+                                            int attempt);
+  // A router.upstream span for one try at `link`; end_upstream_span() records how the try ended.
+  static trace::Span upstream_span(const trace::Span& parent, const ReplicaLink& link, int attempt);
+  void end_upstream_span(trace::Span& span, Outcome outcome, bool failed);
 
   static Tick now_tick();
   // `link`: not after its removal (which dropped its series), so a request that ends then cannot re-create one.
@@ -330,6 +347,7 @@ class Gateway {
   boost::asio::io_context health_ioc_{1};
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> health_work_;
   std::thread health_thread_;
+  std::unique_ptr<trace::SpanExporter> spans_;  // null without otlp_endpoint
   std::unique_ptr<http::HttpServer> server_;
   std::atomic<bool> draining_{false};
   std::atomic<bool> stopping_{false};

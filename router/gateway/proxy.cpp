@@ -23,7 +23,7 @@ namespace {
 // Request headers worth passing upstream (the rest are hop-by-hop or set by the client). The client's
 // Authorization is its key to the router, not to the replica: passed on only with forward_authorization.
 constexpr std::string_view kForwarded[] = {"content-type", "accept", "x-request-id", "x-kvfleet-prefill-from",
-                                           "x-data-parallel-rank"};
+                                           "x-data-parallel-rank", "traceparent", "tracestate"};
 
 awaitable<void> sleep_for(std::chrono::milliseconds d) {
   asio::steady_timer timer(co_await asio::this_coro::executor);
@@ -34,6 +34,17 @@ awaitable<void> sleep_for(std::chrono::milliseconds d) {
 }  // namespace
 
 awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w) {
+  // The router's spans (kvfleet/trace/span.h): this request's under the client's traceparent, or a new trace.
+  const auto client_trace = trace::parse_traceparent(req.headers.find("traceparent"), req.headers.find("tracestate"));
+  const std::string trace_state = client_trace ? client_trace->state : std::string();
+  trace::Span request_span = trace::start_span(client_trace, "router.request", trace::SpanKind::server);
+  request_span.set("http.request.method", req.method);
+  request_span.set("url.path", std::string(req.path()));
+  struct EndSpan {  // however the handler ends
+    Gateway& g;
+    trace::Span& span;
+    ~EndSpan() { g.end_span(span); }
+  } end_request_span{*this, request_span};
   if (!authorized(req)) {
     co_await w.send(http::json_error(401, "invalid or missing API key (Authorization: Bearer KEY)",
                                      "authentication_error", "", "invalid_api_key"));
@@ -54,7 +65,14 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
     co_await w.send(http::json_error(400, bad->first, "invalid_request_error", bad->second));
     co_return;
   }
-  if (!co_await admit(w, flow)) {
+  request_span.set("kvfleet.tenant", flow.tenant);
+  request_span.set("kvfleet.priority", flow.priority);
+  trace::Span queue_span = trace::child_span(request_span, "router.queue_wait");
+  const bool admitted_now = co_await admit(w, flow);
+  queue_span.set("kvfleet.admitted", admitted_now);
+  end_span(queue_span);
+  if (!admitted_now) {
+    request_span.error = true;
     if (w.client_gone()) co_return;  // left while queued: nobody to answer
     metrics_.counter("kvfleet_router_rejected_total", "Requests refused with 429 (queue full)").Increment();
     count_tenant(flow.tenant, "rejected");
@@ -106,8 +124,10 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
       co_await sleep_for(wait);
     }
     CircuitBreaker::Ticket ticket;
-    std::shared_ptr<ReplicaLink> link = route(plan, tried, ticket);
+    std::shared_ptr<ReplicaLink> link = traced_route(request_span, plan, tried, ticket, attempt);
     if (!link) break;
+    trace::Span try_span = upstream_span(request_span, *link, attempt);
+    const trace::SpanContext upstream_trace = try_span.context(trace_state);
     if (attempt > 0)
       metrics_.counter("kvfleet_router_retries_total", "Requests sent again to another replica").Increment();
     Outcome outcome = Outcome::done;
@@ -115,16 +135,18 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
     result.verdict = Verdict::unknown;
     try {
       const http::Request& sent = with_routing_headers(*sent_request, plan, routed_request);
-      outcome = co_await forward(*link, sent, w, attempt + 1 == config_.max_attempts, result, splice ? &*splice : nullptr);
+      outcome = co_await forward(*link, sent, w, attempt + 1 == config_.max_attempts, result, splice ? &*splice : nullptr,
+                                 &upstream_trace);
     } catch (...) {
       error = std::current_exception();
     }
+    end_upstream_span(try_span, outcome, error || result.verdict == Verdict::failure);
     release(*link, plan, ticket, error ? Verdict::unknown : result.verdict);
     if (error) std::rethrow_exception(error);
     if (outcome == Outcome::done) co_return;
     tried.push_back(link->slot);
     if (outcome == Outcome::broke) {  // the client's stream is open: it goes on elsewhere, or ends there
-      co_await fail_over(*sent_request, *sent_body, plan, tried, w, *splice);
+      co_await fail_over(*sent_request, *sent_body, plan, tried, w, *splice, request_span, trace_state);
       co_return;
     }
   }
@@ -144,7 +166,8 @@ namespace {
 
 // The client request as the replica gets it (only the kForwarded headers, and the Authorization
 // the configuration asks for).
-http::Request upstream_request(const http::Request& req, const RouterConfig& config, bool token_ids) {
+http::Request upstream_request(const http::Request& req, const RouterConfig& config, bool token_ids,
+                               const trace::SpanContext* trace) {
   http::Request upstream;
   upstream.method = req.method;
   upstream.target = req.target;
@@ -158,6 +181,11 @@ http::Request upstream_request(const http::Request& req, const RouterConfig& con
     upstream.headers.set("authorization", "Bearer " + config.replica_api_key);
   }
   if (token_ids) upstream.headers.set("x-kvfleet-token-ids", "true");  // for mid-stream failover (Contract 4)
+  if (trace) {  // the replica's spans are children of the router's upstream span
+    upstream.headers.set("traceparent", trace::format_traceparent(*trace));
+    upstream.headers.erase("tracestate");
+    if (!trace->state.empty()) upstream.headers.set("tracestate", trace->state);
+  }
   return upstream;
 }
 
@@ -229,7 +257,8 @@ awaitable<http::ResponseHead> Gateway::exchange(ReplicaLink& link, const http::R
 // 429) is kept in `result` for when no other replica can take the request, or passed on when
 // `last_try`.
 awaitable<Gateway::Outcome> Gateway::forward(ReplicaLink& link, const http::Request& req, http::ResponseWriter& w,
-                                             bool last_try, TryResult& result, SpliceState* splice) {
+                                             bool last_try, TryResult& result, SpliceState* splice,
+                                             const trace::SpanContext* trace) {
   std::unique_ptr<http::HttpClient> client;
   // Closing the upstream connection aborts the request on the replica (and frees its blocks); a
   // connection closed that way never goes back to the pool.
@@ -241,7 +270,7 @@ awaitable<Gateway::Outcome> Gateway::forward(ReplicaLink& link, const http::Requ
     ~UnhookUpstreamCloser() { w.on_disconnect([] {}); }
   } unhook_closer{w};
 
-  const http::Request upstream = upstream_request(req, config_, splice != nullptr);
+  const http::Request upstream = upstream_request(req, config_, splice != nullptr, trace);
   const double started = seconds_now();
   bool connected = false;
   bool failed = false;

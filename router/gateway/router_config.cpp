@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "kvfleet/files.h"
+#include "kvfleet/trace/exporter.h"
 #include "kvfleet/yaml_settings.h"
 #include "router/policies/cache_aware.h"
 #include "router/policy.h"
@@ -176,6 +177,7 @@ void apply_router_yaml(const std::string& text, const std::string& source, Route
     else if (key == "admin_api_key") c.admin_api_key = scalar<std::string>(v, source, key);
     else if (key == "replica_api_key") c.replica_api_key = scalar<std::string>(v, source, key);
     else if (key == "forward_authorization") c.forward_authorization = scalar<bool>(v, source, key);
+    else if (key == "otlp_endpoint") c.otlp_endpoint = scalar<std::string>(v, source, key);
     else if (key == "upstream_keepalive") c.upstream_keepalive = scalar<std::size_t>(v, source, key);
     else if (key == "upstream_idle_timeout_ms") c.upstream_idle_timeout = ms();
     else if (key == "circuit_breaker") c.circuit_breaker = circuit_breaker_yaml(v, source, c.circuit_breaker);
@@ -268,6 +270,8 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
   flags.add_option("--replica-api-key", c.replica_api_key, "Bearer key the router sends to replicas");
   flags.add_option("--forward-authorization", c.forward_authorization,
                    "Pass the client's Authorization header on to replicas (true/false)");
+  flags.add_option("--otlp-endpoint", c.otlp_endpoint,
+                   "Send trace spans to this OpenTelemetry collector (OTLP/HTTP JSON, http://host:port)");
   std::int64_t kv_timeout_ms = c.kv_events_timeout.count();
   flags.add_option("--kv-events-timeout-ms", kv_timeout_ms, "Reconnect a KV event stream silent this long")
       ->check(CLI::PositiveNumber);
@@ -339,6 +343,7 @@ RouterConfig parse_router_args(int argc, const char* const* argv, std::string* h
     if (!knob_values[i].empty()) knob_flags.emplace_back(kCacheAwareKnobs[i], knob_values[i]);
   apply_knob_flags(c, knob_flags, where);
   if (c.model.empty()) throw std::invalid_argument(where + ": 'model' is required (--model DIR)");
+  if (!c.otlp_endpoint.empty()) trace::parse_otlp_endpoint(c.otlp_endpoint);  // throws naming what is wrong
   check(c, where);
   return c;
 }

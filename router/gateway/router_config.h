@@ -109,6 +109,9 @@ struct RouterConfig {
   // forward_authorization is true).
   std::string replica_api_key;
   bool forward_authorization = false;
+  // Non-empty: trace spans go to this OpenTelemetry collector over OTLP/HTTP JSON
+  // (http://host:port; kvfleet/trace/exporter.h).
+  std::string otlp_endpoint;
   // Must match the replicas' special_tokens_in_content, so that chat prompts hash the same (Contract 1).
   bool special_tokens_in_content = false;
   // Must match the replicas' --tool-call-parser: a chat template without a tools section gets that

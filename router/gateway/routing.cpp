@@ -189,6 +189,8 @@ std::shared_ptr<ReplicaLink> Gateway::route(RoutePlan& plan, const std::vector<R
       pd_reason = choose_prefill_locked(plan, *chosen, matched, now);
     }
   }
+  plan.reason = decision.reason;
+  plan.matched_blocks = matched;
   if (pd_reason)
     metrics_.counter("kvfleet_router_pd_decisions_total", "pd mode: where prompts were prefilled, by reason",
                      {{"reason", pd_reason}}).Increment();
