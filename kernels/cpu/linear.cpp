@@ -101,8 +101,8 @@ std::int64_t units_of(std::int64_t out) { return (out + kPanel - 1) / kPanel; }
 constexpr std::int64_t kTaperRows = 8;
 std::atomic<std::int64_t> g_tail_bytes{96 << 10};  // set_taper_tail_bytes: benchmarks compare in one process
 
-// KVFLEET_CPU_TAPER=0 (read once; or set_tapered_split): equal chunks for every call, as before the fifth
-// stop, for A/B runs. Same bits either way.
+// KVFLEET_CPU_TAPER=0 (read once; or set_tapered_split): equal chunks for every call, no taper, for A/B
+// runs. Same bits either way.
 std::atomic<bool>& tapered_split() {
   static std::atomic<bool> on = [] {
     const char* env = std::getenv("KVFLEET_CPU_TAPER");

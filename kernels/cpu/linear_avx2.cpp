@@ -105,9 +105,9 @@ int gemv_ahead() {  // KVFLEET_CPU_GEMV_AVX2: tile | a prefetch distance in bloc
 }
 
 // KVFLEET_CPU_GEMM_AVX2 (read once; or set_avx2_gemm): how rows > 1 run, for A/B runs, all with the same
-// bits: `tile` (0) the 2 x 2 tile as before the ninth stop, `3x2` (1) the ninth stop's 3 x 2 tiles in row
-// blocks and feature chunks at every row count (with the tenth stop's prefetch of the next chunk); unset (2)
-// the same blocks with 3 x 3 segmented tiles from kSegRows rows on (tenth stop).
+// bits: `tile` (0) one 2 x 2 tile over the whole weight, `3x2` (1) 3 x 2 tiles in row blocks and feature
+// chunks at every row count (with the prefetch of the next chunk); unset (2) the same blocks with 3 x 3
+// segmented tiles from kSegRows rows on (the default).
 std::atomic<int> g_gemm_mode{kUnset};
 
 int gemm_mode() {
@@ -220,7 +220,7 @@ void tile_t(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
     for (int n = 0; n < N; ++n) g.y[(t0 + m) * g.ldy + n0 + n] = reduce(acc[m][n][0], acc[m][n][1]);
 }
 
-// M rows x N features with one lane part at a time (tenth stop). The K loop runs in segments of kSeg
+// M rows x N features with one lane part at a time. The K loop runs in segments of kSeg
 // blocks; in each, lanes 0-7 (part 0) take the segment's blocks, then lanes 8-15 (part 1), each part's M x N
 // accumulators parked in memory while the other runs. At 3 x 3 that is 9 accumulators, 3 widened weights,
 // an x vector and the bf16 mask: no spill, where a 3 x 3 tile of both parts would need 18 accumulators.
@@ -312,7 +312,7 @@ void run_tile(const GemmArgs& g, std::int64_t t, std::int64_t n) {
 // Features [f0, f1) of rows [t0, t1): row tiles of 3 (the last 1 or 2) by 3 features (Seg) or 2 (the last
 // 1 or 2 alone). [next, next_end): the weights of the chunk after this one, prefetched into L2 a slice after
 // every tile of every row tile but the first (which waits on this chunk's own lines from memory): the later
-// row tiles run from L2 while memory streams the next chunk (tenth stop).
+// row tiles run from L2 while memory streams the next chunk.
 template <DType Dt, bool Seg>
 void sweep(const GemmArgs& g, std::int64_t t0, std::int64_t t1, std::int64_t f0, std::int64_t f1, const char* next,
            const char* next_end) {

@@ -142,7 +142,7 @@ void tile(const GemmArgs& g, std::int64_t t0, std::int64_t n0) {
 // docs/cpu_backend.md): 1 thread tile 19.7, one panel at a time 25.5, two panels 27.1;
 // 2 threads tile 31.1, two panels 37.1, two panels prefetching 4 blocks ahead into L1 38.3; the 1.6 GB
 // model's, 2 threads: tile 39.9, two panels + 4 ahead 49.6 (1 thread 22.4 -> 27.3). Prefetching into L2 as the tile does lost 7-13%
-// there. On the earlier stops' VM (AVX-512 FP16: an Intel Xeon) the tile's software prefetch was measured a
+// there. On an Intel Xeon VM (AVX-512 FP16) the tile's software prefetch was measured a
 // gain, so the default is chosen per CPU (gemv_initial): two panels + 4 ahead on AMD family 1Ah (Zen 5);
 // two panels and no software prefetch on AMD family 19h (Zen 4; Zen 3, the same family, has no AVX-512),
 // where any prefetch lost (docs/cpu_backend.md: 125M, 2 threads, tile 35.8, two panels 42.3,

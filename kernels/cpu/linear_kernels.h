@@ -73,13 +73,13 @@ void packed_gemv(std::uint32_t& streams, std::uint32_t& l1_blocks, std::uint32_t
 
 // The AVX2 GEMV (one row, packed panels: linear_avx2.cpp): the first of a panel's two passes prefetches
 // `ahead_blocks` blocks ahead (default 0: the current block's lines, the fastest on Zen 3); a negative value selects the 2 x 2
-// tile instead, as before the ninth stop. Chosen once per process from KVFLEET_CPU_GEMV_AVX2 (tile |
+// tile instead. Chosen once per process from KVFLEET_CPU_GEMV_AVX2 (tile |
 // blocks); settable for benchmarks that compare in one process; avx2_gemv() says which (-1: the tile).
 // Never changes a bit.
 void set_avx2_gemv(int ahead_blocks);
 int avx2_gemv();
-// The AVX2 kernel's rows > 1 (KVFLEET_CPU_GEMM_AVX2): 0 the 2 x 2 tile as before the ninth stop (`tile`),
-// 1 the ninth stop's 3 x 2 tiles in row blocks and feature chunks at every row count (`3x2`), 2 (default)
+// The AVX2 kernel's rows > 1 (KVFLEET_CPU_GEMM_AVX2): 0 one 2 x 2 tile over the whole weight (`tile`),
+// 1 3 x 2 tiles in row blocks and feature chunks at every row count (`3x2`), 2 (default)
 // the same with segmented 3 x 3 tiles from 16 rows on (linear_avx2.cpp). For benchmarks. Never changes a bit.
 void set_avx2_gemm(int mode);
 
