@@ -1,0 +1,152 @@
+// Tool calls the model chooses to make (tool_choice "auto", or none sent), through the AI SDK 5 and LangChain JS
+// as agents use them: whole and streamed, two calls in one turn, and LangChain's second turn with the tool's
+// result. The replica runs --tool-call-parser hermes --enable-auto-tool-choice on a model whose CALL_TOKEN
+// decodes to one hermes call (get_weather {"city":"Paris"}), TWO_CALLS_TOKEN to two (the second get_time
+// {"zone":"CET"}) and ANSWER_TOKEN to a plain answer (tests/server/tool_model.h); a logit bias on the token,
+// which each client sends as it sends any logit bias, makes the model write it.
+// Every request body a client sends is recorded, so that each check also shows what the client asked for.
+// Usage: node agent_clients.mjs BASE_URL MODEL CALL_TOKEN TWO_CALLS_TOKEN ANSWER_TOKEN ANSWER_TEXT
+//        (exit 0 and "ok" when every check passes)
+import assert from "node:assert/strict";
+import { createRequire } from "node:module";
+
+const require = createRequire(import.meta.url);
+const npm = process.env.KVFLEET_NPM + "/node_modules/";
+const { createOpenAI } = require(npm + "@ai-sdk/openai");
+const { generateText, streamText, tool } = require(npm + "ai");
+const { z } = require(npm + "zod");
+const { ChatOpenAI } = require(npm + "@langchain/openai");
+const { HumanMessage, ToolMessage } = require(npm + "@langchain/core/messages");
+const [baseURL, model, callToken, twoCallsToken, answerToken, answerText] = process.argv.slice(2);
+
+const weather = { name: "get_weather", input: { city: "Paris" } };
+const time = { name: "get_time", input: { zone: "CET" } };
+const prompt = "Weather in Paris?";
+
+// A fetch that records each request's JSON body and adds `extra` to it (a field a client has no option for).
+const sent = [];
+const recording = (extra = {}) => async (url, init) => {
+  const body = { ...JSON.parse(init.body), ...extra };
+  sent.push({ url: String(url), body });
+  return fetch(url, { ...init, body: JSON.stringify(body) });
+};
+const last = (path) => {
+  const s = sent.at(-1);
+  assert.ok(s.url.endsWith(path), s.url);
+  return s.body;
+};
+function sameCalls(got, want, what) {
+  assert.deepEqual(got.map((c) => ({ name: c.name, input: c.input })), want, what);
+  for (const c of got) assert.ok(c.id, `${what}: a call without an id`);
+  assert.equal(new Set(got.map((c) => c.id)).size, got.length, `${what}: ids repeat`);
+}
+
+// --- AI SDK 5: generateText and streamText with tools and no toolChoice (it sends "auto") ---
+const sdkTools = {
+  get_weather: tool({ description: "Weather forecast", inputSchema: z.object({ city: z.string() }) }),
+  get_time: tool({ description: "The time in a zone", inputSchema: z.object({ zone: z.string() }) }),
+};
+const bias = (token) => ({ [token]: 100 });
+const sdkCalls = (calls) => calls.map((c) => ({ id: c.toolCallId, name: c.toolName, input: c.input }));
+
+// Over chat completions (provider.chat) the bias is the provider's logitBias option; over /v1/responses,
+// which has no such option, the recording fetch adds it (a vLLM extra the Responses endpoint takes).
+const chatProvider = createOpenAI({ baseURL: baseURL + "/v1", apiKey: "unused", fetch: recording() });
+const sdkChat = (token, parallel) => ({
+  model: chatProvider.chat(model), path: "/chat/completions",
+  providerOptions: { openai: { logitBias: bias(token), parallelToolCalls: parallel } },
+});
+const sdkResponses = (token, parallel) => ({
+  model: createOpenAI({ baseURL: baseURL + "/v1", apiKey: "unused", fetch: recording({ logit_bias: bias(token) }) })(model),
+  path: "/responses", providerOptions: { openai: { parallelToolCalls: parallel } },
+});
+
+for (const via of [sdkChat, sdkResponses]) {
+  for (const [token, want] of [[callToken, [weather]], [twoCallsToken, [weather, time]]]) {
+    const what = `AI SDK ${via === sdkChat ? "chat" : "responses"}, ${want.length} call(s)`;
+    const { model: m, path, providerOptions } = via(token, true);
+    const common = { model: m, providerOptions, tools: sdkTools, prompt, temperature: 0, maxOutputTokens: 1, maxRetries: 0 };
+
+    const whole = await generateText(common);
+    assert.equal(last(path).tool_choice, "auto", what);
+    assert.equal(whole.finishReason, "tool-calls", what);
+    sameCalls(sdkCalls(whole.toolCalls), want, what);
+
+    // streamText: the provider assembles the calls from the stream's deltas.
+    const stream = streamText(common);
+    const parts = [];
+    for await (const part of stream.fullStream) parts.push(part);
+    assert.equal(last(path).stream, true, what);
+    const errors = parts.filter((p) => p.type === "error");
+    assert.deepEqual(errors, [], what);
+    assert.equal(await stream.finishReason, "tool-calls", what);
+    sameCalls(sdkCalls(await stream.toolCalls), want, what + ", streamed");
+    sameCalls(sdkCalls(parts.filter((p) => p.type === "tool-call")), want, what + ", stream parts");
+    const inputs = {};
+    for (const p of parts.filter((p) => p.type === "tool-input-delta")) inputs[p.id] = (inputs[p.id] ?? "") + p.delta;
+    assert.deepEqual(Object.values(inputs).map((s) => JSON.parse(s)), want.map((c) => c.input), what + ", input deltas");
+  }
+  // parallel_tool_calls false: the first of the model's two calls.
+  const { model: m, path, providerOptions } = via(twoCallsToken, false);
+  const one = await generateText({ model: m, providerOptions, tools: sdkTools, prompt, temperature: 0, maxOutputTokens: 1, maxRetries: 0 });
+  assert.equal(last(path).parallel_tool_calls, false);
+  sameCalls(sdkCalls(one.toolCalls), [weather], "AI SDK, parallel_tool_calls false");
+}
+
+// --- LangChain JS: bindTools without a tool_choice ---
+const lcTools = [{ name: "get_weather", description: "Weather forecast", schema: z.object({ city: z.string() }) },
+                 { name: "get_time", description: "The time in a zone", schema: z.object({ zone: z.string() }) }];
+const lc = (token, maxTokens = 1) => new ChatOpenAI({ model, apiKey: "unused", temperature: 0, maxTokens, maxRetries: 0,
+  logitBias: bias(token), configuration: { baseURL: baseURL + "/v1", fetch: recording() } });
+const lcCalls = (calls) => calls.map((c) => ({ id: c.id, name: c.name, input: c.args }));
+
+for (const [token, want] of [[callToken, [weather]], [twoCallsToken, [weather, time]]]) {
+  const what = `LangChain, ${want.length} call(s)`;
+  const ai = await lc(token).bindTools(lcTools).invoke(prompt);
+  const body = last("/chat/completions");
+  assert.equal(body.tool_choice, undefined, what);
+  assert.deepEqual(body.tools.map((t) => t.function.name), ["get_weather", "get_time"], what);
+  assert.equal(ai.response_metadata.finish_reason, "tool_calls", what);
+  sameCalls(lcCalls(ai.tool_calls), want, what);
+
+  // stream: chunks carry tool_call_chunks by index; concatenated, they are the calls.
+  let whole;
+  const indices = new Set();
+  for await (const chunk of await lc(token).bindTools(lcTools).stream(prompt)) {
+    for (const c of chunk.tool_call_chunks ?? []) indices.add(c.index);
+    whole = whole ? whole.concat(chunk) : chunk;
+  }
+  assert.equal(last("/chat/completions").stream, true, what);
+  assert.deepEqual([...indices].sort(), want.map((_, i) => i), what + ", chunk indices");
+  assert.equal(whole.response_metadata.finish_reason, "tool_calls", what);
+  assert.deepEqual(whole.invalid_tool_calls, [], what);
+  sameCalls(lcCalls(whole.tool_calls), want, what + ", streamed");
+}
+const twoParallel = await lc(twoCallsToken).bindTools(lcTools, { parallel_tool_calls: true }).invoke(prompt);
+assert.equal(last("/chat/completions").parallel_tool_calls, true);
+sameCalls(lcCalls(twoParallel.tool_calls), [weather, time], "LangChain, parallel_tool_calls true");
+
+// Multi-turn: the AIMessage with its call and the ToolMessage go back; the template renders the result into
+// the prompt (a longer result, a longer prompt) and the model answers (ANSWER_TOKEN, one token: "length").
+const first = await lc(callToken).bindTools(lcTools).invoke([new HumanMessage(prompt)]);
+const callId = first.tool_calls[0].id;
+const turn = async (result) => {
+  const r = await lc(answerToken).bindTools(lcTools).invoke([new HumanMessage(prompt), first,
+    new ToolMessage({ tool_call_id: callId, content: result })]);
+  const messages = last("/chat/completions").messages;
+  assert.deepEqual(messages.map((m) => m.role), ["user", "assistant", "tool"]);
+  assert.equal(messages[1].tool_calls[0].id, callId);
+  assert.equal(messages[2].tool_call_id, callId);
+  return r;
+};
+const second = await turn("sunny");
+assert.equal(second.content, answerText);
+assert.deepEqual(second.tool_calls, []);
+assert.equal(second.response_metadata.finish_reason, "length");
+assert.equal(second.usage_metadata.output_tokens, 1);
+assert.ok(second.usage_metadata.input_tokens > first.usage_metadata.input_tokens,
+          `${second.usage_metadata.input_tokens} <= ${first.usage_metadata.input_tokens}`);
+const longer = await turn("sunny, 25 degrees at noon, a light wind from the west and no rain until Friday");
+assert.ok(longer.usage_metadata.input_tokens > second.usage_metadata.input_tokens + 10,
+          `${longer.usage_metadata.input_tokens} vs ${second.usage_metadata.input_tokens}`);
+console.log("ok");
