@@ -1,6 +1,6 @@
-// Tool calls the model chooses to make (tool_choice "auto", or none sent), through the AI SDK 5 and LangChain JS
-// as agents use them: whole and streamed, two calls in one turn, and LangChain's second turn with the tool's
-// result. The replica runs --tool-call-parser hermes --enable-auto-tool-choice on a model whose CALL_TOKEN
+// Tool calls the model chooses to make (tool_choice "auto", or none sent), through the AI SDK 5 (over chat
+// completions and /v1/responses) and LangChain JS as agents use them: whole and streamed, two calls in one
+// turn, and the second turn with the tool's result (the AI SDK's step loop, LangChain's ToolMessage). The replica runs --tool-call-parser hermes --enable-auto-tool-choice on a model whose CALL_TOKEN
 // decodes to one hermes call (get_weather {"city":"Paris"}), TWO_CALLS_TOKEN to two (the second get_time
 // {"zone":"CET"}) and ANSWER_TOKEN to a plain answer (tests/server/tool_model.h); a logit bias on the token,
 // which each client sends as it sends any logit bias, makes the model write it.
@@ -13,7 +13,7 @@ import { createRequire } from "node:module";
 const require = createRequire(import.meta.url);
 const npm = process.env.KVFLEET_NPM + "/node_modules/";
 const { createOpenAI } = require(npm + "@ai-sdk/openai");
-const { generateText, streamText, tool } = require(npm + "ai");
+const { generateText, streamText, tool, stepCountIs } = require(npm + "ai");
 const { z } = require(npm + "zod");
 const { ChatOpenAI } = require(npm + "@langchain/openai");
 const { HumanMessage, ToolMessage } = require(npm + "@langchain/core/messages");
@@ -71,6 +71,7 @@ for (const via of [sdkChat, sdkResponses]) {
     assert.equal(last(path).tool_choice, "auto", what);
     assert.equal(whole.finishReason, "tool-calls", what);
     sameCalls(sdkCalls(whole.toolCalls), want, what);
+    assert.equal(whole.usage.outputTokens, 1, what);
 
     // streamText: the provider assembles the calls from the stream's deltas.
     const stream = streamText(common);
@@ -80,12 +81,33 @@ for (const via of [sdkChat, sdkResponses]) {
     const errors = parts.filter((p) => p.type === "error");
     assert.deepEqual(errors, [], what);
     assert.equal(await stream.finishReason, "tool-calls", what);
+    const counts = (u) => [u.inputTokens, u.outputTokens];
+    assert.deepEqual(counts(await stream.usage), counts(whole.usage), what);
     sameCalls(sdkCalls(await stream.toolCalls), want, what + ", streamed");
     sameCalls(sdkCalls(parts.filter((p) => p.type === "tool-call")), want, what + ", stream parts");
     const inputs = {};
     for (const p of parts.filter((p) => p.type === "tool-input-delta")) inputs[p.id] = (inputs[p.id] ?? "") + p.delta;
     assert.deepEqual(Object.values(inputs).map((s) => JSON.parse(s)), want.map((c) => c.input), what + ", input deltas");
   }
+  // The agent loop: the tool runs, its result goes back (a tool message over chat, a function_call_output
+  // item over /v1/responses) and the second step answers. Each step's model sends its own bias.
+  const biased = (token) => {
+    const p = createOpenAI({ baseURL: baseURL + "/v1", apiKey: "unused", fetch: recording({ logit_bias: bias(token) }) });
+    return via === sdkChat ? p.chat(model) : p(model);
+  };
+  let ran = 0;
+  const loop = await generateText({ model: biased(callToken), prompt, temperature: 0, maxOutputTokens: 1, maxRetries: 0,
+    tools: { ...sdkTools, get_weather: tool({ ...sdkTools.get_weather, execute: async ({ city }) => (ran++, `sunny in ${city}`) }) },
+    stopWhen: stepCountIs(3), prepareStep: ({ stepNumber }) => (stepNumber === 0 ? {} : { model: biased(answerToken) }) });
+  assert.equal(ran, 1);
+  assert.equal(loop.steps.length, 2);
+  assert.equal(loop.text, answerText);
+  assert.equal(loop.finishReason, "length");
+  assert.ok(loop.steps[1].usage.inputTokens > loop.steps[0].usage.inputTokens);
+  const callId = loop.steps[0].toolCalls[0].toolCallId;
+  const back = JSON.stringify(via === sdkChat ? last("/chat/completions").messages : last("/responses").input);
+  assert.ok(back.includes(callId) && back.includes("sunny in Paris"), back);
+
   // parallel_tool_calls false: the first of the model's two calls.
   const { model: m, path, providerOptions } = via(twoCallsToken, false);
   const one = await generateText({ model: m, providerOptions, tools: sdkTools, prompt, temperature: 0, maxOutputTokens: 1, maxRetries: 0 });
@@ -119,6 +141,8 @@ for (const [token, want] of [[callToken, [weather]], [twoCallsToken, [weather, t
   assert.equal(last("/chat/completions").stream, true, what);
   assert.deepEqual([...indices].sort(), want.map((_, i) => i), what + ", chunk indices");
   assert.equal(whole.response_metadata.finish_reason, "tool_calls", what);
+  const counts = (u) => [u.input_tokens, u.output_tokens];
+  assert.deepEqual(counts(whole.usage_metadata), counts(ai.usage_metadata), what);
   assert.deepEqual(whole.invalid_tool_calls, [], what);
   sameCalls(lcCalls(whole.tool_calls), want, what + ", streamed");
 }
