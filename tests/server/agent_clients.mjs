@@ -1,9 +1,11 @@
-// Tool calls the model chooses to make (tool_choice "auto", or none sent), through the AI SDK 5 (over chat
-// completions and /v1/responses) and LangChain JS as agents use them: whole and streamed, two calls in one
-// turn, and the second turn with the tool's result (the AI SDK's step loop, LangChain's ToolMessage). The replica runs --tool-call-parser hermes --enable-auto-tool-choice on a model whose CALL_TOKEN
+// Tool calls the model chooses to make (tool_choice "auto", or none sent), through the AI SDK 5 and LangChain
+// JS as agents use them, each over chat completions and /v1/responses: whole and streamed, two calls in one
+// turn, and the second turn with the tool's result (the AI SDK's step loop, LangChain's ToolMessage).
+// The replica runs --tool-call-parser hermes --enable-auto-tool-choice on a model whose CALL_TOKEN
 // decodes to one hermes call (get_weather {"city":"Paris"}), TWO_CALLS_TOKEN to two (the second get_time
-// {"zone":"CET"}) and ANSWER_TOKEN to a plain answer (tests/server/tool_model.h); a logit bias on the token,
-// which each client sends as it sends any logit bias, makes the model write it.
+// {"zone":"CET"}) and ANSWER_TOKEN to a plain answer (tests/server/tool_model.h); a logit bias on the token
+// makes the model write it (the clients' own logitBias option over chat completions; over /v1/responses,
+// where they have none, the recording fetch adds it).
 // Every request body a client sends is recorded, so that each check also shows what the client asked for.
 // Usage: node agent_clients.mjs BASE_URL MODEL CALL_TOKEN TWO_CALLS_TOKEN ANSWER_TOKEN ANSWER_TEXT
 //        (exit 0 and "ok" when every check passes)
@@ -115,62 +117,78 @@ for (const via of [sdkChat, sdkResponses]) {
   sameCalls(sdkCalls(one.toolCalls), [weather], "AI SDK, parallel_tool_calls false");
 }
 
-// --- LangChain JS: bindTools without a tool_choice ---
+// --- LangChain JS: bindTools without a tool_choice, over chat completions and (useResponsesApi) /v1/responses ---
 const lcTools = [{ name: "get_weather", description: "Weather forecast", schema: z.object({ city: z.string() }) },
                  { name: "get_time", description: "The time in a zone", schema: z.object({ zone: z.string() }) }];
-const lc = (token, maxTokens = 1) => new ChatOpenAI({ model, apiKey: "unused", temperature: 0, maxTokens, maxRetries: 0,
-  logitBias: bias(token), configuration: { baseURL: baseURL + "/v1", fetch: recording() } });
 const lcCalls = (calls) => calls.map((c) => ({ id: c.id, name: c.name, input: c.args }));
+const counts = (u) => [u.input_tokens, u.output_tokens];
 
-for (const [token, want] of [[callToken, [weather]], [twoCallsToken, [weather, time]]]) {
-  const what = `LangChain, ${want.length} call(s)`;
-  const ai = await lc(token).bindTools(lcTools).invoke(prompt);
-  const body = last("/chat/completions");
-  assert.equal(body.tool_choice, undefined, what);
-  assert.deepEqual(body.tools.map((t) => t.function.name), ["get_weather", "get_time"], what);
-  assert.equal(ai.response_metadata.finish_reason, "tool_calls", what);
-  sameCalls(lcCalls(ai.tool_calls), want, what);
+async function langchain(responses) {
+  // Over /v1/responses LangChain sends no logit bias: the recording fetch adds it.
+  const lc = (token) => new ChatOpenAI({ model, apiKey: "unused", temperature: 0, maxTokens: 1, maxRetries: 0,
+    logitBias: bias(token), useResponsesApi: responses,
+    configuration: { baseURL: baseURL + "/v1", fetch: recording(responses ? { logit_bias: bias(token) } : {}) } });
+  const path = responses ? "/responses" : "/chat/completions";
+  const finished = (m, reason) => {
+    if (responses) assert.equal(m.response_metadata.status, reason === "length" ? "incomplete" : "completed");
+    else assert.equal(m.response_metadata.finish_reason, reason);
+  };
 
-  // stream: chunks carry tool_call_chunks by index; concatenated, they are the calls.
-  let whole;
-  const indices = new Set();
-  for await (const chunk of await lc(token).bindTools(lcTools).stream(prompt)) {
-    for (const c of chunk.tool_call_chunks ?? []) indices.add(c.index);
-    whole = whole ? whole.concat(chunk) : chunk;
+  for (const [token, want] of [[callToken, [weather]], [twoCallsToken, [weather, time]]]) {
+    const what = `LangChain ${path}, ${want.length} call(s)`;
+    const ai = await lc(token).bindTools(lcTools).invoke(prompt);
+    const body = last(path);
+    assert.equal(body.tool_choice, undefined, what);
+    assert.deepEqual(body.tools.map((t) => (responses ? t : t.function).name), ["get_weather", "get_time"], what);
+    finished(ai, "tool_calls");
+    sameCalls(lcCalls(ai.tool_calls), want, what);
+
+    // stream: chunks carry tool_call_chunks by index; concatenated, they are the calls.
+    let whole;
+    const indices = new Set();
+    for await (const chunk of await lc(token).bindTools(lcTools).stream(prompt)) {
+      for (const c of chunk.tool_call_chunks ?? []) indices.add(c.index);
+      whole = whole ? whole.concat(chunk) : chunk;
+    }
+    assert.equal(last(path).stream, true, what);
+    assert.equal(indices.size, want.length, what + ", chunk indices");
+    finished(whole, "tool_calls");
+    assert.deepEqual(counts(whole.usage_metadata), counts(ai.usage_metadata), what);
+    assert.deepEqual(whole.invalid_tool_calls, [], what);
+    sameCalls(lcCalls(whole.tool_calls), want, what + ", streamed");
   }
-  assert.equal(last("/chat/completions").stream, true, what);
-  assert.deepEqual([...indices].sort(), want.map((_, i) => i), what + ", chunk indices");
-  assert.equal(whole.response_metadata.finish_reason, "tool_calls", what);
-  const counts = (u) => [u.input_tokens, u.output_tokens];
-  assert.deepEqual(counts(whole.usage_metadata), counts(ai.usage_metadata), what);
-  assert.deepEqual(whole.invalid_tool_calls, [], what);
-  sameCalls(lcCalls(whole.tool_calls), want, what + ", streamed");
-}
-const twoParallel = await lc(twoCallsToken).bindTools(lcTools, { parallel_tool_calls: true }).invoke(prompt);
-assert.equal(last("/chat/completions").parallel_tool_calls, true);
-sameCalls(lcCalls(twoParallel.tool_calls), [weather, time], "LangChain, parallel_tool_calls true");
+  const twoParallel = await lc(twoCallsToken).bindTools(lcTools, { parallel_tool_calls: true }).invoke(prompt);
+  assert.equal(last(path).parallel_tool_calls, true);
+  sameCalls(lcCalls(twoParallel.tool_calls), [weather, time], `LangChain ${path}, parallel_tool_calls true`);
 
-// Multi-turn: the AIMessage with its call and the ToolMessage go back; the template renders the result into
-// the prompt (a longer result, a longer prompt) and the model answers (ANSWER_TOKEN, one token: "length").
-const first = await lc(callToken).bindTools(lcTools).invoke([new HumanMessage(prompt)]);
-const callId = first.tool_calls[0].id;
-const turn = async (result) => {
-  const r = await lc(answerToken).bindTools(lcTools).invoke([new HumanMessage(prompt), first,
-    new ToolMessage({ tool_call_id: callId, content: result })]);
-  const messages = last("/chat/completions").messages;
-  assert.deepEqual(messages.map((m) => m.role), ["user", "assistant", "tool"]);
-  assert.equal(messages[1].tool_calls[0].id, callId);
-  assert.equal(messages[2].tool_call_id, callId);
-  return r;
-};
-const second = await turn("sunny");
-assert.equal(second.content, answerText);
-assert.deepEqual(second.tool_calls, []);
-assert.equal(second.response_metadata.finish_reason, "length");
-assert.equal(second.usage_metadata.output_tokens, 1);
-assert.ok(second.usage_metadata.input_tokens > first.usage_metadata.input_tokens,
-          `${second.usage_metadata.input_tokens} <= ${first.usage_metadata.input_tokens}`);
-const longer = await turn("sunny, 25 degrees at noon, a light wind from the west and no rain until Friday");
-assert.ok(longer.usage_metadata.input_tokens > second.usage_metadata.input_tokens + 10,
-          `${longer.usage_metadata.input_tokens} vs ${second.usage_metadata.input_tokens}`);
+  // Multi-turn: the AIMessage with its call and the ToolMessage go back; the template renders the result into
+  // the prompt (a longer result, a longer prompt) and the model answers (ANSWER_TOKEN, one token: "length").
+  const first = await lc(callToken).bindTools(lcTools).invoke([new HumanMessage(prompt)]);
+  const callId = first.tool_calls[0].id;
+  const turn = async (result) => {
+    const r = await lc(answerToken).bindTools(lcTools).invoke([new HumanMessage(prompt), first,
+      new ToolMessage({ tool_call_id: callId, content: result })]);
+    const sent = last(path);
+    if (responses) {
+      assert.deepEqual(sent.input.map((i) => i.type), ["message", "function_call", "function_call_output"]);
+      assert.deepEqual([sent.input[1].call_id, sent.input[2].call_id, sent.input[2].output], [callId, callId, result]);
+    } else {
+      assert.deepEqual(sent.messages.map((m) => m.role), ["user", "assistant", "tool"]);
+      assert.deepEqual([sent.messages[1].tool_calls[0].id, sent.messages[2].tool_call_id], [callId, callId]);
+    }
+    return r;
+  };
+  const second = await turn("sunny");
+  assert.equal(second.text, answerText);
+  assert.deepEqual(second.tool_calls, []);
+  finished(second, "length");
+  assert.equal(second.usage_metadata.output_tokens, 1);
+  assert.ok(second.usage_metadata.input_tokens > first.usage_metadata.input_tokens,
+            `${second.usage_metadata.input_tokens} <= ${first.usage_metadata.input_tokens}`);
+  const longer = await turn("sunny, 25 degrees at noon, a light wind from the west and no rain until Friday");
+  assert.ok(longer.usage_metadata.input_tokens > second.usage_metadata.input_tokens + 10,
+            `${longer.usage_metadata.input_tokens} vs ${second.usage_metadata.input_tokens}`);
+}
+await langchain(false);
+await langchain(true);
 console.log("ok");
