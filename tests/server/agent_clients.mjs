@@ -3,11 +3,13 @@
 // turn, and the second turn with the tool's result (the AI SDK's step loop, LangChain's ToolMessage).
 // The replica runs --tool-call-parser hermes --enable-auto-tool-choice on a model whose CALL_TOKEN
 // decodes to one hermes call (get_weather {"city":"Paris"}), TWO_CALLS_TOKEN to two (the second get_time
-// {"zone":"CET"}) and ANSWER_TOKEN to a plain answer (tests/server/tool_model.h); a logit bias on the token
+// {"zone":"CET"}), ANSWER_TOKEN to a plain answer and TEXT_CALL_TOKEN to TEXT_BEFORE_CALL, a space and the
+// call of CALL_TOKEN (tests/server/tool_model.h); a logit bias on the token
 // makes the model write it (the clients' own logitBias option over chat completions; over /v1/responses,
 // where they have none, the recording fetch adds it).
 // Every request body a client sends is recorded, so that each check also shows what the client asked for.
-// Usage: node agent_clients.mjs BASE_URL MODEL CALL_TOKEN TWO_CALLS_TOKEN ANSWER_TOKEN ANSWER_TEXT
+// Usage: node agent_clients.mjs BASE_URL MODEL CALL_TOKEN TWO_CALLS_TOKEN ANSWER_TOKEN ANSWER_TEXT TEXT_CALL_TOKEN
+//                               TEXT_BEFORE_CALL
 //        (exit 0 and "ok" when every check passes)
 import assert from "node:assert/strict";
 import { createRequire } from "node:module";
@@ -19,7 +21,8 @@ const { generateText, streamText, tool, stepCountIs } = require(npm + "ai");
 const { z } = require(npm + "zod");
 const { ChatOpenAI } = require(npm + "@langchain/openai");
 const { HumanMessage, ToolMessage } = require(npm + "@langchain/core/messages");
-const [baseURL, model, callToken, twoCallsToken, answerToken, answerText] = process.argv.slice(2);
+const [baseURL, model, callToken, twoCallsToken, answerToken, answerText, textCallToken, textBeforeCall] =
+  process.argv.slice(2);
 
 const weather = { name: "get_weather", input: { city: "Paris" } };
 const time = { name: "get_time", input: { zone: "CET" } };
@@ -91,6 +94,23 @@ for (const via of [sdkChat, sdkResponses]) {
     for (const p of parts.filter((p) => p.type === "tool-input-delta")) inputs[p.id] = (inputs[p.id] ?? "") + p.delta;
     assert.deepEqual(Object.values(inputs).map((s) => JSON.parse(s)), want.map((c) => c.input), what + ", input deltas");
   }
+  // Text and then a call in one answer: the text as text (up to the call's markup), the call as a call.
+  {
+    const what = `AI SDK ${via === sdkChat ? "chat" : "responses"}, text and a call`;
+    const { model: m, providerOptions } = via(textCallToken, true);
+    const common = { model: m, providerOptions, tools: sdkTools, prompt, temperature: 0, maxOutputTokens: 1, maxRetries: 0 };
+    const whole = await generateText(common);
+    assert.equal(whole.text.trim(), textBeforeCall, what);
+    assert.equal(whole.finishReason, "tool-calls", what);
+    sameCalls(sdkCalls(whole.toolCalls), [weather], what);
+    const stream = streamText(common);
+    const kinds = [];
+    for await (const part of stream.fullStream) kinds.push(part.type);
+    assert.equal(await stream.text, whole.text, what);
+    sameCalls(sdkCalls(await stream.toolCalls), [weather], what + ", streamed");
+    assert.ok(kinds.lastIndexOf("text-delta") < kinds.indexOf("tool-call"), `${what}: ${kinds}`);
+  }
+
   // The agent loop: the tool runs, its result goes back (a tool message over chat, a function_call_output
   // item over /v1/responses) and the second step answers. Each step's model sends its own bias.
   const biased = (token) => {
@@ -157,6 +177,16 @@ async function langchain(responses) {
     assert.deepEqual(whole.invalid_tool_calls, [], what);
     sameCalls(lcCalls(whole.tool_calls), want, what + ", streamed");
   }
+  // Text and then a call: the AIMessage's text and its call, whole and streamed.
+  const said = await lc(textCallToken).bindTools(lcTools).invoke(prompt);
+  assert.equal(said.text.trim(), textBeforeCall);
+  sameCalls(lcCalls(said.tool_calls), [weather], `LangChain ${path}, text and a call`);
+  let saidStreamed;
+  for await (const chunk of await lc(textCallToken).bindTools(lcTools).stream(prompt))
+    saidStreamed = saidStreamed ? saidStreamed.concat(chunk) : chunk;
+  assert.equal(saidStreamed.text, said.text);
+  sameCalls(lcCalls(saidStreamed.tool_calls), [weather], `LangChain ${path}, text and a call, streamed`);
+
   const twoParallel = await lc(twoCallsToken).bindTools(lcTools, { parallel_tool_calls: true }).invoke(prompt);
   assert.equal(last(path).parallel_tool_calls, true);
   sameCalls(lcCalls(twoParallel.tool_calls), [weather, time], `LangChain ${path}, parallel_tool_calls true`);

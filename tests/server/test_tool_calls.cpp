@@ -244,7 +244,8 @@ TEST_CASE("tool calls: the AI SDK and LangChain clients with auto, streamed, par
     const auto r = test::run_command("KVFLEET_NPM=" + npm + " node " + KVFLEET_SOURCE_DIR + "/tests/server/agent_clients.mjs " +
                                      base + " tool-qwen " + std::to_string(test::call_token) + " " +
                                      std::to_string(test::two_calls_token) + " " + std::to_string(test::answer_token) +
-                                     " '" + test::answer_text + "' 2>&1");
+                                     " '" + test::answer_text + "' " + std::to_string(test::text_call_token) + " '" +
+                                     test::text_before_call + "' 2>&1");
     CHECK_MESSAGE(r.status == 0, r.out);
     CHECK(r.out == "ok\n");
   }
