@@ -4,9 +4,9 @@
 // The replica runs --tool-call-parser hermes --enable-auto-tool-choice on a model whose CALL_TOKEN
 // decodes to one hermes call (get_weather {"city":"Paris"}), TWO_CALLS_TOKEN to two (the second get_time
 // {"zone":"CET"}), ANSWER_TOKEN to a plain answer and TEXT_CALL_TOKEN to TEXT_BEFORE_CALL, a space and the
-// call of CALL_TOKEN (tests/server/tool_model.h); a logit bias on the token
-// makes the model write it (the clients' own logitBias option over chat completions; over /v1/responses,
-// where they have none, the recording fetch adds it).
+// call of CALL_TOKEN (tests/server/tool_model.h); a logit bias on the token makes the model write it (the
+// clients' own logitBias option over chat completions; over /v1/responses, where they have none, the
+// recording fetch adds it).
 // Every request body a client sends is recorded, so that each check also shows what the client asked for.
 // Usage: node agent_clients.mjs BASE_URL MODEL CALL_TOKEN TWO_CALLS_TOKEN ANSWER_TOKEN ANSWER_TEXT TEXT_CALL_TOKEN
 //                               TEXT_BEFORE_CALL
@@ -53,6 +53,7 @@ const sdkTools = {
 };
 const bias = (token) => ({ [token]: 100 });
 const sdkCalls = (calls) => calls.map((c) => ({ id: c.toolCallId, name: c.toolName, input: c.input }));
+const sdkCounts = (u) => [u.inputTokens, u.outputTokens];
 
 // Over chat completions (provider.chat) the bias is the provider's logitBias option; over /v1/responses,
 // which has no such option, the recording fetch adds it (a vLLM extra the Responses endpoint takes).
@@ -86,8 +87,7 @@ for (const via of [sdkChat, sdkResponses]) {
     const errors = parts.filter((p) => p.type === "error");
     assert.deepEqual(errors, [], what);
     assert.equal(await stream.finishReason, "tool-calls", what);
-    const counts = (u) => [u.inputTokens, u.outputTokens];
-    assert.deepEqual(counts(await stream.usage), counts(whole.usage), what);
+    assert.deepEqual(sdkCounts(await stream.usage), sdkCounts(whole.usage), what);
     sameCalls(sdkCalls(await stream.toolCalls), want, what + ", streamed");
     sameCalls(sdkCalls(parts.filter((p) => p.type === "tool-call")), want, what + ", stream parts");
     const inputs = {};
