@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "../router_integration/router_fixture.h"
 #include "replica_fixture.h"
 #include "tool_model.h"
 
@@ -218,13 +219,34 @@ TEST_CASE("tool calls: a template without a tools section gets the parser's form
   check_error(replica.post("/v1/chat/completions", body("," + tools + R"(,"tool_choice":"none")")), "tools");
 }
 
-TEST_CASE("tool calls: the official openai npm client, whole, streamed and multi-turn") {
+TEST_CASE("tool calls: the official openai npm client, whole, streamed, parallel and multi-turn, direct and routed") {
   test::ReplicaProcess replica({"--tool-call-parser", "hermes", "--enable-auto-tool-choice"}, test::make_tool_qwen,
                                "tool-qwen");
+  test::RouterProcess router({&replica});
   const std::string npm = std::string(KVFLEET_SOURCE_DIR) + "/.deps/npm";
-  const auto r = test::run_command("KVFLEET_NPM=" + npm + " node " + KVFLEET_SOURCE_DIR +
-                                   "/tests/server/openai_tools_client.mjs " + replica.base_url() + " " +
-                                   std::to_string(test::call_token));
-  CHECK(r.status == 0);
-  CHECK(r.out == "ok\n");
+  for (const std::string& base : {replica.base_url(), "http://127.0.0.1:" + std::to_string(router.port())}) {
+    CAPTURE(base);
+    const auto r = test::run_command("KVFLEET_NPM=" + npm + " node " + KVFLEET_SOURCE_DIR +
+                                     "/tests/server/openai_tools_client.mjs " + base + " " +
+                                     std::to_string(test::call_token) + " " + std::to_string(test::two_calls_token) + " 2>&1");
+    CHECK_MESSAGE(r.status == 0, r.out);
+    CHECK(r.out == "ok\n");
+  }
+}
+
+TEST_CASE("tool calls: the AI SDK and LangChain clients with auto, streamed, parallel and multi-turn, direct and routed") {
+  test::ReplicaProcess replica({"--tool-call-parser", "hermes", "--enable-auto-tool-choice"}, test::make_tool_qwen,
+                               "tool-qwen");
+  test::RouterProcess router({&replica});
+  const std::string npm = std::string(KVFLEET_SOURCE_DIR) + "/.deps/npm";
+  for (const std::string& base : {replica.base_url(), "http://127.0.0.1:" + std::to_string(router.port())}) {
+    CAPTURE(base);
+    const auto r = test::run_command("KVFLEET_NPM=" + npm + " node " + KVFLEET_SOURCE_DIR + "/tests/server/agent_clients.mjs " +
+                                     base + " tool-qwen " + std::to_string(test::call_token) + " " +
+                                     std::to_string(test::two_calls_token) + " " + std::to_string(test::answer_token) +
+                                     " '" + test::answer_text + "' " + std::to_string(test::text_call_token) + " '" +
+                                     test::text_before_call + "' 2>&1");
+    CHECK_MESSAGE(r.status == 0, r.out);
+    CHECK(r.out == "ok\n");
+  }
 }

@@ -2,8 +2,9 @@
 // the committed default model: the openai package (tool_choice required and named, whole and streamed,
 // response_format json_schema and json_object, structured_outputs choice (whole and streamed) and regex,
 // guided_choice), the AI SDK 5 (generateText with a tool over /v1/responses and over chat
-// completions, the tool's result sent back, generateObject with a zod schema) and LangChain JS (bindTools,
-// withStructuredOutput). Every call's arguments and every object are validated with ajv against the schema.
+// completions, streamText, the tool's result sent back, generateObject with a zod schema) and LangChain JS
+// (bindTools, stream, withStructuredOutput). Every call's arguments and every object are validated with ajv
+// against the schema.
 // Usage: node tool_clients.mjs BASE_URL MODEL  (exit 0 and "ok" when every check passes)
 import assert from "node:assert/strict";
 import { createRequire } from "node:module";
@@ -12,7 +13,7 @@ const require = createRequire(import.meta.url);
 const npm = process.env.KVFLEET_NPM + "/node_modules/";
 const OpenAI = require(npm + "openai").default;
 const { createOpenAI } = require(npm + "@ai-sdk/openai");
-const { generateText, generateObject, tool, stepCountIs } = require(npm + "ai");
+const { generateText, generateObject, streamText, tool, stepCountIs } = require(npm + "ai");
 const { z } = require(npm + "zod");
 const Ajv = require(npm + "ajv").default;
 const { ChatOpenAI } = require(npm + "@langchain/openai");
@@ -112,6 +113,16 @@ for (const m of [provider(model), provider.chat(model)]) {  // /v1/responses, th
   assert.equal(n.toolCalls.length, 1);
   assert.equal(n.toolCalls[0].toolName, "get_weather");
   valid("get_weather", n.toolCalls[0].input);
+  // streamText: the arguments arrive over many deltas; the provider joins them into the same call (greedy).
+  const streamed = streamText({ ...sdk, model: m, tools: sdkTools(), toolChoice: { type: "tool", toolName: "get_weather" } });
+  const parts = [];
+  for await (const part of streamed.fullStream) parts.push(part);
+  assert.deepEqual(parts.filter((p) => p.type === "error"), []);
+  assert.ok(parts.filter((p) => p.type === "tool-input-delta").length > 1);
+  assert.equal(await streamed.finishReason, "tool-calls");
+  const [joined] = await streamed.toolCalls;
+  assert.equal(joined.toolName, "get_weather");
+  assert.deepEqual(joined.input, n.toolCalls[0].input);
   // The tool runs and its result goes back: a second step, whose request carries the call and its output.
   let ran = 0;
   const steps = await generateText({ ...sdk, model: m, tools: sdkTools(async () => { ran++; return "sunny"; }),
@@ -135,6 +146,21 @@ for (const choice of ["required", "get_time"]) {
   if (choice !== "required") assert.equal(ai.tool_calls[0].name, choice);
   for (const c of ai.tool_calls) valid(c.name, c.args);
 }
+// stream: the named call's arguments over many chunks; concatenated, the call invoke() returns (greedy).
+const lcNamed = chat.bindTools(lcTools, { tool_choice: "get_weather" });
+const lcWhole = await lcNamed.invoke("Weather in Paris for 3 days?");
+let lcJoined, argChunks = 0;
+for await (const chunk of await lcNamed.stream("Weather in Paris for 3 days?")) {
+  argChunks += (chunk.tool_call_chunks ?? []).filter((c) => c.args).length;
+  lcJoined = lcJoined ? lcJoined.concat(chunk) : chunk;
+}
+assert.ok(argChunks > 1);
+assert.equal(lcJoined.response_metadata.finish_reason, "tool_calls");
+assert.deepEqual(lcJoined.invalid_tool_calls, []);
+assert.equal(lcJoined.tool_calls.length, 1);
+assert.equal(lcJoined.tool_calls[0].name, "get_weather");
+assert.deepEqual(lcJoined.tool_calls[0].args, lcWhole.tool_calls[0].args);
+valid("get_weather", lcJoined.tool_calls[0].args);
 for (const method of ["jsonSchema", "functionCalling"]) {  // response_format json_schema; a named tool
   const out = await new ChatOpenAI({ ...lcFields, maxTokens: 400 }).withStructuredOutput(weatherZod, { method, name: "get_weather" }).invoke("Weather in Paris?");
   valid("get_weather", out);
