@@ -2,7 +2,7 @@
 // device pool: recomputed (no tiers), found in the device pool (`device`: not evicted, the best case), copied back from the host tier, read back from the disk tier (its files
 // in the page cache: `disk`; pushed out of it with posix_fadvise(DONTNEED) before each return: `disk_cold`).
 //   build/bin/bench_kv_tiers [--tokens 4096] [--reps 5] [--warmup 1] [--threads 2] [--layers 4] [--hidden 256]
-//                            [--kv-heads 4]
+//                            [--kv-heads 4] [--no-reuse-prompts 8]
 // One engine per mode in one process, the modes interleaved rep by rep, so the machine's load hits all
 // alike; the --warmup reps are not counted; reported: the median TTFT per mode and recompute / mode, the ratio the tiers are for. Each rep:
 // the conversation (--tokens prompt tokens, 1 output token), two unrelated prompts of the same length that
@@ -14,6 +14,13 @@
 // took beyond a device hit's (TTFT - TTFT(device)): read, verify and copy into device blocks, end to end. The
 // host tier's is set against memcpy of the same bytes in the same block-sized pieces (measured here, buffers
 // already touched); bench/kv_tier_moves.sh sets the cold disk's against fio's sequential read.
+// No reuse (`no_reuse` in the output): what the tiers cost when nothing comes back. Each rep sends
+// --no-reuse-prompts prompts of --tokens / 2 tokens that share nothing (fresh ones every rep) one after the
+// other through the engines without tiers, with the host tier and with the disk tier, the engines' order
+// rotating rep by rep; reported: the median seconds per engine and each tier's cost over none (every block
+// committed is written to disk, every block evicted is copied to the host tier, and none is read back), and
+// the seconds each tier spent storing blocks over the engine's step seconds in those rounds (the share that
+// does not depend on the machine's load as the wall-clock ratio does).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -38,7 +45,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 struct Options {
-  int tokens = 4096, reps = 5, warmup = 1, layers = 4, hidden = 256, kv_heads = 4;
+  int tokens = 4096, reps = 5, warmup = 1, layers = 4, hidden = 256, kv_heads = 4, no_reuse_prompts = 8;
   unsigned threads = 2;
 };
 
@@ -95,6 +102,7 @@ int main(int argc, char** argv) {
     else if (a == "--layers") o.layers = std::stoi(v);
     else if (a == "--hidden") o.hidden = std::stoi(v);
     else if (a == "--kv-heads") o.kv_heads = std::stoi(v);
+    else if (a == "--no-reuse-prompts") o.no_reuse_prompts = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -149,6 +157,27 @@ int main(int argc, char** argv) {
       cached[mode] = hit;
     }
   }
+  // No reuse: distinct prompts through each engine, the order of the engines rotating rep by rep.
+  const std::vector<std::string> plain{"recompute", "host", "disk"};
+  std::map<std::string, std::vector<double>> no_reuse;
+  // Seconds the tier spent storing blocks over the engine's step seconds, in the same rounds: the host tier's
+  // copies run on the engine thread, inside its steps; the disk tier's writes on the I/O threads, beside them.
+  std::map<std::string, std::vector<double>> offload_share;
+  for (int rep = 0; rep < o.warmup + o.reps; ++rep) {
+    for (std::size_t k = 0; k < plain.size(); ++k) {
+      const std::string& name = plain[(k + static_cast<std::size_t>(rep)) % plain.size()];
+      const EngineStats before = engines[name]->stats();
+      const auto t0 = Clock::now();
+      for (int i = 0; i < o.no_reuse_prompts; ++i) run(*engines[name], prompt(o.tokens / 2, 1000 + 1000 * rep + 100 * static_cast<int>(k) + i, 4096));
+      if (rep < o.warmup) continue;
+      no_reuse[name].push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      const EngineStats after = engines[name]->stats();
+      if (name == "recompute") continue;
+      const auto m = static_cast<std::size_t>(name == "host" ? KvMedium::host : KvMedium::disk);
+      offload_share[name].push_back((after.kv_tiers.media[m].offload_seconds - before.kv_tiers.media[m].offload_seconds) /
+                                    (after.step_seconds - before.step_seconds));
+    }
+  }
   const KvCacheShape shape{o.layers, 0, block, o.kv_heads, 64};
   const std::size_t block_bytes = static_cast<std::size_t>(shape.block_elems()) * 4 * static_cast<std::size_t>(o.layers);
   // memcpy of a prompt's blocks, one block at a time, between buffers already touched.
@@ -177,7 +206,13 @@ int main(int argc, char** argv) {
       std::printf(",\"move_gbps\":%.3f", static_cast<double>(cached[mode] / block) * block_bytes / extra / 1e9);
     std::printf("}");
   }
-  std::printf(",\"memcpy_gbps\":%.3f}\n", median(memcpy_gbps));
+  std::printf(",\"memcpy_gbps\":%.3f", median(memcpy_gbps));
+  const double off = median(no_reuse["recompute"]);
+  std::printf(",\"no_reuse\":{\"prompts\":%d,\"prompt_tokens\":%d,\"off_s\":%.3f,\"host_s\":%.3f,\"disk_s\":%.3f,"
+              "\"host_cost\":%.4f,\"disk_cost\":%.4f,\"host_offload_share\":%.4f,\"disk_offload_share\":%.4f}}\n",
+              o.no_reuse_prompts, o.tokens / 2, off, median(no_reuse["host"]), median(no_reuse["disk"]),
+              median(no_reuse["host"]) / off - 1.0, median(no_reuse["disk"]) / off - 1.0, median(offload_share["host"]),
+              median(offload_share["disk"]));
   for (const auto& [name, medium] : {std::pair{"host", KvMedium::host}, std::pair{"disk", KvMedium::disk}}) {
     const EngineStats st = engines[name]->stats();
     const KvTierMediumStats& m = st.kv_tiers.media[static_cast<std::size_t>(medium)];
