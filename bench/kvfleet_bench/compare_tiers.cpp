@@ -37,7 +37,8 @@ void check_options(const CompareTiersOptions& o) {
     if (t != "off" && t != "host" && t != "disk" && t != "host+disk")
       throw std::invalid_argument("--tiers: each of off, host, disk, host+disk; got '" + t + "'");
   for (const std::string& t : o.topologies)
-    if (t != "replica" && t != "router") throw std::invalid_argument("--topologies: replica or router; got '" + t + "'");
+    if (t != "replica" && t != "router" && t != "router-device-only")
+      throw std::invalid_argument("--topologies: replica, router or router-device-only; got '" + t + "'");
   if (!(o.device_fraction > 0 && o.device_fraction <= 1)) throw std::invalid_argument("--device-fraction must be in (0, 1]");
 }
 
@@ -63,6 +64,8 @@ TierRun run_one(const CompareTiersOptions& o, const std::string& tiers, const st
   }
   fc.router_flags = o.router_flags;
   fc.router_flags.push_back("--block-size=" + std::to_string(o.block_size));
+  if (topology == "router-device-only")  // cache_aware counts device hits only: a block in a tier is worth nothing
+    for (const char* knob : {"--host-tier-weight=0", "--disk-tier-weight=0", "--shared-tier-weight=0"}) fc.router_flags.push_back(knob);
   std::cerr << "== " << name << ": " << fc.replicas << " replica(s), " << blocks << " device blocks\n";
   Fleet fleet(fc);
   std::this_thread::sleep_for(std::chrono::seconds(1));  // the router's first health checks
@@ -127,7 +130,10 @@ void add_compare_tiers_flags(CLI::App& app, CompareTiersOptions& o) {
   add_serve_flags(app, o.serve);
   app.add_option("--bin-dir", o.bin_dir, "Folder of kvfleet-replica and kvfleet-router (default: this program's)");
   app.add_option("--tiers", o.tiers, "Tier setups, in order: off, host, disk, host+disk")->delimiter(',');
-  app.add_option("--topologies", o.topologies, "replica (one, directly) and/or router (--replicas behind it)")->delimiter(',');
+  app.add_option("--topologies", o.topologies,
+                 "replica (one, directly), router (--replicas behind it), router-device-only (the same, the router "
+                 "weighing no tier but the device pool)")
+      ->delimiter(',');
   app.add_option("--replicas", o.replicas, "Replicas behind the router")->check(CLI::PositiveNumber);
   app.add_option("--policy", o.policy, "Router policy");
   app.add_option("--device-fraction", o.device_fraction, "Device pool: this share of the trace's working set");
