@@ -104,7 +104,7 @@ TEST_CASE("speculative_config: the flag, the YAML key as JSON or as a mapping, e
   CHECK_THROWS_WITH(parse({"--model", "m", "--speculative-config", R"({"method":"ngram","num_speculative_tokens":0})"}),
                     doctest::Contains("--speculative-config: speculative_config: num_speculative_tokens must be"));
   CHECK_THROWS_WITH(parse({"--model", "m", "--speculative-config", R"({"method":"draft_model","num_speculative_tokens":2})"}),
-                    doctest::Contains("method \"draft_model\" is not implemented"));
+                    doctest::Contains("model is required for method \"draft_model\""));
   // suffix: its keys as flag JSON and as a YAML mapping (fractions are numbers there too).
   c = parse({"--model", "m", "--speculative-config", R"({"method":"suffix","suffix_decoding_max_cached_requests":50})"});
   CHECK(c.engine.speculative.method == "suffix");
