@@ -13,6 +13,7 @@
 #include "engine/spec/draft_model.h"
 #include "engine/spec/draft_probs.h"
 #include "engine/spec/verify.h"
+#include "kvfleet/tokenizer.h"
 
 namespace kvfleet {
 
@@ -64,7 +65,8 @@ void Engine::propose_drafts(const Sequence& seq, std::int32_t max_drafts, std::v
     config_.propose_for_test(seq, k, out);
   } else {
     m.proposer->propose(spec::ProposeInput{seq.id, a.request.cache_salt, seq.tokens, seq.num_prompt_tokens,
-                                           &a.request.sampling, a.request.logit_bias},
+                                           &a.request.sampling, a.request.logit_bias,
+                                           m.tokenizer ? m.tokenizer->vocab_size() : 0},
                         k, out);
   }
   if (static_cast<std::int32_t>(out.size()) > k) out.resize(static_cast<std::size_t>(k));
@@ -76,7 +78,7 @@ void Engine::end_speculation(SeqId id, const Active& a) {
   if (!m.proposer || a.request.prefill_only) return;
   const Sequence* seq = m.scheduler->get(id);
   if (!seq) return;
-  m.proposer->finish(spec::ProposeInput{id, a.request.cache_salt, seq->tokens, seq->num_prompt_tokens, nullptr, {}});
+  m.proposer->finish(spec::ProposeInput{id, a.request.cache_salt, seq->tokens, seq->num_prompt_tokens, nullptr, {}, 0});
 }
 
 void Engine::verify_drafts(std::span<float> logits, std::size_t vocab) {

@@ -1,6 +1,7 @@
 #include "engine/spec/draft_model.h"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -84,6 +85,9 @@ std::span<float> DraftModelProposer::compute(Seq& s, std::span<const TokenId> to
 }
 
 TokenId DraftModelProposer::choose(std::span<float> logits, const ProposeInput& in, std::size_t position, Seq& s) {
+  if (in.showable > 0)
+    std::fill(logits.begin() + static_cast<std::ptrdiff_t>(std::min(in.showable, logits.size())), logits.end(),
+              -std::numeric_limits<float>::infinity());
   for (const auto& [t, bias] : in.logit_bias)
     if (t >= 0 && static_cast<std::size_t>(t) < logits.size()) logits[static_cast<std::size_t>(t)] += bias;
   const SamplingParams* sp = in.sampling;

@@ -10,7 +10,8 @@
 // When the pool runs short, the sequences whose drafts were asked for longest ago lose their cache (caught
 // up again at their next proposal); a sequence that still does not fit proposes nothing.
 //
-// Drafts: greedy requests (temperature 0) get the draft model's argmax; sampled requests get tokens drawn from
+// Drafts: ids the tokenizer cannot show are never drafted. Greedy requests (temperature 0) get the draft
+// model's argmax; sampled requests get tokens drawn from
 // q, the draft's distribution under the request's temperature, top-k, top-p, min-p and logit bias
 // (draft_probs.h: sampling_probs, draft_draw), and draft_probs() hands q to the verifier (min(1, p/q) and the
 // renormalised residual, draft_probs.h).

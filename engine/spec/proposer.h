@@ -48,6 +48,7 @@ struct ProposeInput {
   // The request's sampling (a draft model drafts as the request samples); null: greedy drafts.
   const SamplingParams* sampling = nullptr;
   std::span<const std::pair<TokenId, float>> logit_bias;
+  std::size_t showable = 0;  // ids from here on are never sampled (a vocabulary padded past the tokenizer); 0: none
 };
 
 class Proposer {

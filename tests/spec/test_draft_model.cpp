@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <numeric>
 
 #include "engine/spec/draft_model.h"
@@ -172,7 +173,7 @@ TEST_CASE("draft_model proposer: the draft's cache holds the sequence's tokens o
   spec::DraftModelProposer p(c, o);
   std::vector<TokenId> tokens{5, 6, 7, 8, 9, 10, 11};
   std::vector<TokenId> drafts, again;
-  p.propose(spec::ProposeInput{1, "", tokens, 7, nullptr, {}}, 4, drafts);
+  p.propose(spec::ProposeInput{1, "", tokens, 7, nullptr, {}, 0}, 4, drafts);
   REQUIRE(drafts.size() == 4);
   // Cached: the 7 tokens and the first 3 drafts (the last draft is never fed back).
   std::vector<TokenId> want = tokens;
@@ -180,13 +181,13 @@ TEST_CASE("draft_model proposer: the draft's cache holds the sequence's tokens o
   CHECK(p.cached_tokens(1) == want);
   CHECK(p.num_free_blocks() == 1);  // 10 positions in blocks of 4
   // Greedy drafts are a function of the tokens: the same proposal again.
-  p.propose(spec::ProposeInput{1, "", tokens, 7, nullptr, {}}, 4, again);
+  p.propose(spec::ProposeInput{1, "", tokens, 7, nullptr, {}, 0}, 4, again);
   CHECK(again == drafts);
   // One draft kept, then a token other than the second draft: the cache keeps 7 + 1 positions, then takes the
   // new token and the next drafts.
   tokens.push_back(drafts[0]);
   tokens.push_back((drafts[1] + 1) % 300);
-  p.propose(spec::ProposeInput{1, "", tokens, 7, nullptr, {}}, 2, again);
+  p.propose(spec::ProposeInput{1, "", tokens, 7, nullptr, {}, 0}, 2, again);
   REQUIRE(again.size() == 2);
   want = tokens;
   want.push_back(again[0]);
@@ -196,28 +197,28 @@ TEST_CASE("draft_model proposer: the draft's cache holds the sequence's tokens o
   std::vector<TokenId> later = tokens;
   later.push_back((again[0] + 1) % 300);
   later.push_back(17);
-  p.propose(spec::ProposeInput{1, "", later, 7, nullptr, {}}, 1, drafts);
+  p.propose(spec::ProposeInput{1, "", later, 7, nullptr, {}, 0}, 1, drafts);
   REQUIRE(drafts.size() == 1);
   CHECK(p.cached_tokens(1) == later);
   // And its K/V are the sequence's: a fresh proposer drafts the same from the same tokens.
   {
     spec::DraftModelProposer fresh(c, o);
     std::vector<TokenId> from_scratch;
-    fresh.propose(spec::ProposeInput{1, "", later, 7, nullptr, {}}, 3, from_scratch);
-    p.propose(spec::ProposeInput{1, "", later, 7, nullptr, {}}, 3, drafts);
+    fresh.propose(spec::ProposeInput{1, "", later, 7, nullptr, {}, 0}, 3, from_scratch);
+    p.propose(spec::ProposeInput{1, "", later, 7, nullptr, {}, 0}, 3, drafts);
     CHECK(from_scratch == drafts);
   }
   // Another sequence that needs the whole pool takes it from the first (least recently used).
   std::vector<TokenId> other(14, 3);
-  p.propose(spec::ProposeInput{2, "", other, 14, nullptr, {}}, 3, drafts);
+  p.propose(spec::ProposeInput{2, "", other, 14, nullptr, {}, 0}, 3, drafts);
   CHECK(drafts.size() == 3);
   CHECK(p.cached_tokens(1).empty());
   CHECK(p.num_free_blocks() == 0);
-  p.finish(spec::ProposeInput{2, "", other, 14, nullptr, {}});
+  p.finish(spec::ProposeInput{2, "", other, 14, nullptr, {}, 0});
   CHECK(p.num_free_blocks() == 4);
   // A sequence longer than the pool proposes nothing.
   std::vector<TokenId> too_long(17, 4);
-  p.propose(spec::ProposeInput{3, "", too_long, 17, nullptr, {}}, 2, drafts);
+  p.propose(spec::ProposeInput{3, "", too_long, 17, nullptr, {}, 0}, 2, drafts);
   CHECK(drafts.empty());
   CHECK(p.num_free_blocks() == 4);
 }
@@ -299,4 +300,57 @@ TEST_CASE("draft_model: a missing model directory or another vocabulary is refus
   c.speculative.draft_model = other_dir.path().string();
   CHECK_THROWS_WITH_AS(Engine(model, c), doctest::Contains("has a vocabulary of 200 tokens, the target model 300"),
                        std::invalid_argument);
+}
+
+TEST_CASE("draft_model: sampled requests report the target's logprobs, one per token, penalties included") {
+  test::TempDir target_dir, draft_dir;
+  make(target_dir, 300, 2, 64, 1);
+  make(draft_dir, 300, 1, 32, 2);
+  const Model model = Model::load(target_dir.path());
+  std::vector<GenerationRequest> requests = test::equivalence_requests(300);
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    requests[i].max_tokens = 12;
+    requests[i].logprobs = 1;
+    requests[i].sampling.temperature = 0.8f;
+    requests[i].sampling.seed = i + 1;
+    if (i % 3 == 0) requests[i].penalties.repetition = 1.3f;  // p over the drafts before each row
+    if (i % 3 == 1) requests[i].penalties.frequency = 0.5f;
+  }
+  EngineConfig c = test::engine_config(64, 256, true);
+  c.speculative = draft_config(draft_dir, 3);
+  std::vector<std::vector<TokenId>> tokens(requests.size());
+  std::vector<std::vector<float>> logprobs(requests.size());
+  EngineStats stats;
+  {
+    Engine engine(model, c);
+    std::mutex mu;
+    for (std::size_t i = 0; i < requests.size(); ++i)
+      engine.submit(requests[i], [&, i](const RequestOutput& o) {
+        std::lock_guard lock(mu);
+        CHECK(o.logprobs.size() == o.new_tokens.size());
+        tokens[i].insert(tokens[i].end(), o.new_tokens.begin(), o.new_tokens.end());
+        for (const auto& lp : o.logprobs) logprobs[i].push_back(lp.logprob);
+      });
+    engine.wait_idle();
+    stats = engine.stats();
+  }
+  CHECK(stats.spec.num_accepted_tokens > 0);
+  CHECK(stats.spec.num_draft_tokens > stats.spec.num_accepted_tokens);
+  auto backend = make_backend(BackendOptions{});
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(tokens[i].size() == 12);
+    std::vector<TokenId> ids = requests[i].prompt;
+    ids.insert(ids.end(), tokens[i].begin(), tokens[i].end() - 1);
+    const std::vector<float> all = all_position_logits(model, *backend, ids);
+    for (std::size_t t = 0; t < tokens[i].size(); ++t) {
+      const std::size_t pos = requests[i].prompt.size() - 1 + t;
+      const float* row = all.data() + pos * 300;
+      const float max_l = *std::max_element(row, row + 300);
+      double z = 0.0;
+      for (std::size_t v = 0; v < 300; ++v) z += std::exp(static_cast<double>(row[v] - max_l));
+      const double want = row[tokens[i][t]] - max_l - std::log(z);
+      CHECK(std::abs(logprobs[i][t] - want) < 2e-3);
+    }
+  }
 }
