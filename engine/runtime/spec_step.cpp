@@ -2,7 +2,8 @@
 //   begin_spec_step     whether this step may speculate (fewer running sequences than disable_by_batch_size)
 //   propose_drafts      the scheduler's draft source: per decode, the proposer's drafts, capped so that the
 //                       accepted tokens can never pass max_tokens or the context
-//   verify_drafts       each speculating chunk's rows left to right (engine/spec/verify.h), then its stop checks:
+//   verify_drafts       each speculating chunk's rows left to right (engine/spec/verify.h; drafts drawn from a
+//                       draft model's q: verify_sampled_drafts, engine/spec/draft_probs.h), then its stop checks:
 //                       tokens after a stop are dropped before the scheduler sees them
 //   update_with_drafts  Scheduler::update with 1 to d + 1 tokens per speculating chunk
 //   emit_speculated     one output with all of a chunk's kept tokens
