@@ -30,6 +30,9 @@
 //                               [--batches 1,2,4,8,16] [--threads 1] [--rounds 2] [--disable-by-batch-size N]
 //                               [--suffix-k 8] [--agent-tasks 4] [--agent-repeats 2] [--agent-steps 6]
 //                               [--agent-call-tokens 48] [--agent-temperature 0.8] [--only agent|batch]
+//                               [--draft-model DIR]
+// --draft-model DIR: the sweep's "on" engine speculates with method draft_model (DIR drafts --k tokens, its
+// vocabulary the model's) instead of ngram.
 // --disable-by-batch-size: the per-step switch-off (default: none, so that the sweep measures speculation at
 // every batch; pass 4, the engine's default, to see a served configuration).
 #include <time.h>
@@ -60,6 +63,7 @@ struct Options {
   std::int32_t suffix_k = 8, agent_tasks = 4, agent_repeats = 2, agent_steps = 6, agent_call_tokens = 48;
   float agent_temperature = 0.8f;
   std::string only;  // "agent" or "batch": one part alone
+  std::string draft_model;  // the sweep speculates with this draft model instead of ngram
 };
 
 struct Result {
@@ -83,6 +87,10 @@ EngineConfig engine_config(const Options& o, const std::string& method) {
     c.speculative.num_speculative_tokens = o.k;
     c.speculative.prompt_lookup_min = o.min_n;
     c.speculative.prompt_lookup_max = o.max_n;
+  } else if (method == "draft_model") {
+    c.speculative.method = "draft_model";
+    c.speculative.draft_model = o.draft_model;
+    c.speculative.num_speculative_tokens = o.k;
   } else if (method == "suffix") {
     c.speculative.method = "suffix";
     c.speculative.num_speculative_tokens = o.suffix_k;
@@ -271,6 +279,7 @@ int main(int argc, char** argv) {
     else if (a == "--agent-call-tokens") o.agent_call_tokens = std::stoi(v);
     else if (a == "--agent-temperature") o.agent_temperature = std::stof(v);
     else if (a == "--only") o.only = v;
+    else if (a == "--draft-model") o.draft_model = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -291,15 +300,20 @@ int main(int argc, char** argv) {
   copy_prompt.insert(copy_prompt.end(), continuation.begin(), continuation.end());
   const std::map<std::string, std::vector<TokenId>> prompts{
       {"copy", copy_prompt}, {"loop", tok.encode(loop_text)}, {"sampled", tok.encode("The LORD is my shepherd; I shall")}};
-  std::printf("model %s, %d tokens per request, ngram k=%d n=%d..%d, disable_by_batch_size %d, %u CPU thread(s)\n",
-              o.model.c_str(), o.tokens, o.k, o.min_n, o.max_n, o.disable_by_batch_size, o.threads);
+  const std::string on_method = o.draft_model.empty() ? "ngram" : "draft_model";
+  if (on_method == "ngram")
+    std::printf("model %s, %d tokens per request, ngram k=%d n=%d..%d, disable_by_batch_size %d, %u CPU thread(s)\n",
+                o.model.c_str(), o.tokens, o.k, o.min_n, o.max_n, o.disable_by_batch_size, o.threads);
+  else
+    std::printf("model %s, %d tokens per request, draft_model %s k=%d, disable_by_batch_size %d, %u CPU thread(s)\n",
+                o.model.c_str(), o.tokens, o.draft_model.c_str(), o.k, o.disable_by_batch_size, o.threads);
   std::printf("%-8s %6s %12s %12s %7s %9s %10s %9s %14s %16s\n", "workload", "batch", "off tok/s", "on tok/s", "ratio",
               "cpu ratio", "accepted", "identical", "ms/step off/on", "steps off/on/spec");
   for (const char* name : {"copy", "loop", "sampled"}) {
     for (const int batch : o.batches) {
       if (batch > 1 && std::string(name) == "sampled") continue;
       const auto requests = workload(name, prompts.at(name), batch, o);
-      Engine engine_off(model, engine_config(o, std::string())), engine_on(model, engine_config(o, std::string("ngram")));
+      Engine engine_off(model, engine_config(o, std::string())), engine_on(model, engine_config(o, on_method));
       run(engine_off, {requests[0]});  // warm-up: the CPU backend packs its weights on the first forward
       run(engine_on, {requests[0]});
       Result best_off, best_on;

@@ -135,6 +135,7 @@ struct Engine::Impl {
   std::vector<TokenId> step_tokens;
   std::vector<std::int32_t> step_counts;
   Sequence spec_seq;
+  std::vector<float> spec_p, spec_residual;  // a row's distribution and residual (drafts drawn from q)
   std::uint64_t spec_extra_tokens = 0;  // tokens beyond one per sampling chunk this step
   // The step's constrained rows, whose masks the worker fills while the forward runs.
   std::vector<MaskJob> mask_jobs;

@@ -2,7 +2,8 @@
 //   begin_spec_step     whether this step may speculate (fewer running sequences than disable_by_batch_size)
 //   propose_drafts      the scheduler's draft source: per decode, the proposer's drafts, capped so that the
 //                       accepted tokens can never pass max_tokens or the context
-//   verify_drafts       each speculating chunk's rows left to right (engine/spec/verify.h), then its stop checks:
+//   verify_drafts       each speculating chunk's rows left to right (engine/spec/verify.h; drafts drawn from a
+//                       draft model's q: verify_sampled_drafts, engine/spec/draft_probs.h), then its stop checks:
 //                       tokens after a stop are dropped before the scheduler sees them
 //   update_with_drafts  Scheduler::update with 1 to d + 1 tokens per speculating chunk
 //   emit_speculated     one output with all of a chunk's kept tokens
@@ -10,7 +11,10 @@
 #include <stdexcept>
 
 #include "engine/runtime/engine_impl.h"
+#include "engine/spec/draft_model.h"
+#include "engine/spec/draft_probs.h"
 #include "engine/spec/verify.h"
+#include "kvfleet/tokenizer.h"
 
 namespace kvfleet {
 
@@ -21,7 +25,17 @@ void Engine::set_up_speculation() {
   // The group's ranks would each speculate on their own; their stats and the lockstep are not set up for it.
   if (config_.ep)
     throw std::invalid_argument("speculative_config: speculative decoding is not supported with expert parallelism (ep_size > 1)");
-  m.proposer = spec::make_proposer(config_.speculative);
+  if (config_.speculative.method == "draft_model") {
+    spec::DraftModelOptions o;
+    o.backend = config_.backend;
+    o.num_blocks = config_.num_blocks;
+    o.block_size = config_.block_size;
+    o.max_batch_tokens = config_.scheduler.max_num_batched_tokens;
+    o.target_vocab = model_.config().vocab_size;
+    m.proposer = std::make_unique<spec::DraftModelProposer>(config_.speculative, o);
+  } else {
+    m.proposer = spec::make_proposer(config_.speculative);
+  }
   m.stats.spec.method = config_.speculative.method;
   m.stats.spec.accepted_per_pos.assign(static_cast<std::size_t>(config_.speculative.num_speculative_tokens), 0);
   m.scheduler->set_draft_source(
@@ -51,7 +65,10 @@ void Engine::propose_drafts(const Sequence& seq, std::int32_t max_drafts, std::v
   if (config_.propose_for_test) {
     config_.propose_for_test(seq, k, out);
   } else {
-    m.proposer->propose(spec::ProposeInput{seq.id, a.request.cache_salt, seq.tokens, seq.num_prompt_tokens}, k, out);
+    m.proposer->propose(spec::ProposeInput{seq.id, a.request.cache_salt, seq.tokens, seq.num_prompt_tokens,
+                                           &a.request.sampling, a.request.logit_bias,
+                                           m.tokenizer ? m.tokenizer->vocab_size() : 0},
+                        k, out);
   }
   if (static_cast<std::int32_t>(out.size()) > k) out.resize(static_cast<std::size_t>(k));
 }
@@ -62,7 +79,7 @@ void Engine::end_speculation(SeqId id, const Active& a) {
   if (!m.proposer || a.request.prefill_only) return;
   const Sequence* seq = m.scheduler->get(id);
   if (!seq) return;
-  m.proposer->finish(spec::ProposeInput{id, a.request.cache_salt, seq->tokens, seq->num_prompt_tokens});
+  m.proposer->finish(spec::ProposeInput{id, a.request.cache_salt, seq->tokens, seq->num_prompt_tokens, nullptr, {}, 0});
 }
 
 void Engine::verify_drafts(std::span<float> logits, std::size_t vocab) {
@@ -83,13 +100,19 @@ void Engine::verify_drafts(std::span<float> logits, std::size_t vocab) {
     emitted.clear();
     j.logprobs.clear();
     std::int32_t accepted = 0;
+    // Drafts drawn from a distribution q (a draft model, sampled request): min(1, p/q); else the point-mass rule.
+    const std::span<const float> q = config_.propose_for_test ? std::span<const float>() : m.proposer->draft_probs(j.id, drafts);
     try {
-      accepted = spec::accept_drafts(drafts, [&](std::size_t r) {
-        if (r > 0) ctx.tokens.push_back(drafts[r - 1]);
-        const TokenId x = sample_row(a, ctx, std::span<float>(logits.data() + (j.row + r) * vocab, vocab), scratch);
-        if (a.request.logprobs >= 0) j.logprobs.push_back(a.pending_lp);
-        return x;
-      }, emitted);
+      if (!q.empty()) {
+        accepted = verify_sampled_drafts(j, drafts, q, logits, vocab, emitted);
+      } else {
+        accepted = spec::accept_drafts(drafts, [&](std::size_t r) {
+          if (r > 0) ctx.tokens.push_back(drafts[r - 1]);
+          const TokenId x = sample_row(a, ctx, std::span<float>(logits.data() + (j.row + r) * vocab, vocab), scratch);
+          if (a.request.logprobs >= 0) j.logprobs.push_back(a.pending_lp);
+          return x;
+        }, emitted);
+      }
     } catch (const std::exception& e) {
       j.failed = true;
       m.failed.emplace_back(j.id, e.what()[0] ? e.what() : "sampling failed");
@@ -124,6 +147,38 @@ void Engine::verify_drafts(std::span<float> logits, std::size_t vocab) {
   s.num_draft_tokens += counts.num_draft_tokens;
   s.num_accepted_tokens += counts.num_accepted_tokens;
   for (std::size_t p = 0; p < counts.accepted_per_pos.size(); ++p) s.accepted_per_pos[p] += counts.accepted_per_pos[p];
+}
+
+// The rows of drafts drawn from q (engine/spec/draft_probs.h): row r's distribution p is the sampler's (the
+// sequence extended by the drafts before it); draft r is kept with probability min(1, p/q), else the row emits
+// a token of the residual max(0, p - q) renormalised and the step ends; all kept, the last row's token is
+// sampled as usual. Appends the emitted tokens; returns the number of kept drafts.
+std::int32_t Engine::verify_sampled_drafts(SpecJob& j, std::span<const TokenId> drafts, std::span<const float> q,
+                                           std::span<float> logits, std::size_t vocab, std::vector<TokenId>& emitted) {
+  Impl& m = *impl_;
+  Active& a = *j.active;
+  SamplerScratch& scratch = m.sampler_scratch[0];
+  Sequence& ctx = m.spec_seq;
+  const std::uint64_t seed = a.request.sampling.seed;
+  for (std::size_t r = 0;; ++r) {
+    if (r > 0) ctx.tokens.push_back(drafts[r - 1]);
+    const std::span<float> row(logits.data() + (j.row + r) * vocab, vocab);
+    if (r == drafts.size()) {
+      emitted.push_back(sample_row(a, ctx, row, scratch));
+      if (a.request.logprobs >= 0) j.logprobs.push_back(a.pending_lp);
+      return static_cast<std::int32_t>(r);
+    }
+    prepare_row(a, ctx, row, scratch);
+    spec::sampling_probs(row, a.request.sampling, m.spec_p);
+    const auto position = static_cast<std::uint64_t>(ctx.num_output_tokens());
+    const spec::Verdict v = spec::accept_or_resample(m.spec_p, q.subspan(r * vocab, vocab), drafts[r],
+                                                     spec::accept_draw(seed, position),
+                                                     spec::residual_draw(seed, position), m.spec_residual);
+    chose_row(a, row, v.token);
+    emitted.push_back(v.token);
+    if (a.request.logprobs >= 0) j.logprobs.push_back(a.pending_lp);
+    if (!v.accepted) return static_cast<std::int32_t>(r);
+  }
 }
 
 // Scheduler::update with every sampling chunk's tokens in chunk order: one for a plain chunk (from the step's

@@ -61,6 +61,18 @@ void emit_final(Engine::Active& a, FinishReason reason, std::string stop_string,
 }
 
 TokenId Engine::sample_row(Active& a, const Sequence& seq, std::span<float> row, SamplerScratch& scratch) const {
+  prepare_row(a, seq, row, scratch);
+  const TokenId chosen = sample(row, a.request.sampling, static_cast<std::uint64_t>(seq.num_output_tokens()), scratch);
+  if (a.matcher && !bitmask_allows(a.mask, chosen))  // sample() never draws a -inf logit: this cannot happen
+    throw std::runtime_error("constrained decoding: the sampler chose token " + std::to_string(chosen) +
+                             ", which the grammar does not allow");
+  chose_row(a, row, chosen);
+  return chosen;
+}
+
+// The row as the sampler draws from it: unshowable ids and the grammar's mask, logit bias, penalties; with
+// logprobs, the raw logits' normaliser and alternatives first.
+void Engine::prepare_row(Active& a, const Sequence& seq, std::span<float> row, SamplerScratch& scratch) const {
   const auto vocab = row.size();
   const Tokenizer* tok = impl_->tokenizer;
   mask_unshowable(row, tok ? std::min(vocab, tok->vocab_size()) : vocab);
@@ -91,11 +103,11 @@ TokenId Engine::sample_row(Active& a, const Sequence& seq, std::span<float> row,
         if (t >= 0 && static_cast<std::size_t>(t) < vocab) a.raw_logits.emplace_back(t, row[static_cast<std::size_t>(t)]);
     a.penalty_state.apply(row, a.request.penalties);
   }
-  const TokenId chosen = sample(row, a.request.sampling, static_cast<std::uint64_t>(seq.num_output_tokens()), scratch);
-  if (a.matcher && !bitmask_allows(a.mask, chosen))  // sample() never draws a -inf logit: this cannot happen
-    throw std::runtime_error("constrained decoding: the sampler chose token " + std::to_string(chosen) +
-                             ", which the grammar does not allow");
-  if (logprobs) {
+}
+
+// With logprobs: the chosen token's, from its raw logit.
+void Engine::chose_row(Active& a, std::span<const float> row, TokenId chosen) const {
+  if (a.request.logprobs >= 0) {
     float raw = row[static_cast<std::size_t>(chosen)];
     for (const auto& [t, l] : a.raw_logits)  // the first entry of an id holds its raw value
       if (t == chosen) {
@@ -104,7 +116,6 @@ TokenId Engine::sample_row(Active& a, const Sequence& seq, std::span<float> row,
       }
     a.pending_lp.logprob = static_cast<float>(raw - a.pending_log_z);
   }
-  return chosen;
 }
 
 // Samples every job's row, in parallel from 16 rows on; a row that cannot be sampled keeps its placeholder

@@ -34,12 +34,13 @@ double number(const json::value& v, const std::string& key) {
 }  // namespace
 
 void validate(const SpeculativeConfig& c) {
-  if (c.method != "ngram" && c.method != "suffix") {
-    if (c.method == "draft_model" || c.method == "eagle" || c.method == "eagle3" || c.method == "medusa" ||
-        c.method == "mtp")
-      bad("method", "\"" + c.method + "\" is not implemented by kvfleet (supported: \"ngram\", \"suffix\")");
-    bad("method", "must be \"ngram\" or \"suffix\"");
+  if (c.method != "ngram" && c.method != "suffix" && c.method != "draft_model") {
+    if (c.method == "eagle" || c.method == "eagle3" || c.method == "medusa" || c.method == "mtp")
+      bad("method", "\"" + c.method + "\" is not implemented by kvfleet (supported: \"ngram\", \"suffix\", \"draft_model\")");
+    bad("method", "must be \"ngram\", \"suffix\" or \"draft_model\"");
   }
+  if (c.method == "draft_model" && c.draft_model.empty()) bad("model", "is required for method \"draft_model\"");
+  if (c.method != "draft_model" && !c.draft_model.empty()) bad("model", "applies to method \"draft_model\" only");
   if (c.suffix_max_tree_depth < 1 || c.suffix_max_tree_depth > 64)
     bad("suffix_decoding_max_tree_depth", "must be between 1 and 64");
   if (c.suffix_max_cached_requests < 0) bad("suffix_decoding_max_cached_requests", "must be at least 0");
@@ -73,6 +74,9 @@ SpeculativeConfig parse_speculative_config(const std::string& text) {
       if (!v.is_string()) bad(key, "must be a string");
       c.method = std::string(v.as_string());
       if (c.method == "[ngram]") c.method = "ngram";  // vLLM's older spelling
+    } else if (key == "model") {
+      if (!v.is_string() || v.as_string().empty()) bad(key, "must be a non-empty string (the draft model's directory)");
+      c.draft_model = std::string(v.as_string());
     } else if (key == "num_speculative_tokens") {
       c.num_speculative_tokens = integer(v, key);
       has_k = true;
@@ -95,16 +99,16 @@ SpeculativeConfig parse_speculative_config(const std::string& text) {
       c.suffix_min_token_prob = number(v, key);
       suffix_keys.push_back(key);
     } else {
-      bad(key, "is not a key kvfleet implements (method, num_speculative_tokens, prompt_lookup_max, "
+      bad(key, "is not a key kvfleet implements (method, model, num_speculative_tokens, prompt_lookup_max, "
                "prompt_lookup_min, disable_by_batch_size, suffix_decoding_max_tree_depth, "
                "suffix_decoding_max_cached_requests, suffix_decoding_max_spec_factor, suffix_decoding_min_token_prob)");
     }
   }
   if (c.method.empty()) bad("method", "is required");
   // A key of the other method would be silently ignored: refused instead.
-  if (c.method == "suffix" && (lookup_max || lookup_min))
+  if (c.method != "ngram" && (lookup_max || lookup_min))
     bad(lookup_max ? "prompt_lookup_max" : "prompt_lookup_min", "applies to method \"ngram\" only");
-  if (c.method == "ngram" && !suffix_keys.empty()) bad(suffix_keys.front(), "applies to method \"suffix\" only");
+  if (c.method != "suffix" && !suffix_keys.empty()) bad(suffix_keys.front(), "applies to method \"suffix\" only");
   if (c.method == "suffix" && !has_k)
     c.num_speculative_tokens = std::min(c.suffix_max_tree_depth, SpeculativeConfig::kMaxSpeculativeTokens);
   else if (!has_k)

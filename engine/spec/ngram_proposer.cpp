@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <stdexcept>
 
 #include "engine/spec/proposer.h"
 #include "engine/spec/suffix_proposer.h"
@@ -24,6 +25,8 @@ void NgramProposer::propose(std::span<const TokenId> tokens, std::int32_t k, std
 
 std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& config) {
   if (config.method == "suffix") return std::make_unique<SuffixProposer>(config);
+  if (config.method == "draft_model")
+    throw std::invalid_argument("speculative_config: method \"draft_model\" is made with the target's settings (DraftModelProposer)");
   return std::make_unique<NgramProposer>(config.prompt_lookup_min, config.prompt_lookup_max);
 }
 

@@ -5,8 +5,13 @@
 //                                       yet computed); writes at most k guesses of the tokens that follow into
 //                                       `out` (cleared first; none is a fine answer). A function of the tokens and
 //                                       the proposer's own state (for suffix decoding: earlier requests' outputs
-//                                       under the same cache salt): no randomness. Drafts only decide the speed;
+//                                       under the same cache salt), or drawn with the request's
+//                                       own draws (a draft model, draft_probs.h). Drafts only decide the speed;
 //                                       the output is the target model's whatever they are.
+//   Proposer::draft_probs(request, d)   drafts drawn at random (a draft model on a sampled request): the
+//                                       distribution q each of the last proposal's drafts `d` was drawn from, for
+//                                       the verifier's min(1, p/q) rule (engine/spec/draft_probs.h); empty for
+//                                       drafts that are a function of the tokens (the point-mass rule, verify.h).
 //   Proposer::finish(seq)               the request ended (any reason) with these tokens: a proposer that keeps
 //                                       per-request state drops it here.
 //   Scheduler                           schedules a proposing sequence's last token + its d drafts as one chunk of
@@ -25,9 +30,11 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kvfleet/block_hash.h"
+#include "kvfleet/sampler.h"
 #include "kvfleet/speculative.h"
 
 namespace kvfleet::spec {
@@ -38,6 +45,10 @@ struct ProposeInput {
   std::string_view cache_salt;      // the request's cache_salt (empty: none)
   std::span<const TokenId> tokens;  // prompt + outputs so far
   std::int32_t num_prompt_tokens = 0;
+  // The request's sampling (a draft model drafts as the request samples); null: greedy drafts.
+  const SamplingParams* sampling = nullptr;
+  std::span<const std::pair<TokenId, float>> logit_bias;
+  std::size_t showable = 0;  // ids from here on are never sampled (a vocabulary padded past the tokenizer); 0: none
 };
 
 class Proposer {
@@ -45,9 +56,14 @@ class Proposer {
   virtual ~Proposer() = default;
   virtual void propose(const ProposeInput& seq, std::int32_t k, std::vector<TokenId>& out) = 0;
   virtual void finish(const ProposeInput&) {}
+  // [drafts.size()][vocab] when `drafts` begins the last proposal for `request` and it was drawn at random.
+  virtual std::span<const float> draft_probs(std::uint64_t /*request*/, std::span<const TokenId> /*drafts*/) const {
+    return {};
+  }
 };
 
-// The proposer `config.method` names (config validated: "ngram" or "suffix").
+// The proposer `config.method` names (config validated: "ngram" or "suffix"; "draft_model" needs the target's
+// settings: DraftModelProposer, engine/spec/draft_model.h).
 std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& config);
 
 // Prompt lookup (vLLM's "ngram" method). For n from prompt_lookup_max down to prompt_lookup_min: the last n

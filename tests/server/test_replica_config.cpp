@@ -104,7 +104,15 @@ TEST_CASE("speculative_config: the flag, the YAML key as JSON or as a mapping, e
   CHECK_THROWS_WITH(parse({"--model", "m", "--speculative-config", R"({"method":"ngram","num_speculative_tokens":0})"}),
                     doctest::Contains("--speculative-config: speculative_config: num_speculative_tokens must be"));
   CHECK_THROWS_WITH(parse({"--model", "m", "--speculative-config", R"({"method":"draft_model","num_speculative_tokens":2})"}),
-                    doctest::Contains("method \"draft_model\" is not implemented"));
+                    doctest::Contains("model is required for method \"draft_model\""));
+  // draft_model: the draft's directory as flag JSON and as a YAML mapping.
+  c = parse({"--model", "m", "--speculative-config", R"({"method":"draft_model","model":"/d/small","num_speculative_tokens":3})"});
+  CHECK(c.engine.speculative.method == "draft_model");
+  CHECK(c.engine.speculative.draft_model == "/d/small");
+  ReplicaConfig dm;
+  apply_replica_yaml("speculative_config:\n  method: draft_model\n  model: small-draft\n  num_speculative_tokens: 5\n", "r.yaml", dm);
+  CHECK(dm.engine.speculative.draft_model == "small-draft");
+  CHECK(dm.engine.speculative.num_speculative_tokens == 5);
   // suffix: its keys as flag JSON and as a YAML mapping (fractions are numbers there too).
   c = parse({"--model", "m", "--speculative-config", R"({"method":"suffix","suffix_decoding_max_cached_requests":50})"});
   CHECK(c.engine.speculative.method == "suffix");

@@ -44,7 +44,11 @@ TEST_CASE("speculative_config: a bad value is refused naming its key") {
   CHECK(err(R"({"method":"ngram"})").find("num_speculative_tokens is required") != std::string::npos);
   CHECK(err(R"({"method":"bogus","num_speculative_tokens":2})").find("method must be") != std::string::npos);
   CHECK(err(R"({"method":"eagle","num_speculative_tokens":2})").find("not implemented") != std::string::npos);
-  CHECK(err(R"({"method":"draft_model","model":"x","num_speculative_tokens":2})").find("model is not a key") != std::string::npos);
+  CHECK(err(R"({"method":"draft_model","num_speculative_tokens":2})").find("model is required") != std::string::npos);
+  CHECK(err(R"({"method":"ngram","model":"x","num_speculative_tokens":2})").find("model applies to method \"draft_model\" only") != std::string::npos);
+  CHECK(err(R"({"method":"draft_model","model":7,"num_speculative_tokens":2})").find("model must be a non-empty string") != std::string::npos);
+  CHECK(err(R"({"method":"draft_model","model":"x"})").find("num_speculative_tokens is required") != std::string::npos);
+  CHECK(err(R"({"method":"draft_model","model":"x","num_speculative_tokens":2,"prompt_lookup_max":3})").find("prompt_lookup_max applies") != std::string::npos);
   CHECK(err(R"({"method":"ngram","num_speculative_tokens":0})").find("num_speculative_tokens must be") != std::string::npos);
   CHECK(err(R"({"method":"ngram","num_speculative_tokens":"4"})").find("num_speculative_tokens must be an integer") != std::string::npos);
   CHECK(err(R"({"method":"ngram","num_speculative_tokens":99})").find("num_speculative_tokens must be") != std::string::npos);

@@ -39,12 +39,12 @@ Tokens random_tokens(std::mt19937& rng, std::size_t n, TokenId base = 1000) {
 // The request finishes with `prompt` + `outputs`.
 void finish(SuffixProposer& p, std::uint64_t id, const std::string& salt, const Tokens& prompt, const Tokens& outputs) {
   const Tokens all = concat(prompt, outputs);
-  p.finish(ProposeInput{id, salt, all, static_cast<std::int32_t>(prompt.size())});
+  p.finish(ProposeInput{id, salt, all, static_cast<std::int32_t>(prompt.size()), nullptr, {}, 0});
 }
 
 Tokens propose(SuffixProposer& p, std::uint64_t id, const std::string& salt, const Tokens& tokens, std::int32_t k = 8) {
   Tokens out;
-  p.propose(ProposeInput{id, salt, tokens, static_cast<std::int32_t>(tokens.size())}, k, out);
+  p.propose(ProposeInput{id, salt, tokens, static_cast<std::int32_t>(tokens.size()), nullptr, {}, 0}, k, out);
   return out;
 }
 

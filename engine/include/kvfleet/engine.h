@@ -36,6 +36,7 @@ namespace kvfleet {
 
 class Communicator;
 class Tokenizer;
+struct SpecJob;
 
 struct EngineConfig {
   SchedulerConfig scheduler;
@@ -239,6 +240,8 @@ class Engine {
   void emit_step_outputs();
   void serve_peers();
   TokenId sample_row(Active& a, const Sequence& seq, std::span<float> row, SamplerScratch& scratch) const;
+  void prepare_row(Active& a, const Sequence& seq, std::span<float> row, SamplerScratch& scratch) const;
+  void chose_row(Active& a, std::span<const float> row, TokenId chosen) const;
   struct SampleJob {
     Active* active;
     const Sequence* seq;
@@ -253,6 +256,8 @@ class Engine {
   void begin_spec_step();
   void propose_drafts(const Sequence& seq, std::int32_t max_drafts, std::vector<TokenId>& out);
   void verify_drafts(std::span<float> logits, std::size_t vocab);
+  std::int32_t verify_sampled_drafts(SpecJob& job, std::span<const TokenId> drafts, std::span<const float> q,
+                                     std::span<float> logits, std::size_t vocab, std::vector<TokenId>& emitted);
   void update_with_drafts();
   void emit_speculated(const ScheduledChunk& c, std::size_t job);
   void end_speculation(SeqId id, const Active& a);

@@ -2,10 +2,12 @@
 // replica's flag, its YAML key and `kvfleet generate` refuse a bad value with the same words.
 //
 // Keys (JSON object, vLLM's names):
-//   method                  "ngram" (prompt lookup) or "suffix" (suffix decoding). "draft_model" is refused:
-//                           not built.
+//   method                  "ngram" (prompt lookup), "suffix" (suffix decoding) or "draft_model" (a smaller
+//                           model with the target's vocabulary drafts, engine/spec/draft_model.h)
 //   num_speculative_tokens  K >= 1 (at most 16): draft tokens proposed per sequence and step; required for
-//                           ngram, for suffix it defaults to min(suffix_decoding_max_tree_depth, 16)
+//                           ngram and draft_model, for suffix it defaults to min(suffix_decoding_max_tree_depth, 16)
+// draft_model only:
+//   model                   the draft model's directory (required); its vocabulary size must be the target's
 // ngram only:
 //   prompt_lookup_max       N: the longest n-gram matched (default: prompt_lookup_min, or 5 when neither is set)
 //   prompt_lookup_min       M: the shortest n-gram matched, 1 <= M <= N (default: prompt_lookup_max, or 5)
@@ -42,6 +44,7 @@ struct SpeculativeConfig {
   std::int32_t suffix_max_cached_requests = 10000;
   double suffix_max_spec_factor = 1.0;
   double suffix_min_token_prob = 0.1;
+  std::string draft_model;  // JSON key "model"
 
   bool enabled() const { return !method.empty(); }
 };
