@@ -65,12 +65,46 @@ TEST_CASE("an item_reference is the item the resolver finds; unknown or without 
   CHECK(error_param(R"([{"type":"item_reference","id":"msg_1"}])") == "input[0].id");
 }
 
+TEST_CASE("a reasoning item is the reasoning_content of the assistant turn it opens, as chat takes it") {
+  // Content's reasoning_text first; the message and the calls after it join the same turn.
+  CHECK(messages_of(R"([{"role":"user","content":"Weather?"},
+      {"type":"reasoning","id":"rs_1","summary":[{"type":"summary_text","text":"short"}],
+       "content":[{"type":"reasoning_text","text":"The user wants the weather."}]},
+      {"type":"message","role":"assistant","content":[{"type":"output_text","text":"Checking."}]},
+      {"type":"function_call","call_id":"c1","name":"get","arguments":"{}"},
+      {"role":"user","content":"And?"}])") ==
+        R"([{"role":"user","content":"Weather?"},)"
+        R"({"role":"assistant","content":"Checking.","reasoning_content":"The user wants the weather.",)"
+        R"("tool_calls":[{"id":"c1","type":"function","function":{"name":"get","arguments":"{}"}}]},)"
+        R"({"role":"user","content":"And?"}])");
+  // Summary only (what the AI SDK sends back): its summary_text parts, joined by blank lines.
+  CHECK(messages_of(R"([{"role":"user","content":"x"},{"type":"reasoning","summary":[{"type":"summary_text","text":"a"},
+      {"type":"summary_text","text":"b"}]},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}])") ==
+        R"([{"role":"user","content":"x"},{"role":"assistant","content":"","reasoning_content":"a\n\nb",)"
+        R"("tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}])");
+  // An assistant message before the reasoning is its own turn; an empty summary is an empty reasoning.
+  CHECK(messages_of(R"([{"role":"assistant","content":"Hi"},{"type":"reasoning","summary":[]}])") ==
+        R"([{"role":"assistant","content":"Hi"},{"role":"assistant","content":"","reasoning_content":""}])");
+  // Through an item_reference (a stored reasoning item).
+  const json::object stored{{"type", "reasoning"}, {"id", "rs_1"},
+                            {"summary", json::array{json::object{{"type", "summary_text"}, {"text", "think"}}}}};
+  const ResponsesItemResolver resolve = [&](std::string_view id) { return id == "rs_1" ? &stored : nullptr; };
+  CHECK(messages_of(R"([{"type":"item_reference","id":"rs_1"},{"role":"assistant","content":"ok"}])", resolve) ==
+        R"([{"role":"assistant","content":"ok","reasoning_content":"think"}])");
+  // What is not taken: encrypted reasoning, a missing summary, parts of another type.
+  CHECK(error_param(R"([{"type":"reasoning","summary":[],"encrypted_content":"xyz"}])") == "input[0].encrypted_content");
+  CHECK(error_param(R"([{"type":"reasoning"}])") == "input[0].summary");
+  CHECK(error_param(R"([{"type":"reasoning","summary":[{"type":"output_text","text":"a"}]}])") == "input[0].summary[0].type");
+  CHECK(error_param(R"([{"type":"reasoning","summary":[],"content":[{"type":"reasoning_text"}]}])") ==
+        "input[0].content[0].text");
+  CHECK(error_param(R"([{"type":"reasoning","summary":{}}])") == "input[0].summary");
+}
+
 TEST_CASE("what a text-only server without built-in tools cannot take is an error naming the field") {
   CHECK(error_param(R"(42)") == "input");
   CHECK(error_param(R"([])") == "input");
   CHECK(error_param(R"([{"role":"user","content":[{"type":"input_image","image_url":"x"}]}])") == "input[0].content[0].type");
   CHECK(error_param(R"([{"role":"user","content":[{"type":"input_file","file_id":"f"}]}])") == "input[0].content[0].type");
-  CHECK(error_param(R"([{"role":"user","content":"a"},{"type":"reasoning","summary":[]}])") == "input[1].type");
   CHECK(error_param(R"([{"type":"web_search_call","id":"w"}])") == "input[0].type");
   CHECK(error_param(R"([{"role":"tool","content":"x"}])") == "input[0].role");
   CHECK(error_param(R"([{"role":"user"}])") == "input[0].content");

@@ -7,9 +7,11 @@
 // call of CALL_TOKEN (tests/server/tool_model.h); a logit bias on the token makes the model write it (the
 // clients' own logitBias option over chat completions; over /v1/responses, where they have none, the
 // recording fetch adds it).
+// With --reasoning-parser qwen3 on the replica, THINK_TOKEN decodes to <think>THINK_REASONING</think>THINK_ANSWER:
+// the AI SDK over /v1/responses reads the reasoning item as reasoningText, and sends it back in the next turn.
 // Every request body a client sends is recorded, so that each check also shows what the client asked for.
 // Usage: node agent_clients.mjs BASE_URL MODEL CALL_TOKEN TWO_CALLS_TOKEN ANSWER_TOKEN ANSWER_TEXT TEXT_CALL_TOKEN
-//                               TEXT_BEFORE_CALL
+//                               TEXT_BEFORE_CALL THINK_TOKEN THINK_REASONING THINK_ANSWER (JSON strings)
 //        (exit 0 and "ok" when every check passes)
 import assert from "node:assert/strict";
 import { createRequire } from "node:module";
@@ -21,8 +23,9 @@ const { generateText, streamText, tool, stepCountIs } = require(npm + "ai");
 const { z } = require(npm + "zod");
 const { ChatOpenAI } = require(npm + "@langchain/openai");
 const { HumanMessage, ToolMessage } = require(npm + "@langchain/core/messages");
-const [baseURL, model, callToken, twoCallsToken, answerToken, answerText, textCallToken, textBeforeCall] =
+const [baseURL, model, callToken, twoCallsToken, answerToken, answerText, textCallToken, textBeforeCall, thinkToken] =
   process.argv.slice(2);
+const [thinkReasoning, thinkAnswer] = process.argv.slice(11).map((s) => JSON.parse(s));
 
 const weather = { name: "get_weather", input: { city: "Paris" } };
 const time = { name: "get_time", input: { zone: "CET" } };
@@ -135,6 +138,33 @@ for (const via of [sdkChat, sdkResponses]) {
   const one = await generateText({ model: m, providerOptions, tools: sdkTools, prompt, temperature: 0, maxOutputTokens: 1, maxRetries: 0 });
   assert.equal(last(path).parallel_tool_calls, false);
   sameCalls(sdkCalls(one.toolCalls), [weather], "AI SDK, parallel_tool_calls false");
+}
+
+// --- AI SDK 5 over /v1/responses with reasoning: reasoningText whole and streamed, and the next turn ---
+{
+  const thinking = createOpenAI({ baseURL: baseURL + "/v1", apiKey: "unused",
+                                  fetch: recording({ logit_bias: bias(thinkToken) }) })(model);
+  const common = { model: thinking, temperature: 0, maxOutputTokens: 1, maxRetries: 0 };
+  const whole = await generateText({ ...common, prompt });
+  assert.equal(whole.reasoningText, thinkReasoning, "AI SDK responses, reasoningText");
+  assert.equal(whole.text, thinkAnswer, "AI SDK responses, text after the reasoning");
+
+  const stream = streamText({ ...common, prompt });
+  const parts = [];
+  for await (const part of stream.fullStream) parts.push(part);
+  assert.deepEqual(parts.filter((p) => p.type === "error"), [], "AI SDK responses, reasoning streamed");
+  assert.equal(await stream.reasoningText, thinkReasoning, "AI SDK responses, reasoningText streamed");
+  assert.equal(await stream.text, thinkAnswer, "AI SDK responses, text streamed");
+  const kinds = parts.map((p) => p.type);
+  assert.ok(kinds.lastIndexOf("reasoning-delta") < kinds.indexOf("text-delta"), `reasoning before text: ${kinds}`);
+
+  // The next turn carries the first answer back: the stored reasoning and message items by reference.
+  const next = await generateText({ ...common, messages: [{ role: "user", content: prompt }, ...whole.response.messages,
+                                                          { role: "user", content: "And tomorrow?" }] });
+  const input = last("/responses").input;
+  assert.ok(input.some((i) => i.type === "item_reference" && i.id.startsWith("rs_")), JSON.stringify(input));
+  assert.equal(next.reasoningText, thinkReasoning, "AI SDK responses, second turn");
+  assert.ok(next.usage.inputTokens > whole.usage.inputTokens, `${next.usage.inputTokens} <= ${whole.usage.inputTokens}`);
 }
 
 // --- LangChain JS: bindTools without a tool_choice, over chat completions and (useResponsesApi) /v1/responses ---

@@ -228,6 +228,77 @@ TEST_CASE("streamed tool calls are function_call items; an error ends the stream
   CHECK(empty.final_response().at("output").at(0).at("content").at(0).at("text") == "");
 }
 
+TEST_CASE("reasoning_content becomes a reasoning item before the message, its text as content and summary") {
+  const auto r = response_from_chat(shell(), chunk(R"({"choices":[{"finish_reason":"stop","message":{"role":"assistant",
+    "content":"It is sunny.","reasoning_content":"The user wants the weather."}}]})"));
+  const auto& output = r.at("output").as_array();
+  REQUIRE(output.size() == 2);
+  const auto& thought = output[0].as_object();
+  CHECK(thought.at("type") == "reasoning");
+  CHECK(thought.at("id") == "rs_1_0");
+  CHECK(thought.at("status") == "completed");
+  CHECK(json::serialize(thought.at("content")) == R"([{"type":"reasoning_text","text":"The user wants the weather."}])");
+  CHECK(json::serialize(thought.at("summary")) == R"([{"type":"summary_text","text":"The user wants the weather."}])");
+  CHECK(output[1].at("type") == "message");
+  CHECK(output[1].at("id") == "msg_1_1");
+  CHECK(output[1].at("content").at(0).at("text") == "It is sunny.");
+  // Reasoning then a call: no empty message between them; the call's index follows the reasoning.
+  const auto call = response_from_chat(shell(), chunk(R"({"choices":[{"finish_reason":"tool_calls","message":{
+    "role":"assistant","content":null,"reasoning_content":"Look it up.","tool_calls":[{"id":"call_1","type":"function",
+    "function":{"name":"get","arguments":"{}"}}]}}]})"));
+  REQUIRE(call.at("output").as_array().size() == 2);
+  CHECK(call.at("output").at(0).at("type") == "reasoning");
+  CHECK(call.at("output").at(1).at("id") == "fc_1_1");
+  // Cut while reasoning: the reasoning item alone, incomplete. No reasoning: no reasoning item.
+  const auto cut = response_from_chat(shell(), chunk(R"({"choices":[{"finish_reason":"length","message":{
+    "role":"assistant","content":"","reasoning_content":"Hmm"}}]})"));
+  REQUIRE(cut.at("output").as_array().size() == 1);
+  CHECK(cut.at("output").at(0).at("status") == "incomplete");
+  const auto plain = response_from_chat(shell(), chunk(R"({"choices":[{"finish_reason":"stop","message":{
+    "role":"assistant","content":"Hi","reasoning_content":""}}]})"));
+  REQUIRE(plain.at("output").as_array().size() == 1);
+  CHECK(plain.at("output").at(0).at("type") == "message");
+}
+
+TEST_CASE("streamed reasoning: a reasoning item with reasoning_text and reasoning_summary_text events, then the text") {
+  ResponsesEventStream s(shell());
+  std::int64_t seq = 0;
+  event_types(s.begin(), seq);
+  const std::string first = s.on_chunk(chunk(R"({"choices":[{"delta":{"reasoning_content":"The user"}}]})"));
+  CHECK(event_types(first, seq) ==
+        std::vector<std::string>{"response.output_item.added", "response.reasoning_summary_part.added",
+                                 "response.content_part.added", "response.reasoning_summary_text.delta",
+                                 "response.reasoning_text.delta"});
+  CHECK(first.find(R"("item":{"id":"rs_1_0","type":"reasoning","status":"in_progress","summary":[],"content":[])") !=
+        std::string::npos);
+  CHECK(event_types(s.on_chunk(chunk(R"({"choices":[{"delta":{"reasoning_content":" asks."}}]})")), seq) ==
+        std::vector<std::string>{"response.reasoning_summary_text.delta", "response.reasoning_text.delta"});
+  const std::string text = s.on_chunk(chunk(R"({"choices":[{"delta":{"content":"Sunny."},"finish_reason":"stop"}]})"));
+  CHECK(event_types(text, seq) ==
+        std::vector<std::string>{"response.reasoning_text.done", "response.content_part.done",
+                                 "response.reasoning_summary_text.done", "response.reasoning_summary_part.done",
+                                 "response.output_item.done", "response.output_item.added", "response.content_part.added",
+                                 "response.output_text.delta"});
+  CHECK(text.find(R"("type":"response.reasoning_text.done","sequence_number":)") != std::string::npos);
+  CHECK(text.find(R"("text":"The user asks.")") != std::string::npos);
+  CHECK(text.find(R"("output_index":1,"item":{"id":"msg_1_1")") != std::string::npos);
+  event_types(s.finish(), seq);
+  const auto& output = s.final_response().at("output").as_array();
+  REQUIRE(output.size() == 2);
+  CHECK(output[0].at("summary").at(0).at("text") == "The user asks.");
+  CHECK(output[0].at("content").at(0).at("text") == "The user asks.");
+  CHECK(output[0].at("status") == "completed");
+  CHECK(output[1].at("content").at(0).at("text") == "Sunny.");
+
+  ResponsesEventStream cut(shell());  // cut while reasoning: the reasoning item closes, incomplete, and no message
+  seq = 0;
+  event_types(cut.begin(), seq);
+  event_types(cut.on_chunk(chunk(R"({"choices":[{"delta":{"reasoning_content":"Hm"},"finish_reason":"length"}]})")), seq);
+  CHECK(event_types(cut.finish(), seq).back() == "response.incomplete");
+  REQUIRE(cut.final_response().at("output").as_array().size() == 1);
+  CHECK(cut.final_response().at("output").at(0).at("status") == "incomplete");
+}
+
 TEST_CASE("the store keeps at most its entries and bytes, least recently used out first; items by id") {
   const auto entry = [](const char* item_id, std::size_t pad) {
     return StoredResponse{json::object{{"pad", std::string(pad, 'x')}},

@@ -144,3 +144,65 @@ TEST_CASE("responses: tool_choice auto with a tool-call parser gives function_ca
   CHECK(json::parse(arguments) == json::parse(R"({"city": "Paris"})"));
   CHECK(done == arguments);
 }
+
+TEST_CASE("responses: with a reasoning parser, a reasoning item first, whole and streamed; sent back in a later turn") {
+  test::ReplicaProcess replica({"--tool-call-parser", "hermes", "--enable-auto-tool-choice", "--reasoning-parser", "qwen3"},
+                               test::make_tool_qwen, "tool-qwen");
+  const std::string body = R"({"input":"Weather in Paris?","max_output_tokens":1,"temperature":0,"logit_bias":{")" +
+                           std::to_string(test::think_token) + R"(":100})";
+  const std::string thought = "\nThe user wants the weather.\n";  // think_text's reasoning, as chat gives it
+  const auto r = ok(replica.post("/v1/responses", body + "}"));
+  const auto& output = r.at("output").as_array();
+  REQUIRE(output.size() == 2);
+  const auto& item = output[0].as_object();
+  CHECK(item.at("type") == "reasoning");
+  CHECK(std::string(item.at("id").as_string()).starts_with("rs_"));
+  CHECK(item.at("content").at(0).at("type") == "reasoning_text");
+  CHECK(item.at("content").at(0).at("text") == json::value(thought));
+  CHECK(item.at("summary").at(0).at("text") == json::value(thought));
+  CHECK(output[1].at("type") == "message");
+  CHECK(output[1].at("content").at(0).at("text") == "\n\nIt is sunny.");  // what follows </think>, as chat gives it
+
+  const auto ev = events(replica.post("/v1/responses", body + R"(,"stream":true})"));
+  std::string text, summary, done, answer;
+  std::vector<std::string> added;
+  for (std::size_t k = 0; k < ev.size(); ++k) {
+    const auto& e = ev[k];
+    CHECK(e.data.at("sequence_number") == static_cast<std::int64_t>(k));
+    if (e.type == "response.output_item.added") added.push_back(std::string(e.data.at("item").at("type").as_string()));
+    if (e.type == "response.reasoning_text.delta") text += e.data.at("delta").as_string();
+    if (e.type == "response.reasoning_summary_text.delta") summary += e.data.at("delta").as_string();
+    if (e.type == "response.reasoning_text.done") done = e.data.at("text").as_string();
+    if (e.type == "response.output_text.delta") answer += e.data.at("delta").as_string();
+  }
+  CHECK(added == std::vector<std::string>{"reasoning", "message"});
+  CHECK(text == thought);
+  CHECK(summary == thought);
+  CHECK(done == thought);
+  CHECK(answer == "\n\nIt is sunny.");
+  CHECK(ev.back().data.at("response").at("output").at(0).at("summary").at(0).at("text") == json::value(thought));
+
+  // A later turn: the reasoning item (by reference to the stored one, or as an item) opens the assistant turn.
+  // Qwen3's template renders the reasoning of an assistant turn after the last user message (here one with a
+  // call and its output), so the prompt is longer with it than without it.
+  const auto input_tokens = [&](const json::array& items) {
+    const json::object next{{"input", items}, {"max_output_tokens", 1}};
+    return ok(replica.post("/v1/responses", json::serialize(next))).at("usage").at("input_tokens").as_int64();
+  };
+  const json::object user{{"role", "user"}, {"content", "Weather in Paris?"}};
+  const json::object call{{"type", "function_call"}, {"call_id", "call_1"}, {"name", "get_weather"},
+                          {"arguments", R"({"city":"Paris"})"}};
+  const json::object result{{"type", "function_call_output"}, {"call_id", "call_1"}, {"output", "sunny"}};
+  const std::int64_t without = input_tokens(json::array{user, call, result});
+  const std::int64_t by_reference =
+      input_tokens(json::array{user, json::object{{"type", "item_reference"}, {"id", item.at("id")}}, call, result});
+  const std::int64_t as_item = input_tokens(json::array{user, item, call, result});
+  CHECK(by_reference > without + 5);
+  CHECK(as_item == by_reference);
+  // Encrypted reasoning is not something this server makes or reads.
+  json::object encrypted = item;
+  encrypted["encrypted_content"] = "opaque";
+  const auto refused = replica.post("/v1/responses", json::serialize(json::object{{"input", json::array{user, encrypted}}}));
+  CHECK(refused.status == 400);
+  CHECK(json::parse(refused.body).at("error").at("param") == "input[1].encrypted_content");
+}

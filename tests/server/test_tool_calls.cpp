@@ -234,9 +234,10 @@ TEST_CASE("tool calls: the official openai npm client, whole, streamed, parallel
   }
 }
 
-TEST_CASE("tool calls: the AI SDK and LangChain clients with auto, streamed, parallel and multi-turn, direct and routed") {
-  test::ReplicaProcess replica({"--tool-call-parser", "hermes", "--enable-auto-tool-choice"}, test::make_tool_qwen,
-                               "tool-qwen");
+TEST_CASE("tool calls: the AI SDK and LangChain clients with auto, streamed, parallel, multi-turn and reasoning, direct "
+          "and routed") {
+  test::ReplicaProcess replica({"--tool-call-parser", "hermes", "--enable-auto-tool-choice", "--reasoning-parser", "qwen3"},
+                               test::make_tool_qwen, "tool-qwen");
   test::RouterProcess router({&replica});
   const std::string npm = std::string(KVFLEET_SOURCE_DIR) + "/.deps/npm";
   for (const std::string& base : {replica.base_url(), "http://127.0.0.1:" + std::to_string(router.port())}) {
@@ -245,7 +246,8 @@ TEST_CASE("tool calls: the AI SDK and LangChain clients with auto, streamed, par
                                      base + " tool-qwen " + std::to_string(test::call_token) + " " +
                                      std::to_string(test::two_calls_token) + " " + std::to_string(test::answer_token) +
                                      " '" + test::answer_text + "' " + std::to_string(test::text_call_token) + " '" +
-                                     test::text_before_call + "' 2>&1");
+                                     test::text_before_call + "' " + std::to_string(test::think_token) +
+                                     R"( '"\nThe user wants the weather.\n"' '"\n\nIt is sunny."' 2>&1)");
     CHECK_MESSAGE(r.status == 0, r.out);
     CHECK(r.out == "ok\n");
   }

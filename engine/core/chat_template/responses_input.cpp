@@ -54,10 +54,26 @@ std::string content_text(const json::object& item, const std::string& at) {
   fail("'" + at + ".content' must be a string or a list of content parts", at + ".content");
 }
 
+// The last message when it is an assistant turn that so far holds only reasoning (a reasoning item's):
+// the assistant message or function call that follows belongs to it.
+json::object* reasoning_turn(json::array& messages) {
+  if (messages.empty()) return nullptr;
+  json::object& last = messages.back().as_object();
+  const json::value* content = last.if_contains("content");
+  const bool only_reasoning = last.at("role").as_string() == "assistant" && last.contains("reasoning_content") &&
+                              !last.contains("tool_calls") && content && content->is_string() &&
+                              content->as_string().empty();
+  return only_reasoning ? &last : nullptr;
+}
+
 void append_message(const json::object& item, const std::string& at, json::array& messages) {
   const std::string role(*string_field(item, "role", at, true));
   if (role != "user" && role != "system" && role != "developer" && role != "assistant")
     fail("unknown role '" + role + "' (user, system, developer or assistant)", at + ".role");
+  if (json::object* turn = role == "assistant" ? reasoning_turn(messages) : nullptr) {
+    (*turn)["content"] = content_text(item, at);
+    return;
+  }
   // Chat templates know system, not developer: the Responses API's developer message is its system message.
   json::object msg{{"role", role == "developer" ? "system" : role}, {"content", content_text(item, at)}};
   messages.push_back(std::move(msg));
@@ -82,6 +98,44 @@ void append_function_call(const json::object& item, const std::string& at, json:
   messages.push_back(json::object{{"role", "assistant"}, {"tool_calls", json::array{std::move(call)}}});
 }
 
+// Text parts of one type ("reasoning_text" in content, "summary_text" in summary), joined by blank lines.
+std::string reasoning_parts(const json::value* v, const std::string& where, const char* part_type) {
+  if (!v || v->is_null()) return {};
+  if (!v->is_array()) fail("'" + where + "' must be a list of " + part_type + " parts", where);
+  std::string text;
+  const json::array& parts = v->as_array();
+  for (std::size_t j = 0; j < parts.size(); ++j) {
+    const std::string at = where + "[" + std::to_string(j) + "]";
+    if (!parts[j].is_object()) fail("'" + at + "' must be an object", at);
+    const json::string& type = *string_field(parts[j].as_object(), "type", at, true);
+    if (type != part_type) fail("'" + at + ".type' must be '" + part_type + "'", at + ".type");
+    if (j > 0) text += "\n\n";
+    text.append(*string_field(parts[j].as_object(), "text", at, true));
+  }
+  return text;
+}
+
+// A reasoning item (an earlier answer's reasoning) as the reasoning_content of the assistant turn it opens,
+// as the chat path takes an assistant message's reasoning_content: its content's reasoning_text, else its
+// summary's summary_text. The chat template decides whether earlier turns' reasoning reaches the prompt.
+void append_reasoning(const json::object& item, const std::string& at, json::array& messages) {
+  if (const json::value* e = item.if_contains("encrypted_content"); e && !e->is_null())
+    fail("encrypted reasoning is not supported: send the reasoning's text as 'content' or 'summary'",
+         at + ".encrypted_content");
+  const json::value* summary = item.if_contains("summary");
+  if (!summary) fail("'" + at + ".summary' is required", at + ".summary");
+  std::string text = reasoning_parts(item.if_contains("content"), at + ".content", "reasoning_text");
+  const std::string summarized = reasoning_parts(summary, at + ".summary", "summary_text");
+  if (text.empty()) text = summarized;
+  if (json::object* turn = reasoning_turn(messages)) {
+    json::string& earlier = (*turn)["reasoning_content"].as_string();
+    if (!earlier.empty() && !text.empty()) earlier.append("\n\n");
+    earlier.append(text);
+    return;
+  }
+  messages.push_back(json::object{{"role", "assistant"}, {"content", ""}, {"reasoning_content", std::move(text)}});
+}
+
 void append_function_output(const json::object& item, const std::string& at, json::array& messages) {
   const json::string& call_id = *string_field(item, "call_id", at, true);
   const json::value* out = item.if_contains("output");
@@ -100,6 +154,7 @@ void append_item(const json::value& v, const std::string& at, const ResponsesIte
   if (!type || *type == "message") return append_message(item, at, messages);
   if (*type == "function_call") return append_function_call(item, at, messages);
   if (*type == "function_call_output") return append_function_output(item, at, messages);
+  if (*type == "reasoning") return append_reasoning(item, at, messages);
   if (*type == "item_reference") {
     const std::string id(*string_field(item, "id", at, true));
     const json::object* target = resolve && depth == 0 ? resolve(id) : nullptr;
@@ -107,7 +162,7 @@ void append_item(const json::value& v, const std::string& at, const ResponsesIte
     return append_item(*target, at, resolve, depth + 1, messages);
   }
   fail("input items of type '" + std::string(*type) +
-           "' are not supported (message, function_call, function_call_output, item_reference)",
+           "' are not supported (message, reasoning, function_call, function_call_output, item_reference)",
        at + ".type");
 }
 

@@ -8,9 +8,13 @@
 //                                              assistant message right before it, so parallel calls and a
 //                                              text + calls turn stay one message)
 //   function_call_output {call_id, output}   -> {role: tool, tool_call_id, content}
+//   reasoning {summary, content}             -> the reasoning_content of the assistant turn it opens (the
+//                                              assistant message and function calls after it join that
+//                                              turn): content's reasoning_text parts, else summary's
+//                                              summary_text parts; encrypted_content is refused
 //   item_reference {id}                      -> the referenced item, through `resolve`
-// Anything else (images, files, audio, reasoning and built-in tool items) throws ContentPartError
-// naming the field: this is a text-only server without built-in tools.
+// Anything else (images, files, audio and built-in tool items) throws ContentPartError naming the
+// field: this is a text-only server without built-in tools.
 #pragma once
 
 #include <boost/json/array.hpp>

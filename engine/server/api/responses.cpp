@@ -62,8 +62,8 @@ void check_reasoning(const Fields& f, json::object& echo) {
   echo["reasoning"] = json::object{{"effort", nullptr}, {"summary", nullptr}};
   if (!reasoning) return;
   const Fields r(*reasoning, "reasoning.");
-  // This server has no reasoning parser: a reasoning setting would change nothing, so it is refused
-  // (as OpenAI refuses it for a model without reasoning).
+  // The reasoning (with a reasoning parser) is what the model writes: a setting would change nothing, so
+  // it is refused (as OpenAI refuses it for a model without reasoning settings).
   for (const char* key : {"effort", "summary", "generate_summary"})
     if (r.find(key)) throw bad_request("'reasoning." + std::string(key) + "' is not supported by this model", r.name(key));
 }

@@ -57,6 +57,18 @@ json::object message_item(const std::string& id, const char* status, json::array
   return {{"id", id}, {"type", "message"}, {"status", status}, {"role", "assistant"}, {"content", std::move(content)}};
 }
 
+// The reasoning (the chat answer's reasoning_content) as both the item's content (reasoning_text, as
+// vLLM gives it) and its summary (summary_text, what the AI SDK reads): the same text in each.
+json::object reasoning_item(const std::string& id, const char* status, const std::string* text) {
+  json::array summary, content;
+  if (text) {
+    summary.push_back(json::object{{"type", "summary_text"}, {"text", *text}});
+    content.push_back(json::object{{"type", "reasoning_text"}, {"text", *text}});
+  }
+  return {{"id", id}, {"type", "reasoning"}, {"status", status}, {"summary", std::move(summary)},
+          {"content", std::move(content)}, {"encrypted_content", nullptr}};
+}
+
 json::object call_item(const std::string& id, const char* status, const std::string& call_id, const std::string& name,
                        const std::string& arguments) {
   return {{"id", id}, {"type", "function_call"}, {"status", status},
@@ -88,8 +100,11 @@ json::object response_from_chat(const ResponseShell& shell, const json::object& 
   const json::value* calls = message.if_contains("tool_calls");
   const bool has_calls = calls && calls->is_array() && !calls->as_array().empty();
   const std::string text = string_at(message, "content");
-  if (!text.empty() || !has_calls)
-    output.push_back(message_item(output_item_id("msg_", shell.id, 0), item_status, json::array{output_text(text)}));
+  if (const std::string reasoning = string_at(message, "reasoning_content"); !reasoning.empty())
+    output.push_back(reasoning_item(output_item_id("rs_", shell.id, 0), item_status, &reasoning));
+  if (!text.empty() || (!has_calls && output.empty()))
+    output.push_back(message_item(output_item_id("msg_", shell.id, output.size()), item_status,
+                                  json::array{output_text(text)}));
   for (std::size_t i = 0; has_calls && i < calls->as_array().size(); ++i) {
     const json::object& call = calls->as_array()[i].as_object();
     const json::object& fn = call.at("function").as_object();
@@ -113,12 +128,64 @@ std::string ResponsesEventStream::begin() {
   return out;
 }
 
+std::string ResponsesEventStream::open_reasoning() {
+  reasoning_index_ = output_.size();
+  reasoning_id_ = output_item_id("rs_", shell_.id, *reasoning_index_);
+  const auto index = *reasoning_index_;
+  std::string out = event("response.output_item.added",
+                          {{"output_index", index}, {"item", reasoning_item(reasoning_id_, "in_progress", nullptr)}});
+  out += event("response.reasoning_summary_part.added",
+               {{"item_id", reasoning_id_}, {"output_index", index}, {"summary_index", 0},
+                {"part", json::object{{"type", "summary_text"}, {"text", ""}}}});
+  out += event("response.content_part.added", {{"item_id", reasoning_id_}, {"output_index", index}, {"content_index", 0},
+                                               {"part", json::object{{"type", "reasoning_text"}, {"text", ""}}}});
+  return out;
+}
+
+std::string ResponsesEventStream::on_reasoning(const std::string& piece) {
+  std::string out;
+  if (!reasoning_index_) {
+    out += close_message();
+    out += close_calls();
+    out += open_reasoning();
+  }
+  const auto index = *reasoning_index_;
+  reasoning_ += piece;
+  out += event("response.reasoning_summary_text.delta",
+               {{"item_id", reasoning_id_}, {"output_index", index}, {"summary_index", 0}, {"delta", piece}});
+  out += event("response.reasoning_text.delta",
+               {{"item_id", reasoning_id_}, {"output_index", index}, {"content_index", 0}, {"delta", piece}});
+  return out;
+}
+
+std::string ResponsesEventStream::close_reasoning() {
+  if (!reasoning_index_) return {};
+  const auto index = *reasoning_index_;
+  const char* status = finish_reason_ == "length" ? "incomplete" : "completed";
+  json::object item = reasoning_item(reasoning_id_, status, &reasoning_);
+  std::string out = event("response.reasoning_text.done",
+                          {{"item_id", reasoning_id_}, {"output_index", index}, {"content_index", 0}, {"text", reasoning_}});
+  out += event("response.content_part.done", {{"item_id", reasoning_id_}, {"output_index", index}, {"content_index", 0},
+                                              {"part", json::object{{"type", "reasoning_text"}, {"text", reasoning_}}}});
+  out += event("response.reasoning_summary_text.done",
+               {{"item_id", reasoning_id_}, {"output_index", index}, {"summary_index", 0}, {"text", reasoning_}});
+  out += event("response.reasoning_summary_part.done",
+               {{"item_id", reasoning_id_}, {"output_index", index}, {"summary_index", 0},
+                {"part", json::object{{"type", "summary_text"}, {"text", reasoning_}}}});
+  out += event("response.output_item.done", {{"output_index", index}, {"item", item}});
+  output_.push_back(std::move(item));
+  reasoning_index_.reset();
+  reasoning_.clear();
+  return out;
+}
+
 std::string ResponsesEventStream::open_message() {
+  std::string out = close_reasoning();
   message_index_ = output_.size();
   message_id_ = output_item_id("msg_", shell_.id, *message_index_);
   const auto index = *message_index_;
-  std::string out = event("response.output_item.added",
-                          {{"output_index", index}, {"item", message_item(message_id_, "in_progress", {})}});
+  out += event("response.output_item.added",
+               {{"output_index", index}, {"item", message_item(message_id_, "in_progress", {})}});
   out += event("response.content_part.added", {{"item_id", message_id_}, {"output_index", index},
                                                {"content_index", 0}, {"part", output_text("")}});
   return out;
@@ -142,7 +209,8 @@ std::string ResponsesEventStream::close_message() {
 // A chat tool-call delta ({index, id, function: {name, arguments}}): the first for an index opens a
 // function_call item, later ones add to its arguments.
 std::string ResponsesEventStream::on_tool_call(const json::object& delta) {
-  std::string out = close_message();
+  std::string out = close_reasoning();
+  out += close_message();
   const json::value* index_v = delta.if_contains("index");
   const std::size_t index = index_v && index_v->is_int64() ? static_cast<std::size_t>(index_v->as_int64()) : calls_.size();
   const json::value* fn_v = delta.if_contains("function");
@@ -191,6 +259,7 @@ std::string ResponsesEventStream::on_chunk(const json::object& chunk) {
   std::string out;
   if (const json::value* d = choice.if_contains("delta"); d && d->is_object()) {
     const json::object& delta = d->as_object();
+    if (const std::string thought = string_at(delta, "reasoning_content"); !thought.empty()) out += on_reasoning(thought);
     const std::string piece = string_at(delta, "content");
     if (!piece.empty()) {
       if (!message_index_) {
@@ -227,7 +296,8 @@ std::string ResponsesEventStream::on_error(const json::object& error) {
 std::string ResponsesEventStream::finish() {
   if (ended_) return {};
   ended_ = true;
-  std::string out = close_message();
+  std::string out = close_reasoning();
+  out += close_message();
   out += close_calls();
   if (output_.empty()) {  // no text and no call: one empty message
     out += open_message();

@@ -4,7 +4,13 @@
 // response.output_text.delta..., response.output_text.done, response.content_part.done,
 // response.output_item.done, response.completed | response.incomplete, or error + response.failed),
 // each with its sequence_number. Tool calls in the chat answer become function_call items (with
-// response.function_call_arguments.delta/.done events). Pure: no I/O, no clock.
+// response.function_call_arguments.delta/.done events). The reasoning (reasoning_content, with a reasoning
+// parser) becomes a reasoning item first, its text both as content (reasoning_text) and as summary
+// (summary_text): streamed as response.output_item.added, response.reasoning_summary_part.added,
+// response.content_part.added, then per piece response.reasoning_summary_text.delta and
+// response.reasoning_text.delta, then response.reasoning_text.done, response.content_part.done,
+// response.reasoning_summary_text.done, response.reasoning_summary_part.done, response.output_item.done.
+// Pure: no I/O, no clock.
 #pragma once
 
 #include <boost/json/array.hpp>
@@ -26,7 +32,7 @@ struct ResponseShell {
 
 // A random id with this prefix ("resp_"): 128 random bits in hex.
 std::string responses_id(const char* prefix);
-// The id of a response's output item: "msg_" / "fc_", the response id's random part, "_", its output
+// The id of a response's output item: "rs_" / "msg_" / "fc_", the response id's random part, "_", its output
 // index. An item id names its response, so that a router sends an item_reference where it is stored.
 std::string output_item_id(const char* prefix, const std::string& response_id, std::size_t output_index);
 
@@ -59,6 +65,9 @@ class ResponsesEventStream {
     std::string item_id, call_id, name, arguments;
   };
   std::string event(const char* type, boost::json::object fields);
+  std::string open_reasoning();
+  std::string on_reasoning(const std::string& piece);
+  std::string close_reasoning();
   std::string open_message();
   std::string close_message();
   std::string on_tool_call(const boost::json::object& delta);
@@ -68,6 +77,8 @@ class ResponsesEventStream {
   ResponseShell shell_;
   std::int64_t sequence_ = 0;
   boost::json::array output_;  // the finished items, in output order
+  std::optional<std::size_t> reasoning_index_;  // the open reasoning item's output index
+  std::string reasoning_id_, reasoning_;
   std::optional<std::size_t> message_index_;  // the open message item's output index
   std::string message_id_, text_;
   std::vector<Call> calls_;  // function calls still receiving arguments, by the chat delta's index
