@@ -166,6 +166,7 @@ asio::awaitable<void> Session::run() {
     request = Request();
     complete = co_await read_request(request, keep_alive, failure);
     if (!complete) break;
+    if (lane_) keep_alive = false;  // the lane serves one priority request per connection
     if (probe_only_) {
       keep_alive = false;  // the reserve slot is freed after one answer
       if (!server_.config.is_priority_path(request.target)) {

@@ -43,6 +43,11 @@ class Session : public std::enable_shared_from_this<Session> {
   // Before run(): this connection takes a probe reserve slot; it serves one request on a priority
   // path and answers anything else 503.
   void set_probe_only() { probe_only_ = true; }
+  // Before run(): a connection of the priority lane (its first request is on a priority path, served on
+  // the lane's thread); it closes after that answer, so that the lane never carries other work.
+  void set_lane() { lane_ = true; }
+  // Before run(): when it was accepted (its first head's deadline counts from then).
+  void set_accepted_at(std::chrono::steady_clock::time_point at) { accepted_at_ = at; }
 
   // Before run(): where this connection's activity is kept (connection_caps.cpp).
   void set_activity_slot(ActivitySlot* slot) { activity_ = slot; }
@@ -90,6 +95,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Phase phase_ = Phase::idle;
   ActivitySlot* activity_ = nullptr;  // last activity, and whether phase_ is idle or head
   bool probe_only_ = false;
+  bool lane_ = false;
   bool first_request_ = true;
   Clock::time_point accepted_at_;
 
