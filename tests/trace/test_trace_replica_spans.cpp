@@ -32,6 +32,13 @@ std::string long_chat() {
       {"max_tokens", 3}, {"ignore_eos", true}, {"temperature", 0}});
 }
 
+// A prompt of `blocks` full blocks (and one token more) as token ids, different for each seed.
+std::string token_prompt_body(int seed, int blocks) {
+  json::array ids;
+  for (int i = 0; i < blocks * 16 + 1; ++i) ids.push_back(1000 + (seed * 7919 + i * 31) % 20000);
+  return json::serialize(json::object{{"model", "tiny-qwen"}, {"prompt", ids}, {"max_tokens", 2}, {"temperature", 0}});
+}
+
 }  // namespace
 
 TEST_CASE("responses: a request gets its own replica.request span with the chat job's phases under it") {
@@ -114,6 +121,32 @@ TEST_CASE("kv tiers: a prefix read from the shared tier is a replica.kv_load spa
   // A's own request computed its prompt: no load span in its trace.
   for (const auto& s : receiver.spans())
     if (s.name == "replica.kv_load") CHECK(s.trace_id == kClientTrace);
+  CHECK(receiver.errors().empty());
+}
+
+TEST_CASE("kv tiers: a prefix copied back from the host tier is a replica.kv_load span of medium host") {
+  OtlpReceiver receiver;
+  // 24 device blocks: two 20-block prompts evict a 10-block one, which the host tier takes.
+  ReplicaProcess replica({"--num-kv-blocks", "24", "--kv-host-gib", "0.05", "--otlp-endpoint", receiver.url()});
+  REQUIRE(replica.post("/v1/completions", token_prompt_body(1, 10)).status == 200);
+  for (const int seed : {2, 3}) REQUIRE(replica.post("/v1/completions", token_prompt_body(seed, 20)).status == 200);
+  const http::Response again = post(replica.port(), "/v1/completions", token_prompt_body(1, 10), client_traceparent());
+  REQUIRE_MESSAGE(again.status == 200, again.body);
+  CHECK(json::parse(again.body).at("usage").at("prompt_tokens_details").at("cached_tokens").as_int64() == 10 * 16);
+  std::vector<ReceivedSpan> spans;
+  REQUIRE(eventually([&] {
+    spans = of_trace(receiver.spans(), kClientTrace);
+    return named(spans, "replica.decode") != nullptr;
+  }));
+  const ReceivedSpan* request = named(spans, "replica.request");
+  const ReceivedSpan* load = named(spans, "replica.kv_load");
+  REQUIRE(request);
+  REQUIRE(load);
+  CHECK(load->parent_span_id == request->span_id);
+  CHECK(load->attributes.at("kvfleet.kv_tier.medium") == "host");
+  CHECK(load->attributes.at("kvfleet.kv_tier.blocks") == "10");
+  CHECK(load->start_ns >= request->start_ns);
+  CHECK(load->end_ns <= request->end_ns);
   CHECK(receiver.errors().empty());
 }
 
