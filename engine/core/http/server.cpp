@@ -48,7 +48,7 @@ std::string peer_address(const Socket& socket) {
 // Registers an accepted connection (or closes it, over the caps) and starts its coroutine on the socket's
 // strand: an io thread's, or the priority lane's (`lane`).
 void start_session(HttpServer::State& server, tcp::socket socket, std::chrono::steady_clock::time_point accepted,
-                   bool lane) {
+                   bool lane, std::string_view already_read = {}) {
   boost::system::error_code ec;
   socket.set_option(tcp::no_delay(true), ec);  // stream pieces must not wait for Nagle
   std::string peer = peer_address(socket);
@@ -60,11 +60,29 @@ void start_session(HttpServer::State& server, tcp::socket socket, std::chrono::s
   if (admission == HttpServer::State::Admission::refused) return;  // closed on leaving scope
   session->set_activity_slot(slot);
   session->set_accepted_at(accepted);
+  session->set_already_read(already_read);
   if (lane) session->set_lane();
   if (admission == HttpServer::State::Admission::probe_only) session->set_probe_only();
   // The handler holds the session until run() starts and takes its own reference: started from another
   // thread (the lane's), the coroutine begins later, not inside this call.
   asio::co_spawn(session->executor(), session->run(), [session](std::exception_ptr e) { log_session_exception(e); });
+}
+
+// The socket moved to an io thread's strand (from the lane's), and its session started there.
+void move_to_io_threads(HttpServer::State& server, tcp::socket socket, std::chrono::steady_clock::time_point accepted,
+                        std::string_view already_read) {
+  boost::system::error_code ec;
+  const tcp::endpoint local = socket.local_endpoint(ec);
+  if (ec) return;
+  const int fd = socket.release(ec);
+  if (ec) return;
+  tcp::socket moved(asio::make_strand(server.ioc));
+  moved.assign(local.protocol(), fd, ec);
+  if (ec) {
+    ::close(fd);
+    return;
+  }
+  start_session(server, std::move(moved), accepted, false, already_read);
 }
 
 // How long the lane waits for a new connection's first bytes before it hands the connection to the io
@@ -105,17 +123,7 @@ asio::awaitable<void> sort_connection(HttpServer::State& server, tcp::socket soc
     start_session(server, std::move(socket), accepted, true);
     co_return;
   }
-  const tcp::endpoint local = socket.local_endpoint(ec);
-  if (ec) co_return;
-  const int fd = socket.release(ec);
-  if (ec) co_return;
-  tcp::socket moved(asio::make_strand(server.ioc));
-  moved.assign(local.protocol(), fd, ec);
-  if (ec) {
-    ::close(fd);
-    co_return;
-  }
-  start_session(server, std::move(moved), accepted, false);
+  move_to_io_threads(server, std::move(socket), accepted, {});
 }
 
 // A connection just accepted: sorted by the lane when there are priority paths, else straight to the io threads.
@@ -201,6 +209,10 @@ void run_io(asio::io_context& ioc) {
 }
 
 }  // namespace
+
+void to_io_threads(HttpServer::State& server, tcp::socket socket, std::string_view already_read) {
+  move_to_io_threads(server, std::move(socket), std::chrono::steady_clock::now(), already_read);
+}
 
 size_t HttpServer::State::connection_count() const {
   std::lock_guard lock(mutex);

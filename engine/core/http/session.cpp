@@ -166,7 +166,6 @@ asio::awaitable<void> Session::run() {
     request = Request();
     complete = co_await read_request(request, keep_alive, failure);
     if (!complete) break;
-    if (lane_) keep_alive = false;  // the lane serves one priority request per connection
     if (probe_only_) {
       keep_alive = false;  // the reserve slot is freed after one answer
       if (!server_.config.is_priority_path(request.target)) {
@@ -177,6 +176,12 @@ asio::awaitable<void> Session::run() {
     }
     bool again = co_await serve(request, keep_alive);
     if (!again || !keep_alive) break;
+    if (lane_) {  // the lane served its one request: the connection goes on on the io threads
+      const auto data = buffer_.data();
+      const std::string rest(static_cast<const char*>(data.data()), data.size());
+      to_io_threads(server_, std::move(stream_.socket()), rest);
+      co_return;
+    }
   }
   if (!complete && failure.status != 0) {
     bool written = co_await write_error(failure.status, failure.message);

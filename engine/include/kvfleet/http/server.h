@@ -33,8 +33,8 @@
 //
 // The priority lane (with priority_paths set): the acceptor runs on an io_context and thread of its own,
 // which also looks at each new connection's first bytes without consuming them. A connection whose first
-// request line names a priority path is served on that thread, one request and then Connection: close;
-// every other connection (other paths, a request line not complete in its first bytes, or no bytes within
+// request line names a priority path is served on that thread (that request only: kept alive, the
+// connection then goes on on the io threads, with what was read of its next request); every other connection (other paths, a request line not complete in its first bytes, or no bytes within
 // 250 ms) goes to the io threads, which read its request from the first byte. So a probe on a new
 // connection waits neither for the io threads' queue of a flood's reads and writes nor for its accept.
 // Without priority_paths, connections go straight to the io threads.
