@@ -36,6 +36,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+std::uint64_t unix_ns() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+}
 
 // Waiting sequences looked at per step: admission takes them in order, so only the first few can be next.
 constexpr std::size_t kLookahead = 4;
@@ -211,6 +215,7 @@ void KvTiers::before_schedule() {
 
 void KvTiers::onload_prefix(Sequence& seq) {
   const std::vector<BlockId> device = kv_.find_cached_prefix(seq);  // extends seq.block_hashes
+  const std::uint64_t now_ns = unix_ns();
   const auto bs = static_cast<std::size_t>(kv_.block_size());
   const auto max_blocks = static_cast<std::size_t>((seq.num_tokens() - 1) / kv_.block_size());
   const std::span<const TokenId> tokens(seq.tokens);
@@ -221,7 +226,7 @@ void KvTiers::onload_prefix(Sequence& seq) {
     const auto want = tokens.subspan(i * bs, bs);
     if (files.empty()) {
       if (StoredBlockPtr b = host_ ? host_->find(hash, want) : nullptr) {
-        run.push_back({std::move(b), KvMedium::host});
+        run.push_back({std::move(b), KvMedium::host, now_ns});
         continue;
       }
       if (const auto it = staged_.find(hash); it != staged_.end() && it->second.block->holds(want)) {
@@ -247,6 +252,7 @@ void KvTiers::onload_prefix(Sequence& seq) {
   const auto t0 = Clock::now();
   const std::size_t landed = land(device, run);
   const double seconds = seconds_since(t0);
+  note_landed(seq, run, landed);
   std::lock_guard lock(mu_);
   for (std::size_t i = 0; i < landed; ++i) {
     auto& s = stat(run[i].from);
@@ -267,6 +273,7 @@ void KvTiers::start_load(Sequence& seq, std::vector<std::pair<BlockHash, KvMediu
     std::vector<BlockFileRead> reads;
     std::atomic<std::size_t> pieces_left{0};
     Clock::time_point start;
+    std::uint64_t start_ns = 0;
   };
   const auto bs = static_cast<std::size_t>(kv_.block_size());
   auto load = std::make_shared<Load>();
@@ -276,6 +283,7 @@ void KvTiers::start_load(Sequence& seq, std::vector<std::pair<BlockHash, KvMediu
   load->files = std::move(files);
   load->reads.resize(load->files.size());
   load->start = Clock::now();
+  load->start_ns = unix_ns();
   seq.kv_loading = true;
   const std::size_t n = load->files.size();
   const std::size_t pieces = std::min(n, static_cast<std::size_t>(io_threads_));
@@ -303,7 +311,7 @@ void KvTiers::start_load(Sequence& seq, std::vector<std::pair<BlockHash, KvMediu
           d.missing.emplace_back(m, hash);
           break;
         }
-        d.found.push_back({std::move(r.block), m});
+        d.found.push_back({std::move(r.block), m, load->start_ns});
       }
       d.seconds = seconds_since(load->start);
       finished(std::move(d));
@@ -328,6 +336,18 @@ std::size_t KvTiers::land(std::span<const BlockId> device, std::span<const Found
   }
   kv_.unpin(pin);
   return landed;
+}
+
+void KvTiers::note_landed(Sequence& seq, std::span<const Found> run, std::size_t landed) {
+  const std::uint64_t now = unix_ns();
+  for (std::size_t i = 0; i < landed; ++i) {
+    const Found& f = run[i];
+    if (seq.tier_loads.empty() || seq.tier_loads.back().medium != f.from || seq.tier_loads.back().end_ns != now)
+      seq.tier_loads.push_back({f.from, 0, f.asked_ns, now});
+    KvTierLoad& l = seq.tier_loads.back();
+    l.blocks += 1;
+    l.start_ns = std::min(l.start_ns, f.asked_ns);
+  }
 }
 
 void KvTiers::add_to_snapshot(KvSnapshot& snapshot) const {

@@ -20,7 +20,8 @@
 //   after them. File blocks are read and verified on the I/O threads while the sequence waits
 //   (Sequence::kv_loading: admission passes over it; other sequences keep stepping); the step after they are
 //   read, they land the same way. Blocks land only when the whole sequence would then fit the free blocks,
-//   so a sequence that cannot be admitted yet does not churn the pool.
+//   so a sequence that cannot be admitted yet does not churn the pool. Each landing is noted on the sequence
+//   (Sequence::tier_loads: medium, blocks, from the read's or copy's start to the landing) for its trace.
 // - Failure is a miss: a file that is missing, truncated, corrupt or foreign is not used (counted by reason
 //   in the stats) and forgotten; a write that fails (a full disk, a deleted directory) is counted and the
 //   block simply is not in that tier. No request fails because of a tier.
@@ -85,6 +86,7 @@ class KvTiers {
   struct Found {
     StoredBlockPtr block;
     KvMedium from;
+    std::uint64_t asked_ns = 0;  // when it was asked for (unix nanoseconds): a file read's start, a host copy's
   };
   // What an I/O thread hands back to the engine thread.
   struct Done {
@@ -110,6 +112,8 @@ class KvTiers {
   // Copies `blocks` (a chain continuing the device prefix `device`) into device blocks entered in the prefix
   // cache; returns how many landed (fewer when the pool runs out of free blocks).
   std::size_t land(std::span<const BlockId> device, std::span<const Found> blocks);
+  // Notes on `seq` the first `landed` blocks of `run`, by medium, for its trace.
+  static void note_landed(Sequence& seq, std::span<const Found> run, std::size_t landed);
   StoredBlockPtr read_block(BlockId block, BlockHash hash, BlockHash parent, std::span<const TokenId> tokens);
   // Its folder and format are constant: the I/O threads read them too.
   FileTier* file_tier(KvMedium m) const { return m == KvMedium::disk ? disk_.get() : shared_.get(); }

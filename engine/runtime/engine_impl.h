@@ -45,6 +45,7 @@ struct Engine::Active {
   StopChecker stops;
   std::int32_t num_prompt_tokens = 0;  // the prompt itself moved to the scheduler's sequence at admission
   std::string resumed_text;  // the text of GenerationRequest::resumed_outputs, for the first output
+  std::vector<KvTierLoad> tier_loads;  // its prefix's lower-tier loads (Sequence::tier_loads), for the first output
   bool admitted = false;
   std::int32_t cached_tokens = 0;
   EngineClock::time_point submitted;

@@ -223,6 +223,8 @@ void Engine::emit_speculated(const ScheduledChunk& c, std::size_t job) {
   o.error.clear();
   o.queue_time_s = a.queue_time_s;
   o.pin = 0;
+  o.kv_tier_loads = std::move(a.tier_loads);  // the first output's; empty after it
+  a.tier_loads.clear();
   o.logprobs.swap(j.logprobs);
   if (a.request.logprobs < 0) o.logprobs.clear();
   if (o.finished) count_finished(o.finish_reason);

@@ -57,6 +57,8 @@ void emit_final(Engine::Active& a, FinishReason reason, std::string stop_string,
   out.queue_time_s = a.queue_time_s;
   out.resumed_text = std::move(a.resumed_text);
   a.resumed_text.clear();
+  out.kv_tier_loads = std::move(a.tier_loads);
+  a.tier_loads.clear();
   deliver(a, out);
 }
 
@@ -272,6 +274,7 @@ void Engine::collect_sample_jobs(std::uint64_t& prompt_tokens, std::size_t& pref
       a.admitted = true;
       a.cached_tokens = c.start_pos;
       a.queue_time_s = std::chrono::duration<double>(EngineClock::now() - a.submitted).count();
+      a.tier_loads = m.scheduler->get(c.id)->tier_loads;
     }
     const Sequence* seq = m.scheduler->get(c.id);
     const auto end = c.start_pos + static_cast<std::int32_t>(c.tokens.size());
@@ -366,6 +369,8 @@ void Engine::emit_token(SeqId id, TokenId token) {
   o.pin = 0;
   o.resumed_text = std::move(a.resumed_text);  // the first output's; empty (moved from) after it
   a.resumed_text.clear();
+  o.kv_tier_loads = std::move(a.tier_loads);  // the same
+  a.tier_loads.clear();
   if (a.request.logprobs >= 0) {
     o.logprobs.resize(1);
     o.logprobs[0].logprob = a.pending_lp.logprob;

@@ -136,7 +136,8 @@ void Replica::end_span(trace::Span& span) {
 }
 
 // The first choice's phases as spans under the request's: queue (submit to its first scheduled step), prefill
-// (to its first token, an event on the request span too) and decode (to its last output).
+// (to its first token, an event on the request span too), decode (to its last output), and each load of its
+// prefix from a lower KV tier (inside its queue time: the sequence waits for them).
 void Replica::trace_phases(Job& job, const RequestOutput& out) {
   const std::uint64_t now = trace::unix_nanos_now();
   const std::uint64_t scheduled = job.submitted_ns + static_cast<std::uint64_t>(out.queue_time_s * 1e9);
@@ -146,6 +147,12 @@ void Replica::trace_phases(Job& job, const RequestOutput& out) {
     s.end_ns = std::max(start, end);
     return s;
   };
+  for (const KvTierLoad& load : out.kv_tier_loads) {  // the first output's: its prefix from lower KV tiers
+    trace::Span s = phase("replica.kv_load", load.start_ns, load.end_ns);
+    s.set("kvfleet.kv_tier.medium", to_string(load.medium));
+    s.set("kvfleet.kv_tier.blocks", static_cast<std::int64_t>(load.blocks));
+    if (spans_) spans_->export_span(std::move(s));
+  }
   if (!out.new_tokens.empty() && job.first_token_ns == 0) {
     job.first_token_ns = now;
     job.span->events.push_back({"first_token", now});
@@ -173,20 +180,9 @@ void Replica::trace_phases(Job& job, const RequestOutput& out) {
   job.span->error = !out.error.empty();
 }
 
-namespace {
-
-struct EndSpan {  // a handler's request span ends however the handler does
-  Replica& r;
-  trace::Span& span;
-  void (Replica::*end)(trace::Span&);
-  ~EndSpan() { (r.*end)(span); }
-};
-
-}  // namespace
-
 awaitable<void> Replica::completions(const http::Request& req, http::ResponseWriter& w) {
   trace::Span span = start_request_span(req, "text_completion");
-  const EndSpan end_span_guard{*this, span, &Replica::end_span};
+  const SpanEnd end_span_guard{*this, span};
   const std::int64_t arrival = unix_now();
   CompletionRequest r = parse_completion_request(parse_json_body(req.body));
   apply_dp_rank_header(req.headers.find("x-data-parallel-rank"), r.params);
@@ -225,7 +221,11 @@ awaitable<void> Replica::completions(const http::Request& req, http::ResponseWri
 
 awaitable<void> Replica::chat(const http::Request& req, http::ResponseWriter& w) {
   trace::Span span = start_request_span(req, "chat");
-  const EndSpan end_span_guard{*this, span, &Replica::end_span};
+  const SpanEnd end_span_guard{*this, span};
+  co_await run_chat(req, w, span);
+}
+
+awaitable<void> Replica::run_chat(const http::Request& req, http::ResponseWriter& w, trace::Span& span) {
   const std::int64_t arrival = unix_now();
   ChatRequest r = parse_chat_request(parse_json_body(req.body));
   apply_dp_rank_header(req.headers.find("x-data-parallel-rank"), r.params);

@@ -77,6 +77,8 @@ class Replica {
   using Awaitable = boost::asio::awaitable<void>;
   Awaitable completions(const http::Request& req, http::ResponseWriter& w);
   Awaitable chat(const http::Request& req, http::ResponseWriter& w);
+  // A chat completion whose replica.request span is `span` (the Responses API's own, or chat()'s).
+  Awaitable run_chat(const http::Request& req, http::ResponseWriter& w, trace::Span& span);
   Awaitable models(const http::Request& req, http::ResponseWriter& w);
   Awaitable health(const http::Request& req, http::ResponseWriter& w);
   Awaitable metrics(const http::Request& req, http::ResponseWriter& w);
@@ -116,6 +118,11 @@ class Replica {
   trace::Span start_request_span(const http::Request& req, const char* operation) const;
   void trace_phases(Job& job, const RequestOutput& out);
   void end_span(trace::Span& span);
+  struct SpanEnd {  // a handler's request span ends however the handler does
+    Replica& replica;
+    trace::Span& span;
+    ~SpanEnd() { replica.end_span(span); }
+  };
 
   // Sequences admitted and not finished, counted when a request is admitted (not when the engine next
   // reports): one request's fan-out (prompts x n) is reserved at once or refused. Move-only.

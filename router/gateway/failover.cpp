@@ -125,7 +125,7 @@ awaitable<bool> Gateway::relay_spliced(http::HttpClient& client, const http::Res
 
 awaitable<void> Gateway::fail_over(const http::Request& req, const json::object& body, RoutePlan& plan,
                                    std::vector<ReplicaId>& tried, http::ResponseWriter& w, SpliceState& s,
-                                   const trace::Span& request_span, const std::string& trace_state) {
+                                   trace::Span& request_span, const std::string& trace_state) {
   http::Request resume, routed;
   while (s.resumes < config_.failover_max_attempts && !w.client_gone()) {
     CircuitBreaker::Ticket ticket;
@@ -151,14 +151,18 @@ awaitable<void> Gateway::fail_over(const http::Request& req, const json::object&
     } catch (...) {
       error = std::current_exception();
     }
-    end_upstream_span(try_span, outcome, error || result.verdict == Verdict::failure);
+    end_upstream_span(try_span, outcome, error || result.verdict == Verdict::failure, result.status);
     release(*link, plan, ticket, error ? Verdict::unknown : result.verdict);
     if (error) std::rethrow_exception(error);
-    if (outcome == Outcome::done) co_return;
+    if (outcome == Outcome::done) {
+      if (result.verdict == Verdict::failure) mark_broken(request_span);  // ended by an error event
+      co_return;
+    }
     tried.push_back(link->slot);
   }
   if (w.client_gone()) co_return;
   metrics_.counter("kvfleet_router_failovers_failed_total", "Broken streams no other replica could resume").Increment();
+  mark_broken(request_span);
   const std::string error = http::json_error_body("the replica failed mid-stream and no other replica could resume it",
                                                   "server_error", "", "upstream_error");
   const std::string event = http::sse_format(error) + "data: [DONE]\n\n";

@@ -149,6 +149,7 @@ struct FlowKey {
 enum class Verdict { success, failure, unknown };
 struct TryResult {
   Verdict verdict = Verdict::unknown;
+  int status = 0;  // the replica's status code (0: no answer came)
   std::optional<http::Response> overloaded;  // a 503/429 answer that was retried rather than passed on
 };
 
@@ -242,6 +243,9 @@ class Gateway {
 
   // proxy.cpp
   awaitable<void> proxy(const http::Request& req, http::ResponseWriter& w);
+  // proxy() inside its router.request span: admission, routing, tries and relaying.
+  awaitable<void> proxy_request(const http::Request& req, http::ResponseWriter& w, trace::Span& request_span,
+                                const std::string& trace_state);
   // flow.cpp: tenants, priorities and the waiting room
   // The request's tenant and priority; an error message naming the field when they are malformed.
   std::optional<std::pair<std::string, std::string>> flow_of(const http::Request& req, const boost::json::object& body,
@@ -290,7 +294,7 @@ class Gateway {
   // and [DONE] when none can.
   awaitable<void> fail_over(const http::Request& req, const boost::json::object& body, RoutePlan& plan,
                             std::vector<ReplicaId>& tried, http::ResponseWriter& w, SpliceState& s,
-                            const trace::Span& request_span, const std::string& trace_state);
+                            trace::Span& request_span, const std::string& trace_state);
 
   // replica_links.cpp
   void start_loops(const std::shared_ptr<ReplicaLink>& link);
@@ -314,9 +318,17 @@ class Gateway {
   std::shared_ptr<ReplicaLink> traced_route(const trace::Span& parent, RoutePlan& plan,
                                             const std::vector<ReplicaId>& exclude, CircuitBreaker::Ticket& ticket,
                                             int attempt);
-  // A router.upstream span for one try at `link`; end_upstream_span() records how the try ended.
+  // A router.upstream span for one try at `link`; end_upstream_span() records how the try ended: the
+  // replica's status (0: none came), and the span's status by OTel's rule for HTTP clients (an error on
+  // a failure or a status of 400 and above).
   static trace::Span upstream_span(const trace::Span& parent, const ReplicaLink& link, int attempt);
-  void end_upstream_span(trace::Span& span, Outcome outcome, bool failed);
+  void end_upstream_span(trace::Span& span, Outcome outcome, bool failed, int status);
+  // Ends the router.request span with the status the client got (0: none; `threw`: the handler failed,
+  // which the server answers with 500 when nothing was sent yet), an error by OTel's rule for HTTP servers
+  // (5xx, or a failure).
+  void end_request_span(trace::Span& span, int status, bool threw);
+  // The client's answer began (200) but ended in an error event: the request span's status is error.
+  static void mark_broken(trace::Span& request_span);
 
   static Tick now_tick();
   // `link`: not after its removal (which dropped its series), so a request that ends then cannot re-create one.

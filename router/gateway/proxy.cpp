@@ -13,6 +13,7 @@
 #include "router/gateway/gateway.h"
 #include "router/gateway/relay_util.h"
 #include "router/gateway/responses_routing.h"
+#include "router/gateway/status_writer.h"
 
 namespace kvfleet::router {
 namespace json = boost::json;
@@ -33,18 +34,26 @@ awaitable<void> sleep_for(std::chrono::milliseconds d) {
 
 }  // namespace
 
-awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w) {
+awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& client) {
   // The router's spans (kvfleet/trace/span.h): this request's under the client's traceparent, or a new trace.
   const auto client_trace = trace::parse_traceparent(req.headers.find("traceparent"), req.headers.find("tracestate"));
   const std::string trace_state = client_trace ? client_trace->state : std::string();
   trace::Span request_span = trace::start_span(client_trace, "router.request", trace::SpanKind::server);
   request_span.set("http.request.method", req.method);
   request_span.set("url.path", std::string(req.path()));
-  struct EndSpan {  // however the handler ends
-    Gateway& g;
-    trace::Span& span;
-    ~EndSpan() { g.end_span(span); }
-  } end_request_span{*this, request_span};
+  StatusWriter w(client);  // the status the client gets, for the span
+  std::exception_ptr error;
+  try {
+    co_await proxy_request(req, w, request_span, trace_state);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  end_request_span(request_span, w.status(), error != nullptr);
+  if (error) std::rethrow_exception(error);
+}
+
+awaitable<void> Gateway::proxy_request(const http::Request& req, http::ResponseWriter& w, trace::Span& request_span,
+                                       const std::string& trace_state) {
   if (!authorized(req)) {
     co_await w.send(http::json_error(401, "invalid or missing API key (Authorization: Bearer KEY)",
                                      "authentication_error", "", "invalid_api_key"));
@@ -72,7 +81,6 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
   queue_span.set("kvfleet.admitted", admitted_now);
   end_span(queue_span);
   if (!admitted_now) {
-    request_span.error = true;
     if (w.client_gone()) co_return;  // left while queued: nobody to answer
     metrics_.counter("kvfleet_router_rejected_total", "Requests refused with 429 (queue full)").Increment();
     count_tenant(flow.tenant, "rejected");
@@ -133,6 +141,7 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
     Outcome outcome = Outcome::done;
     std::exception_ptr error;
     result.verdict = Verdict::unknown;
+    result.status = 0;
     try {
       const http::Request& sent = with_routing_headers(*sent_request, plan, routed_request);
       outcome = co_await forward(*link, sent, w, attempt + 1 == config_.max_attempts, result, splice ? &*splice : nullptr,
@@ -140,10 +149,13 @@ awaitable<void> Gateway::proxy(const http::Request& req, http::ResponseWriter& w
     } catch (...) {
       error = std::current_exception();
     }
-    end_upstream_span(try_span, outcome, error || result.verdict == Verdict::failure);
+    end_upstream_span(try_span, outcome, error || result.verdict == Verdict::failure, result.status);
     release(*link, plan, ticket, error ? Verdict::unknown : result.verdict);
     if (error) std::rethrow_exception(error);
-    if (outcome == Outcome::done) co_return;
+    if (outcome == Outcome::done) {
+      if (result.verdict == Verdict::failure && w.started()) mark_broken(request_span);  // ended by an error event
+      co_return;
+    }
     tried.push_back(link->slot);
     if (outcome == Outcome::broke) {  // the client's stream is open: it goes on elsewhere, or ends there
       co_await fail_over(*sent_request, *sent_body, plan, tried, w, *splice, request_span, trace_state);
@@ -286,6 +298,7 @@ awaitable<Gateway::Outcome> Gateway::forward(ReplicaLink& link, const http::Requ
     result.verdict = Verdict::failure;
     co_return Outcome::retry;
   }
+  result.status = head.status;
   if (const std::string* id = head.headers.find("x-kvfleet-response-id"))
     response_owners_.remember(*id, link.url);  // a stored response: its follow-ups come here
   const bool retry_overload = (head.status == 503 || head.status == 429) && !last_try;

@@ -32,10 +32,28 @@ trace::Span Gateway::upstream_span(const trace::Span& parent, const ReplicaLink&
   return span;
 }
 
-void Gateway::end_upstream_span(trace::Span& span, Outcome outcome, bool failed) {
+void Gateway::end_upstream_span(trace::Span& span, Outcome outcome, bool failed, int status) {
   span.set("kvfleet.upstream.outcome", outcome == Outcome::done ? "done" : outcome == Outcome::retry ? "retry" : "broke");
-  span.error = failed;
+  if (status > 0) span.set("http.response.status_code", static_cast<std::int64_t>(status));
+  // OTel's error.type: the status when it is an error, else what went wrong.
+  if (status >= 400) span.set("error.type", std::to_string(status));
+  else if (failed) span.set("error.type", status == 0 ? "no_response" : "response_broken");
+  span.error = failed || status >= 400;
   end_span(span);
+}
+
+void Gateway::end_request_span(trace::Span& span, int status, bool threw) {
+  if (threw && status == 0) status = 500;  // what the server answers for a handler that failed
+  if (status > 0) span.set("http.response.status_code", static_cast<std::int64_t>(status));
+  if (status >= 500) span.set("error.type", std::to_string(status));
+  else if (threw) span.set("error.type", "_OTHER");
+  span.error = span.error || threw || status >= 500;
+  end_span(span);
+}
+
+void Gateway::mark_broken(trace::Span& request_span) {
+  request_span.set("error.type", "response_broken");
+  request_span.error = true;
 }
 
 }  // namespace kvfleet::router

@@ -11,7 +11,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <fstream>
+#include <thread>
 
 #include "hardening_support.h"
 
@@ -213,4 +216,94 @@ TEST_CASE("saturated router: slow completions, a full waiting room, every slot t
     }
   }
   CHECK(up.in_flight.load() == 4);  // nothing above was forwarded
+}
+
+namespace {
+
+// Keep-alive connections from 127.0.0.1 that send `GET /v1/models` in pipelined batches and read the
+// answers, each connection sending its next batch when the last one is answered: the io threads always
+// have work, as under `wrk -c N` (bench/attack.sh flood). Runs on a thread of its own until stopped.
+class KeepAliveFlood {
+ public:
+  KeepAliveFlood(std::uint16_t port, int connections, int batch) : batch_(batch) {
+    for (int i = 0; i < connections; ++i) {
+      const int fd = connect_from("127.0.0.1", port);
+      REQUIRE(fd >= 0);
+      fds_.fds.push_back(fd);
+    }
+    std::string one = "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n";
+    for (int i = 0; i < batch; ++i) requests_ += one;
+    thread_ = std::thread([this] { run(); });
+  }
+  ~KeepAliveFlood() {
+    stop_ = true;
+    thread_.join();
+  }
+  std::int64_t answered() const { return answered_; }
+
+ private:
+  void run() {
+    const std::size_t n = fds_.fds.size();
+    std::vector<int> owed(n, 0);  // answers still to come of each connection's batch
+    std::vector<std::string> tail(n);  // the end of a head split over reads
+    std::vector<pollfd> polls(n);
+    for (std::size_t i = 0; i < n; ++i) polls[i] = {fds_.fds[i], POLLIN, 0};
+    char buf[65536];
+    while (!stop_) {
+      for (std::size_t i = 0; i < n; ++i)
+        if (owed[i] == 0 && send_all(fds_.fds[i], requests_)) owed[i] = batch_;
+      if (::poll(polls.data(), polls.size(), 100) <= 0) continue;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!(polls[i].revents & POLLIN)) continue;
+        const ssize_t got = ::recv(fds_.fds[i], buf, sizeof buf, MSG_DONTWAIT);
+        if (got <= 0) continue;
+        // One answer per head's end (the /v1/models body has no blank line).
+        const std::string text = tail[i] + std::string(buf, static_cast<std::size_t>(got));
+        std::size_t after = 0;
+        for (std::size_t at = text.find("\r\n\r\n"); at != std::string::npos; at = text.find("\r\n\r\n", after)) {
+          after = at + 4;
+          owed[i] = std::max(owed[i] - 1, 0);
+          ++answered_;
+        }
+        tail[i] = text.substr(std::max(after, text.size() >= 3 ? text.size() - 3 : 0));
+      }
+    }
+  }
+
+  Fds fds_;
+  const int batch_;
+  std::string requests_;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::int64_t> answered_{0};
+  std::thread thread_;
+};
+
+}  // namespace
+
+TEST_CASE("flood: io threads kept busy by thousands of keep-alive connections; /health on a new connection answers at once") {
+  const rlim_t limit = raise_nofile(8192);
+  const int connections = static_cast<int>(std::min<rlim_t>(3000, limit > 200 ? (limit - 200) / 2 : 0));
+  REQUIRE(connections >= 1000);
+  StandinUpstream up;
+  up.set_kv_script(config_event(0, 1));
+  RouterProcess router({}, standin_flags({&up}, {"--max-connections-per-peer", "0"}));
+  KeepAliveFlood flood(router.port(), connections, 8);
+  REQUIRE(wait_until([&] { return flood.answered() > 20 * connections; }, std::chrono::seconds(60)));
+  const auto before = flood.answered();
+  std::vector<milliseconds> probes;
+  for (int i = 0; i < 10; ++i) {
+    const Timed t = timed_request("127.0.0.2", router.port(), "GET", "/health");
+    CHECK(t.status == 200);
+    probes.push_back(t.took);
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  // Other work from a new connection waits its turn behind the flood, as it should.
+  const Timed models = timed_request("127.0.0.2", router.port(), "GET", "/v1/models");
+  CHECK(models.status == 200);
+  CHECK(flood.answered() > before);  // the flood went on throughout
+  std::sort(probes.begin(), probes.end());
+  MESSAGE("flood of " << connections << " connections: /health p50 " << probes[5].count() << " ms, max "
+                      << probes.back().count() << " ms; a new connection's /v1/models " << models.took.count() << " ms");
+  CHECK(probes[5] < milliseconds(100));
+  CHECK(probes.back() < milliseconds(500));
 }

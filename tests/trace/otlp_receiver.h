@@ -25,6 +25,8 @@ struct ReceivedSpan {
   std::int64_t kind = 0;
   std::map<std::string, std::string> attributes;  // stringValue / intValue text / "true" / double text
   std::vector<std::string> events;
+  std::int64_t status = 0;  // status.code: 0 unset, 1 ok, 2 error
+  std::uint64_t start_ns = 0, end_ns = 0;
 };
 
 namespace otlp_check {
@@ -115,6 +117,8 @@ inline void span(const json::value& v, const std::string& service, std::vector<s
     errors.push_back(where + ": start/endTimeUnixNano are not decimal strings");
   } else {
     const auto a = std::stoull(std::string(start->as_string())), b = std::stoull(std::string(end->as_string()));
+    s.start_ns = a;
+    s.end_ns = b;
     if (b < a) errors.push_back(where + ": ends before it starts");
     if (a < 1'600'000'000'000'000'000ULL) errors.push_back(where + ": start is not unix nanoseconds");
   }
@@ -135,6 +139,7 @@ inline void span(const json::value& v, const std::string& service, std::vector<s
     const json::value* code = st->is_object() ? st->as_object().if_contains("code") : nullptr;
     if (!code || !code->is_int64() || code->as_int64() < 0 || code->as_int64() > 2)
       errors.push_back(where + ": status.code is not 0-2");
+    else s.status = code->as_int64();
   }
   if (o.if_contains("traceId")) s.trace_id = std::string(o.at("traceId").as_string());
   if (o.if_contains("spanId")) s.span_id = std::string(o.at("spanId").as_string());

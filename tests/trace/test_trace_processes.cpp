@@ -10,49 +10,10 @@
 #include <csignal>
 #include <thread>
 
-#include "otlp_receiver.h"
-#include "router_integration/router_fixture.h"
+#include "trace_support.h"
 
 namespace kvfleet::test {
 namespace {
-
-constexpr std::string_view kClientTrace = "0af7651916cd43dd8448eb211c80319c";
-constexpr std::string_view kClientSpan = "b7ad6b7169203331";
-
-template <class F>
-bool eventually(F f, std::chrono::milliseconds limit = std::chrono::seconds(20)) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (f()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return f();
-}
-
-http::Response post(std::uint16_t port, const std::string& target, const std::string& body,
-                    const std::string& traceparent = "", const std::string& tracestate = "") {
-  http::Headers h{{"Content-Type", "application/json"}};
-  if (!traceparent.empty()) h.add("traceparent", traceparent);
-  if (!tracestate.empty()) h.add("tracestate", tracestate);
-  return http::http_request("127.0.0.1", port, "POST", target, body, h, std::chrono::seconds(60));
-}
-
-std::vector<ReceivedSpan> of_trace(const std::vector<ReceivedSpan>& all, std::string_view trace_id) {
-  std::vector<ReceivedSpan> out;
-  for (const auto& s : all)
-    if (s.trace_id == trace_id) out.push_back(s);
-  return out;
-}
-
-const ReceivedSpan* named(const std::vector<ReceivedSpan>& spans, std::string_view name) {
-  const ReceivedSpan* found = nullptr;
-  for (const auto& s : spans)
-    if (s.name == name) {
-      REQUIRE_MESSAGE(!found, "two spans named " << name);
-      found = &s;
-    }
-  return found;
-}
 
 // One request's whole trace: the router's spans under `root_parent` ("" when the router started the
 // trace), the replica's under the router's upstream span.
@@ -76,6 +37,12 @@ void check_trace(const std::vector<ReceivedSpan>& spans, const std::string& root
   CHECK_FALSE(route->attributes.at("kvfleet.route.reason").empty());
   CHECK(route->attributes.count("kvfleet.route.matched_blocks") == 1);
   CHECK(route->attributes.count("kvfleet.route.prompt_blocks") == 1);
+  // The replica's answer and the client's: 200, so neither span is an error.
+  CHECK(upstream->attributes.at("http.response.status_code") == "200");
+  CHECK(request->attributes.at("http.response.status_code") == "200");
+  CHECK(upstream->status == 0);
+  CHECK(request->status == 0);
+  CHECK(upstream->attributes.count("error.type") == 0);
   // The replica's span is a child of the router's upstream span, in the same trace.
   CHECK(replica->service == "kvfleet-replica");
   CHECK(replica->kind == 2);

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/strand.hpp>
 #include <condition_variable>
 #include <memory>
@@ -68,10 +69,13 @@ struct HttpServer::State {
   bool stopped = false;
   std::vector<std::thread> threads;
 
-  // Declared last so they are destroyed first: tearing down the io_context destroys pending
-  // coroutine frames, whose sessions unregister through the members above.
+  // Declared last so they are destroyed first: tearing down the io_contexts destroys pending
+  // coroutine frames, whose sessions unregister through the members above. `ioc` runs on the io
+  // threads; `lane` (the priority lane, see server.h) on one thread of its own, with the acceptor.
   boost::asio::io_context ioc;
-  boost::asio::ip::tcp::acceptor acceptor{boost::asio::make_strand(ioc)};
+  boost::asio::io_context lane;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> ioc_work{ioc.get_executor()};
+  boost::asio::ip::tcp::acceptor acceptor{boost::asio::make_strand(lane)};
 };
 
 }  // namespace kvfleet::http

@@ -176,6 +176,12 @@ asio::awaitable<void> Session::run() {
     }
     bool again = co_await serve(request, keep_alive);
     if (!again || !keep_alive) break;
+    if (lane_) {  // the lane served its one request: the connection goes on on the io threads
+      const auto data = buffer_.data();
+      const std::string rest(static_cast<const char*>(data.data()), data.size());
+      to_io_threads(server_, std::move(stream_.socket()), rest);
+      co_return;
+    }
   }
   if (!complete && failure.status != 0) {
     bool written = co_await write_error(failure.status, failure.message);

@@ -22,6 +22,10 @@
 
 namespace kvfleet::http {
 
+// server.cpp: the connection's socket moved to an io thread's strand, with a new session that starts with
+// `already_read` (the lane hands a kept-alive connection over after its first answer).
+void to_io_threads(HttpServer::State& server, boost::asio::ip::tcp::socket socket, std::string_view already_read);
+
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(HttpServer::State& server, boost::asio::ip::tcp::socket socket);
@@ -43,6 +47,19 @@ class Session : public std::enable_shared_from_this<Session> {
   // Before run(): this connection takes a probe reserve slot; it serves one request on a priority
   // path and answers anything else 503.
   void set_probe_only() { probe_only_ = true; }
+  // Before run(): a connection of the priority lane (its first request is on a priority path, served on
+  // the lane's thread). After that answer a kept-alive connection goes on on the io threads (a new
+  // session, with what was already read of its next request), so the lane never carries other work.
+  void set_lane() { lane_ = true; }
+  // Before run(): bytes of the connection read by an earlier session (the lane's).
+  void set_already_read(std::string_view bytes) {
+    if (bytes.empty()) return;
+    auto space = buffer_.prepare(bytes.size());
+    boost::asio::buffer_copy(space, boost::asio::buffer(bytes));
+    buffer_.commit(bytes.size());
+  }
+  // Before run(): when it was accepted (its first head's deadline counts from then).
+  void set_accepted_at(std::chrono::steady_clock::time_point at) { accepted_at_ = at; }
 
   // Before run(): where this connection's activity is kept (connection_caps.cpp).
   void set_activity_slot(ActivitySlot* slot) { activity_ = slot; }
@@ -90,6 +107,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Phase phase_ = Phase::idle;
   ActivitySlot* activity_ = nullptr;  // last activity, and whether phase_ is idle or head
   bool probe_only_ = false;
+  bool lane_ = false;
   bool first_request_ = true;
   Clock::time_point accepted_at_;
 

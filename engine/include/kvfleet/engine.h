@@ -128,6 +128,8 @@ struct RequestOutput {
   // The first output of a request with resumed_outputs: the text those outputs released (what the
   // replica that generated them showed), so that offsets into the whole text stay right. Empty otherwise.
   std::string resumed_text;
+  // The first output of a request whose prefix came from lower KV tiers (kv_tier_config.h): those loads.
+  std::vector<KvTierLoad> kv_tier_loads;
 };
 
 using OutputCallback = std::function<void(const RequestOutput&)>;

@@ -14,6 +14,15 @@ enum class KvMedium : std::uint8_t { device, host, disk, shared };
 inline constexpr std::size_t kNumKvMedia = 4;
 const char* to_string(KvMedium medium);
 
+// One landing of a sequence's prefix blocks from a lower tier in the device pool: `blocks` from `medium`, from
+// when the tier was asked for them (a file read starts; a host copy begins) to when they were in the device pool
+// (unix nanoseconds). For tracing (RequestOutput::kv_tier_loads).
+struct KvTierLoad {
+  KvMedium medium = KvMedium::host;
+  std::int32_t blocks = 0;
+  std::uint64_t start_ns = 0, end_ns = 0;
+};
+
 struct KvTierConfig {
   std::int64_t host_bytes = 0;  // --kv-host-gib: RAM for blocks evicted from the device pool; 0: no host tier
   std::string disk_dir;         // --kv-disk-dir: this replica's block files; empty: no disk tier

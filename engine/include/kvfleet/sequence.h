@@ -13,6 +13,7 @@
 
 #include "kvfleet/block_hash.h"
 #include "kvfleet/block_pool.h"
+#include "kvfleet/kv_tier_config.h"
 
 namespace kvfleet {
 
@@ -57,6 +58,8 @@ struct Sequence {
   // Set while a lower KV tier (engine/kvtier) loads blocks of its prefix: admission passes over it (the
   // sequences behind it may go first) until the blocks are in the device pool.
   bool kv_loading = false;
+  // The lower tiers' blocks of its prefix landed for it, in order (engine/kvtier).
+  std::vector<KvTierLoad> tier_loads;
 
   // Speculative decoding (engine/spec): during a step that verifies drafts, the last token followed by the
   // drafts, the chunk the scheduler hands out. Not part of `tokens` until accepted.

@@ -154,6 +154,8 @@ void Replica::truncate_to_fit(json::array& messages, const json::object& chat) c
 }
 
 awaitable<void> Replica::responses(const http::Request& req, http::ResponseWriter& w) {
+  trace::Span span = start_request_span(req, "chat");  // the chat job's phases go under it
+  const SpanEnd end_span_guard{*this, span};
   // Function tools: tool_choice auto needs the flags, required and named the grammar engine (the chat path
   // says which is missing).
   const bool calls = (config_.enable_auto_tool_choice && tool_parser_) || grammar_compiler_;
@@ -192,10 +194,12 @@ awaitable<void> Replica::responses(const http::Request& req, http::ResponseWrite
   chat_request.headers = req.headers;
   chat_request.body = json::serialize(r.chat);
   ResponseShell shell{responses_id("resp_"), unix_now(), name_, std::move(r.echo)};
+  const std::string id = shell.id;
   ResponsesWriter out(w, std::move(shell), r.store ? responses_store_.get() : nullptr, std::move(conversation));
   std::optional<ApiError> error;  // the chat path's error, under the Responses request's field names
   try {
-    co_await chat(chat_request, out);
+    co_await run_chat(chat_request, out, span);
+    span.set("gen_ai.response.id", id);  // the response's id, not the chat completion's it ran as
   } catch (const ApiError& e) {
     if (w.started()) throw;
     error.emplace(e.status, e.what(), e.type, responses_param(e.param), e.code);

@@ -30,6 +30,14 @@
 //     behind a flood's connections); on EMFILE/ENFILE it pauses (accept_backoff, 50 ms, doubling up
 //     to 1 s) instead of spinning.
 //   - `Expect: 100-continue` gets `100 Continue` once the head passed its checks.
+//
+// The priority lane (with priority_paths set): the acceptor runs on an io_context and thread of its own,
+// which also looks at each new connection's first bytes without consuming them. A connection whose first
+// request line names a priority path is served on that thread (that request only: kept alive, the
+// connection then goes on on the io threads, with what was read of its next request); every other connection (other paths, a request line not complete in its first bytes, or no bytes within
+// 250 ms) goes to the io threads, which read its request from the first byte. So a probe on a new
+// connection waits neither for the io threads' queue of a flood's reads and writes nor for its accept.
+// Without priority_paths, connections go straight to the io threads.
 // An exception in one connection (Beast, a handler, our code) ends that connection only, logged.
 //
 // While a handler runs, the connection is still read: bytes of a pipelined next request are kept
@@ -37,6 +45,7 @@
 // a client that leaves is noticed (client_gone(), on_disconnect) even after it sent more data.
 //
 // Threading:
+//   - io_threads threads run the connections; one more runs the acceptor and the priority lane.
 //   - HttpServer::start(), stop(), port(), executor() and the destructor: any non-io thread
 //     (stop() from an io thread would wait on itself).
 //   - Handlers and every ResponseWriter call run on the connection's strand; a handler's

@@ -57,11 +57,22 @@ struct Span {
 
   // This span's context (the one its children and the next hop name as their parent).
   SpanContext context(std::string state = {}) const { return {trace_id, span_id, 1, std::move(state)}; }
-  void set(std::string key, std::string value) { attributes.push_back({std::move(key), std::move(value)}); }
-  void set(std::string key, const char* value) { attributes.push_back({std::move(key), std::string(value)}); }
-  void set(std::string key, std::int64_t value) { attributes.push_back({std::move(key), value}); }
-  void set(std::string key, double value) { attributes.push_back({std::move(key), value}); }
-  void set(std::string key, bool value) { attributes.push_back({std::move(key), value}); }
+  // An attribute; setting a key again replaces its value (OTLP keys are unique within a span).
+  void set(std::string key, std::string value) { put({std::move(key), std::move(value)}); }
+  void set(std::string key, const char* value) { put({std::move(key), std::string(value)}); }
+  void set(std::string key, std::int64_t value) { put({std::move(key), value}); }
+  void set(std::string key, double value) { put({std::move(key), value}); }
+  void set(std::string key, bool value) { put({std::move(key), value}); }
+
+ private:
+  void put(Attribute a) {
+    for (Attribute& have : attributes)
+      if (have.key == a.key) {
+        have.value = std::move(a.value);
+        return;
+      }
+    attributes.push_back(std::move(a));
+  }
 };
 
 std::uint64_t unix_nanos_now();
