@@ -98,6 +98,11 @@ TEST_CASE("structured_outputs and guided_*: json (object or string), regex, choi
   // Asking for nothing asks for nothing: an empty object, json_object false, the flags at their defaults.
   CHECK_FALSE(parsed(R"("structured_outputs":{})"));
   CHECK_FALSE(parsed(R"("structured_outputs":{"json_object":false,"disable_any_whitespace":false})"));
+  // disable_any_whitespace: compact JSON (no whitespace between tokens), for json and json_object.
+  CHECK_FALSE(parsed(R"("structured_outputs":{"json":{"type":"object"}})")->compact);
+  CHECK(parsed(R"("structured_outputs":{"json":{"type":"object"},"disable_any_whitespace":true})")->compact);
+  CHECK(parsed(R"("structured_outputs":{"json_object":true,"disable_any_whitespace":true})")->compact);
+  CHECK_FALSE(parsed(R"("structured_outputs":{"json_object":true,"disable_any_whitespace":false})")->compact);
 }
 
 TEST_CASE("each malformed or unimplemented structured-output field is a 400 naming it") {
@@ -129,6 +134,8 @@ TEST_CASE("each malformed or unimplemented structured-output field is a 400 nami
       {R"("structured_outputs":{"structural_tag":"{}"})", "structured_outputs.structural_tag"},
       {R"("structured_outputs":{"regex":"a","whitespace_pattern":" "})", "structured_outputs.whitespace_pattern"},
       {R"("structured_outputs":{"regex":"a","disable_any_whitespace":true})", "structured_outputs.disable_any_whitespace"},
+      {R"("structured_outputs":{"disable_any_whitespace":true})", "structured_outputs.disable_any_whitespace"},
+      {R"("structured_outputs":{"json":{},"disable_any_whitespace":"yes"})", "structured_outputs.disable_any_whitespace"},
       {R"("structured_outputs":{"regex":"a","backend":"x"})", "structured_outputs.backend"},
       {R"("guided_json":7)", "guided_json"},
       {R"("guided_regex":["a"])", "guided_regex"},

@@ -119,7 +119,7 @@ std::optional<StructuredOutput> from_structured_outputs(const Fields& body) {
   const std::string at = "structured_outputs.";
   const Fields f(*so, at);
   // vLLM's knobs kvfleet does not implement: refused when they ask for something, accepted at their default.
-  for (const char* flag : {"disable_any_whitespace", "disable_additional_properties", "disable_fallback"})
+  for (const char* flag : {"disable_additional_properties", "disable_fallback"})
     if (f.boolean(flag).value_or(false)) throw bad_request("'" + at + flag + "' is not supported", at + flag);
   for (const char* field : {"whitespace_pattern", "structural_tag"})
     if (f.find(field)) throw bad_request("'" + at + field + "' is not supported", at + field);
@@ -137,6 +137,14 @@ std::optional<StructuredOutput> from_structured_outputs(const Fields& body) {
   if (const json::value* v = f.find("choice")) take(choices_of(*v, at + "choice"));
   if (const json::value* v = f.find("grammar")) take(text_of(*v, Kind::grammar, at + "grammar"));
   if (f.boolean("json_object").value_or(false)) take(make(Kind::json_object, at + "json_object"));
+  // disable_any_whitespace: compact JSON, no whitespace between tokens (a small model cannot pad the answer
+  // with spaces until max_tokens). JSON only: a regex, choice or grammar says its own whitespace.
+  if (f.boolean("disable_any_whitespace").value_or(false)) {
+    if (!out || (out->kind != Kind::json_schema && out->kind != Kind::json_object))
+      throw bad_request("'" + at + "disable_any_whitespace' applies to json and json_object only",
+                        at + "disable_any_whitespace");
+    out->compact = true;
+  }
   return out;
 }
 
